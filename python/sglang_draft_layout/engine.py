@@ -1,0 +1,235 @@
+"""Run the rules over a tree: one plan of edits, then all files written or none."""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import fcntl
+import hashlib
+import os
+import stat
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+from libcst.metadata import MetadataWrapper
+
+from .rules import RULES
+from .rules.base import Edit, Finding, Rule, Source, State
+from .target import Target, TargetError
+
+
+class PatchError(TargetError):
+    """The tree can't be patched as it is; nothing was written."""
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: Path
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    target: Target
+    findings: tuple[Finding, ...]
+    changes: tuple[FileChange, ...]
+
+    def count(self, state: State) -> int:
+        return sum(f.state is state for f in self.findings)
+
+    @property
+    def unrecognised(self) -> list[Finding]:
+        return [f for f in self.findings if f.state is State.UNRECOGNISED]
+
+    def diff(self) -> str:
+        root = self.target.package.parent
+        return "".join(
+            "".join(difflib.unified_diff(
+                change.old.splitlines(keepends=True), change.new.splitlines(keepends=True),
+                f"a/{change.path.relative_to(root)}", f"b/{change.path.relative_to(root)}",
+            ))
+            for change in self.changes
+        )
+
+
+class _ApplyEdits(cst.CSTTransformer):
+    """Apply every edit to the node it names, children first, in one pass."""
+
+    def __init__(self, edits: Sequence[Edit]) -> None:
+        super().__init__()
+        self.edits: dict[int, list[Edit]] = defaultdict(list)
+        for edit in edits:
+            self.edits[id(edit.node)].append(edit)
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
+        edits = self.edits.get(id(original_node))
+        if not edits:
+            return updated_node
+        rewrites = [e.rewrite for e in edits if e.rewrite]
+        assert len(rewrites) <= 1, f"two rules rewrite the same node: {edits}"
+        node = rewrites[0](updated_node) if rewrites else updated_node
+        groups = [list(e.before) for e in edits if e.before]
+        if not groups or isinstance(node, cst.RemovalSentinel):
+            return node
+        separate = max(e.separate for e in edits)
+        for group in groups[1:]:
+            group[0] = group[0].with_changes(leading_lines=[*_blank(separate), *group[0].leading_lines])
+        before = [stmt for group in groups for stmt in group]
+        before[0] = before[0].with_changes(leading_lines=[*node.leading_lines, *before[0].leading_lines])
+        return cst.FlattenSentinel([*before, node.with_changes(leading_lines=_blank(separate))])
+
+
+def _blank(count: int) -> list[cst.EmptyLine]:
+    return [cst.EmptyLine(indent=False)] * count
+
+
+def render(source: Source, findings: Sequence[Finding]) -> str:
+    """The file's new text with every to-patch finding's edits and imports applied.
+
+    Only the segments the rules parsed are rewritten and spliced back; the imports go
+    into the header through libcst's AddImportsVisitor.
+    """
+    to_patch = [f for f in findings if f.state is State.TO_PATCH]
+    apply_edits = _ApplyEdits([e for f in to_patch for e in f.edits])
+    context = CodemodContext()
+    for module_name, name in sorted({i for f in to_patch for i in f.imports}):
+        AddImportsVisitor.add_needed_import(context, module_name, name or None)
+    header = source.header()
+    replacements = {
+        (segment.start, segment.end): segment.text(segment.module.visit(apply_edits))
+        for segment in source.segments.values()
+    }
+    with_imports = MetadataWrapper(header.module.visit(apply_edits), unsafe_skip_copy=True).visit(
+        AddImportsVisitor(context)
+    )
+    replacements[header.start, header.end] = header.text(with_imports)
+    lines = list(source.lines)
+    for (start, end), text in sorted(replacements.items(), reverse=True):
+        lines[start:end] = [text]
+    return "".join(lines)
+
+
+def _parse(path: Path, relative: str, code: str) -> Source:
+    try:
+        return Source(relative, code)
+    except SyntaxError as error:
+        raise TargetError(f"{path}:{error.lineno}: not valid Python ({error.msg}); nothing written") from None
+    except cst.ParserSyntaxError as error:
+        raise TargetError(f"{path}:{error.raw_line}: not valid Python ({error.message.splitlines()[0]}); nothing written") from None
+
+
+def _rules_by_file(rules: Sequence[Rule]) -> dict[str, list[Rule]]:
+    grouped: dict[str, list[Rule]] = defaultdict(list)
+    for rule in rules:
+        grouped[rule.file].append(rule)
+    return grouped
+
+
+def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = True) -> Plan:
+    """Every rule's finding and (with ``render_changes``) the new text of every file that changes; writes nothing."""
+    findings: list[Finding] = []
+    changes: list[FileChange] = []
+    for relative, file_rules in _rules_by_file(rules).items():
+        path = target.package / relative
+        if not path.is_file():
+            findings += [rule.report(State.ABSENT, detail=f"no {relative}") for rule in file_rules]
+            continue
+        old = path.read_text(encoding="utf-8")
+        source = _parse(path, relative, old)
+        file_findings = [rule.find(rule, source) for rule in file_rules]
+        findings += file_findings
+        if render_changes and any(f.state is State.TO_PATCH for f in file_findings) and not any(
+            f.state is State.UNRECOGNISED for f in file_findings
+        ):
+            new = render(source, file_findings)
+            _check_rendered(path, relative, new, file_rules)
+            changes.append(FileChange(path, old, new))
+    return Plan(target, tuple(findings), tuple(changes))
+
+
+def _check_rendered(path: Path, relative: str, new: str, rules: Sequence[Rule]) -> None:
+    """The rewritten text compiles and every rule now finds its site in upstream's form."""
+    compile(new, str(path), "exec")
+    source = _parse(path, relative, new)
+    for rule in rules:
+        finding = rule.find(rule, source)
+        if finding.state not in (State.PATCHED, State.ABSENT):
+            raise PatchError(f"{path}: {rule.scope}: {rule.site} is {finding.state.value} after rewriting (a rule bug); nothing written")
+
+
+def describe(finding: Finding, target: Target) -> str:
+    rule = finding.rule
+    where = f"{target.package / rule.file}" + (f":{finding.line}" if finding.line else "")
+    return f"{where}: {rule.scope}: {rule.site}: {finding.detail or finding.state.value}"
+
+
+@contextlib.contextmanager
+def tree_lock(target: Target) -> Iterator[None]:
+    """Serialise applies to one tree across processes (a lock file outside the tree)."""
+    key = hashlib.sha256(str(target.package.resolve()).encode()).hexdigest()[:16]
+    with open(Path(tempfile.gettempdir()) / f"sglang-draft-layout-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _writable(path: Path) -> bool:
+    mode = path.stat().st_mode
+    return bool(mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)) and os.access(path, os.W_OK) \
+        and os.access(path.parent, os.W_OK)
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temp file and rename, keeping its mode."""
+    mode = stat.S_IMODE(path.stat().st_mode)
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temp, mode)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+
+
+def write(changes: Sequence[FileChange]) -> None:
+    """Write every change or none: on any failure the files already written are restored."""
+    for change in changes:
+        if not _writable(change.path):
+            raise PatchError(f"{change.path}: read-only; nothing written")
+        if change.path.read_text(encoding="utf-8") != change.old:
+            raise PatchError(f"{change.path}: changed while planning; nothing written")
+    written: list[FileChange] = []
+    try:
+        for change in changes:
+            _replace(change.path, change.new)
+            written.append(change)
+        for change in written:
+            compile(change.path.read_text(encoding="utf-8"), str(change.path), "exec")
+    except BaseException:
+        for change in reversed(written):
+            _replace(change.path, change.old)
+        raise
+
+
+def apply(target: Target) -> Plan:
+    """Patch the tree: plan, refuse on anything unrecognised, write all files or none."""
+    with tree_lock(target):
+        result = plan(target)
+        if result.unrecognised:
+            raise PatchError(describe(result.unrecognised[0], target) + "; nothing written")
+        write(result.changes)
+    return result

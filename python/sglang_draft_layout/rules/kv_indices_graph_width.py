@@ -1,0 +1,46 @@
+"""CUDA-graph kv_indices row width in ``*MultiStepDraftBackend.init_cuda_graph_state``.
+
+Site: the rows captured into the draft CUDA graphs. SGLang <= 0.5.12 sizes them
+``max_bs * self.max_context_len`` (FlashInfer, FlashInfer-MLA: the topk factor is
+missing, so for topk > 1 the kernel writes past the row into graph-pool memory,
+upstream 27338 / 27460) or ``max_num_tokens * self.max_context_len`` (Triton, Aiter).
+Upstream (PR 27475) writes
+``kv_indices_width = draft_kv_indices_buffer_width(max_bs, self.topk, self.max_context_len)``.
+Invariant: every row holds ``draft_kv_indices_used_len(..., speculative_num_steps)``
+for any batch up to max_bs whose sequences fit the context.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+import libcst.matchers as m
+
+from .base import Finding, Rule, Source, param_names
+from .draft_backends import DRAFT_BACKENDS, find_row_width
+
+
+def max_bs_parameter(method: cst.FunctionDef, rest: list[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
+    """``max_bs`` (the method's first parameter) when the width counts max_bs or max_num_tokens rows."""
+    names = param_names(method)
+    if len(rest) != 1 or len(names) < 3 or not m.matches(rest[0], m.Name(names[1]) | m.Name(names[2])):
+        return None
+    return cst.Name(names[1])
+
+
+def _find(rule: Rule, source: Source) -> Finding:
+    return find_row_width(rule, source, max_bs_parameter)
+
+
+RULES = [
+    Rule(
+        id=f"graph-width:{backend.name}",
+        file=backend.file,
+        scope=f"{backend.cls}.init_cuda_graph_state",
+        site="CUDA-graph kv_indices row width",
+        upstream="PR 27475 (27338, 27460)",
+        find=_find,
+    )
+    for backend in DRAFT_BACKENDS
+]
