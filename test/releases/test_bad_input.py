@@ -1,0 +1,145 @@
+"""Bad input: a clear one-line error (exit 2) and an untouched tree, or a correct finish."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglang_draft_layout import cli, engine
+from sglang_draft_layout.rules import RULES
+from sglang_draft_layout.target import resolve
+
+pytestmark = pytest.mark.releases
+
+FLASHINFER = "sglang/srt/layers/attention/flashinfer_backend.py"
+
+
+def digest(root: Path) -> str:
+    sha = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        sha.update(str(path.relative_to(root)).encode() + path.read_bytes())
+    return sha.hexdigest()
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err, err
+    return err
+
+
+def test_not_an_sglang_tree(tmp_path, capsys):
+    (tmp_path / "setup.py").write_text("")
+    assert cli.main(["apply", str(tmp_path)]) == 2
+    assert f"{tmp_path}: not an SGLang tree" in one_line_error(capsys)
+
+
+def test_syntax_error_in_a_target_file(scratch, capsys):
+    root = scratch("0.5.12")
+    path = root / FLASHINFER
+    path.write_text(path.read_text() + "\ndef broken(:\n")
+    before = digest(root)
+    assert cli.main(["apply", str(root)]) == 2
+    assert f"{path}:" in one_line_error(capsys)
+    assert digest(root) == before
+
+
+def test_read_only_file(scratch, capsys):
+    root = scratch("0.5.12")
+    path = root / FLASHINFER
+    path.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+    before = digest(root)
+    assert cli.main(["apply", str(root)]) == 2
+    assert one_line_error(capsys) == f"error: {path}: read-only; nothing written"
+    assert digest(root) == before
+
+
+def test_unrecognised_site_in_a_real_tree_writes_nothing(scratch, capsys):
+    root = scratch("0.5.12")
+    path = root / FLASHINFER
+    path.write_text(path.read_text().replace(
+        "(self.speculative_num_steps, max_bs * self.max_context_len)",
+        "(self.speculative_num_steps, max_bs * 2 * self.max_context_len)",
+    ))
+    before = digest(root)
+    assert cli.main(["apply", str(root)]) == 2
+    error = one_line_error(capsys)
+    assert FLASHINFER.removeprefix("sglang/") in error
+    assert "FlashInferMultiStepDraftBackend.init_cuda_graph_state" in error
+    assert digest(root) == before
+
+
+def test_half_patched_tree_ends_like_a_fully_patched_one(scratch, patched):
+    root = scratch("0.5.12")
+    target = resolve(str(root))
+    half = [rule for index, rule in enumerate(RULES) if index % 2]
+    engine.write(engine.plan(target, rules=half).changes)
+    assert digest(root) != digest(patched("0.5.12"))
+    engine.apply(target)
+    assert digest(root) == digest(patched("0.5.12"))
+
+
+def test_two_applies_at_once_patch_once(scratch, patched):
+    root = scratch("0.5.12")
+    command = [sys.executable, "-m", "sglang_draft_layout", "apply", str(root)]
+    runs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [run.communicate(timeout=300) + (run.returncode,) for run in runs]
+    assert [code for _out, _err, code in results] == [0, 0], results
+    assert sorted("nothing to do" in out for out, _err, _code in results) == [False, True]
+    assert digest(root) == digest(patched("0.5.12"))
+
+
+def test_failure_while_writing_restores_every_file(scratch, monkeypatch):
+    root = scratch("0.5.12")
+    before = digest(root)
+    real_replace, calls = engine._replace, []
+
+    def failing_replace(path, text):
+        calls.append(path)
+        if len(calls) == 4:
+            raise OSError(28, "No space left on device", str(path))
+        real_replace(path, text)
+
+    monkeypatch.setattr(engine, "_replace", failing_replace)
+    with pytest.raises(OSError):
+        engine.apply(resolve(str(root)))
+    assert len(calls) > 4  # three files written, then restored
+    assert digest(root) == before
+
+
+@pytest.mark.parametrize("version_file,expected", [
+    ("__version__ = version = '0.4.10'\n", "is older than 0.5.8"),
+    ("__version__ = version = 'main'\n", "unknown SGLang release 'main'"),
+    (None, "unknown SGLang release (no _version.py"),
+])
+def test_unknown_or_unsupported_release(scratch, capsys, version_file, expected):
+    root = scratch("0.5.12")
+    version_path = root / "sglang" / "_version.py"
+    if version_file is None:
+        version_path.unlink()
+    else:
+        version_path.write_text(version_file)
+    before = digest(root)
+    assert cli.main(["apply", str(root)]) == 2
+    assert expected in one_line_error(capsys)
+    assert digest(root) == before
+
+
+def test_release_flag_names_the_release_of_a_tree_that_does_not_say(scratch):
+    root = scratch("0.5.12")
+    (root / "sglang" / "_version.py").unlink()
+    assert cli.main(["check", str(root), "--release", "0.5.12"]) == 1
+
+
+def test_fork_checkout_layout_is_found(scratch):
+    root = scratch("0.5.12")
+    fork = root.parent / "fork"
+    (fork / "python").mkdir(parents=True)
+    os.rename(root / "sglang", fork / "python" / "sglang")
+    assert resolve(str(fork)).package == fork / "python" / "sglang"
+    assert resolve(str(fork)).version == "0.5.12"

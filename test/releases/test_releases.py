@@ -1,0 +1,180 @@
+"""apply/check on the real release trees from PyPI."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from sglang_draft_layout import cli, engine
+from sglang_draft_layout.rules import RULES
+from sglang_draft_layout.rules.base import State
+from sglang_draft_layout.target import resolve
+
+pytestmark = pytest.mark.releases
+
+#: releases without the helpers (0.5.12: 17 sites; 0.5.8 to 0.5.11: no DeepSeek-V4, 16)
+OLD_RELEASES = ("0.5.8", "0.5.9", "0.5.10", "0.5.11", "0.5.12")
+#: releases that call the helpers themselves
+UPSTREAM_RELEASES = ("0.5.13", "0.5.23")
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*.py"))}
+
+
+def states(root: Path) -> dict[str, State]:
+    plan = engine.plan(resolve(str(root)), render_changes=False)
+    return {f.rule.id: f.state for f in plan.findings}
+
+
+def expected_absent(version: str) -> set[str]:
+    absent = set()
+    if version != "0.5.12" and version in OLD_RELEASES:
+        absent.add("dsv4-out-cache-loc")  # DeepSeek-V4 first appears in 0.5.12
+    if version in UPSTREAM_RELEASES:
+        absent.add("draft-forward:EAGLEWorker")  # the v1 worker was removed in 0.5.13
+    return absent
+
+
+@pytest.mark.parametrize("version", OLD_RELEASES)
+def test_unpatched_release_has_every_site_to_patch(pristine, version):
+    found = states(pristine(version))
+    absent = expected_absent(version)
+    assert {rule for rule, state in found.items() if state is State.ABSENT} == absent
+    assert all(state is State.TO_PATCH for rule, state in found.items() if rule not in absent)
+    sites = [r for r in RULES if r.counts_as_site and r.id not in absent]
+    assert len(sites) == (17 if version == "0.5.12" else 16)
+
+
+@pytest.mark.parametrize("version", OLD_RELEASES)
+def test_apply_patches_every_site_and_second_apply_is_a_no_op(scratch, version, capsys):
+    root = scratch(version)
+    before = tree_digest(root)
+    assert cli.main(["check", str(root)]) == 1
+    assert cli.main(["apply", str(root)]) == 0
+    after = tree_digest(root)
+    changed = {name for name in after if after[name] != before[name]}
+    assert changed == {rule.file.replace("srt/", "sglang/srt/", 1) for rule in RULES
+                       if rule.id not in expected_absent(version)}
+    for name in changed:
+        compile((root / name).read_text(), name, "exec")
+    found = states(root)
+    assert all(state is State.PATCHED for rule, state in found.items() if rule not in expected_absent(version))
+    assert cli.main(["check", str(root)]) == 0
+    assert cli.main(["apply", str(root)]) == 0
+    assert tree_digest(root) == after
+    assert "nothing to do" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("version", UPSTREAM_RELEASES)
+def test_upstream_release_reports_patched_and_stays_byte_identical(scratch, version):
+    root = scratch(version)
+    before = tree_digest(root)
+    found = states(root)
+    absent = expected_absent(version)
+    assert {rule for rule, state in found.items() if state is not State.PATCHED} == absent
+    assert cli.main(["check", str(root)]) == 0
+    assert cli.main(["apply", str(root)]) == 0
+    assert tree_digest(root) == before
+
+
+# ---- the patched 0.5.12 follows 0.5.13 exactly -------------------------------------
+
+NAMES = {
+    "draft_kv_indices_buffer_width", "draft_kv_indices_used_len", "per_step_draft_out_cache_loc",
+    "kv_indices_width", "required_kv_indices_len",
+}
+
+
+def method_of(root: Path, relative: str, class_name: str, method: str) -> ast.FunctionDef:
+    tree = ast.parse((root / "sglang" / relative).read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
+    return next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == method)
+
+
+def helper_statements(method: ast.FunctionDef) -> list[str]:
+    """Every simple statement naming a helper or its locals, capacity checks left out (see below)."""
+    found = []
+    for node in ast.walk(method):
+        if isinstance(node, (ast.Assign, ast.Expr)):
+            names = {getattr(n, "id", None) for n in ast.walk(node)}
+            if names & NAMES and "assert_buffer_fits" not in names:
+                found.append(ast.dump(node))
+    return found
+
+
+SITES_IN_BOTH = [
+    (rule.file, *rule.scope.split("."))
+    for rule in RULES if rule.id.split(":")[0] in {"step-slice", "eager-width", "graph-width", "capacity-check"}
+] + [("srt/speculative/eagle_worker_v2.py", "EagleDraftWorker", "draft_forward")]
+
+
+@pytest.mark.parametrize("relative,class_name,method", sorted(set(SITES_IN_BOTH)))
+def test_patched_0_5_12_site_equals_0_5_13(patched, pristine, relative, class_name, method):
+    ours = helper_statements(method_of(patched("0.5.12"), relative, class_name, method))
+    upstream = helper_statements(method_of(pristine("0.5.13"), relative, class_name, method))
+    assert ours and ours == upstream
+
+
+@pytest.mark.parametrize("relative,class_name", [
+    ("srt/layers/attention/flashinfer_backend.py", "FlashInferMultiStepDraftBackend"),
+    ("srt/layers/attention/flashinfer_mla_backend.py", "FlashInferMLAMultiStepDraftBackend"),
+])
+def test_capacity_check_asserts_what_upstream_asserts(patched, relative, class_name):
+    """0.5.13 checks through assert_buffer_fits (absent from older trees); ours is the same comparison."""
+    method = method_of(patched("0.5.12"), relative, class_name, "common_template")
+    checks = [n for n in ast.walk(method) if isinstance(n, ast.Assert)
+              and "required_kv_indices_len" in ast.unparse(n.test)]
+    assert [ast.unparse(c.test) for c in checks] == ["required_kv_indices_len <= kv_indices_buffer.shape[1]"]
+
+
+def decode_branch(root: Path) -> str:
+    tree = ast.parse((root / "sglang/srt/layers/attention/deepseek_v4_backend.py").read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "DeepseekV4AttnBackend")
+    for node in ast.walk(cls):
+        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("forward_mode.is_decode_or_idle()") \
+                and "init_forward_metadata_decode" in ast.unparse(node):
+            return "\n".join(ast.dump(stmt) for stmt in node.body)
+    raise AssertionError("no decode branch")
+
+
+def test_patched_0_5_12_dsv4_decode_branch_equals_0_5_13(patched, pristine):
+    assert decode_branch(patched("0.5.12")) == decode_branch(pristine("0.5.13"))
+
+
+def helper_functions(root: Path, relative: str) -> dict[str, ast.FunctionDef]:
+    tree = ast.parse((root / "sglang" / relative).read_text())
+    return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+
+
+@pytest.mark.parametrize("name,relative", [
+    ("draft_kv_indices_buffer_width", "srt/speculative/spec_utils.py"),
+    ("draft_kv_indices_used_len", "srt/speculative/spec_utils.py"),
+    ("per_step_draft_out_cache_loc", "srt/speculative/eagle_utils.py"),
+])
+def test_inserted_helper_behaves_as_0_5_13s(patched, pristine, name, relative):
+    torch = pytest.importorskip("torch")
+    ours = helper_functions(patched("0.5.12"), relative)[name]
+    upstream = helper_functions(pristine("0.5.13"), relative)[name]
+    assert [a.arg for a in ours.args.args] == [a.arg for a in upstream.args.args]
+
+    def load(node):
+        namespace = {"torch": torch}
+        exec(compile(ast.Module([node], []), name, "exec"), namespace)
+        return namespace[name]
+
+    mine, theirs = load(ours), load(upstream)
+    for a in (1, 3):
+        for b in (1, 2, 4):
+            for c in (1, 3, 5):
+                if name == "per_step_draft_out_cache_loc":
+                    buffer = torch.randperm(a * b * c)
+                    assert torch.equal(mine(buffer, a, b, c), theirs(buffer, a, b, c))
+                elif name == "draft_kv_indices_used_len":
+                    assert mine(17 * a, b, a * b, c) == theirs(17 * a, b, a * b, c)
+                else:
+                    assert mine(a, b, 1024 * c) == theirs(a, b, 1024 * c)
