@@ -1,0 +1,261 @@
+"""rules/draft_forward.py: the per-step out_cache_loc of the EAGLE workers' draft_forward.
+
+``x = x.reshape(bs, self.topk, self.speculative_num_steps)`` then
+``x = x.permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)`` become
+``x = per_step_draft_out_cache_loc(x, bs, self.topk, self.speculative_num_steps)``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rule_test_support import (
+    DRAFT_FORWARD, WORKER_HEADER, WORKER_V1, WORKER_V2, assert_refused, line_of, method_source, rule,
+    worker_module, write_bystanders,
+)
+from sglang_draft_layout.rules.base import State
+
+CLS = "EagleDraftWorker"
+SCOPE = f"{CLS}.draft_forward"
+RULE = rule("draft-forward:EagleDraftWorker")
+RULE_V1 = rule("draft-forward:EAGLEWorker")
+DETAIL = "no `reshape(bs, topk, steps)` + `permute((2, 0, 1)).reshape(steps, -1)` of out_cache_loc"
+HEADER_AFTER = WORKER_HEADER.replace(
+    "import organize_draft_results\n", "import per_step_draft_out_cache_loc, organize_draft_results\n")
+
+AFTER = """\
+    def draft_forward(self, forward_batch):
+        spec_info = forward_batch.spec_info
+        out_cache_loc = forward_batch.out_cache_loc
+        topk_p, topk_index = spec_info.topk_p, spec_info.topk_index
+
+        out_cache_loc = per_step_draft_out_cache_loc(
+            out_cache_loc,
+            forward_batch.batch_size,
+            self.topk,
+            self.speculative_num_steps,
+        )
+
+        for i in range(self.speculative_num_steps):
+            forward_batch.out_cache_loc = out_cache_loc[i]
+            self.draft_runner.forward(forward_batch)
+        return topk_p, topk_index
+"""
+
+OTHER = """\
+    def forward_batch_generation(self, batch):
+        return self.draft_forward(batch)
+"""
+
+
+def test_before_after_whole_file(sglang_tree):
+    before = worker_module(CLS, OTHER, DRAFT_FORWARD)
+    sglang_tree.write(WORKER_V2, before)
+
+    plan = sglang_tree.apply([RULE])
+
+    [finding] = plan.findings
+    assert (finding.state, finding.line) == (State.TO_PATCH, line_of(before, "out_cache_loc = out_cache_loc.reshape("))
+    after = sglang_tree.read(WORKER_V2)
+    assert method_source(after, SCOPE) == AFTER
+    assert after == worker_module(CLS, OTHER, AFTER, header=HEADER_AFTER)
+    sglang_tree.assert_idempotent([RULE])
+    assert sglang_tree.read(WORKER_V2) == after
+
+
+def test_v1_worker_keeps_the_comment_above(sglang_tree):
+    before = DRAFT_FORWARD.replace(
+        "        out_cache_loc = out_cache_loc.reshape(\n",
+        "        # TODO: only speculative_num_steps - 1 slots are needed\n        out_cache_loc = out_cache_loc.reshape(\n")
+    after = AFTER.replace(
+        "        out_cache_loc = per_step_draft_out_cache_loc(\n",
+        "        # TODO: only speculative_num_steps - 1 slots are needed\n        out_cache_loc = per_step_draft_out_cache_loc(\n")
+    sglang_tree.write(WORKER_V1, worker_module("EAGLEWorker", before))
+    sglang_tree.apply([RULE_V1])
+    assert sglang_tree.read(WORKER_V1) == worker_module("EAGLEWorker", after, header=HEADER_AFTER)
+    sglang_tree.assert_idempotent([RULE_V1])
+
+
+def test_both_workers_in_one_plan(sglang_tree):
+    sglang_tree.write(WORKER_V2, worker_module(CLS))
+    sglang_tree.write(WORKER_V1, worker_module("EAGLEWorker"))
+    plan = sglang_tree.apply([RULE, RULE_V1])
+    assert [f.state for f in plan.findings] == [State.TO_PATCH, State.TO_PATCH]
+    assert sglang_tree.read(WORKER_V2) == worker_module(CLS, AFTER, header=HEADER_AFTER)
+    assert sglang_tree.read(WORKER_V1) == worker_module("EAGLEWorker", AFTER, header=HEADER_AFTER)
+
+
+def _draft_forward(layout: str, params: str = "self, forward_batch") -> str:
+    return (f"    def draft_forward({params}):\n"
+            "        out_cache_loc = forward_batch.out_cache_loc\n"
+            f"{layout}"
+            "        return out_cache_loc[0]\n")
+
+
+def helper_call(target="out_cache_loc", buffer="out_cache_loc", batch_size="forward_batch.batch_size", pad="        "):
+    return (f"{pad}{target} = per_step_draft_out_cache_loc(\n"
+            f"{pad}    {buffer},\n"
+            f"{pad}    {batch_size},\n"
+            f"{pad}    self.topk,\n"
+            f"{pad}    self.speculative_num_steps,\n"
+            f"{pad})\n")
+
+
+STRUCTURAL = {
+    "one statement": (
+        "        out_cache_loc = forward_batch.out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps).permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)\n",
+        helper_call(buffer="forward_batch.out_cache_loc"),
+    ),
+    "view, permute(2, 0, 1), black chain": (
+        "        out_cache_loc = (\n"
+        "            out_cache_loc.view(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
+        "            .permute(2, 0, 1)\n"
+        "            .reshape(self.speculative_num_steps, -1)\n"
+        "        )\n",
+        helper_call(),
+    ),
+    "two statements, view and permute(2, 0, 1)": (
+        "        out_cache_loc = out_cache_loc.view(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
+        "        out_cache_loc = out_cache_loc.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n",
+        helper_call(),
+    ),
+    "renamed locals": (
+        "        bs = forward_batch.batch_size\n"
+        "        loc = out_cache_loc.reshape(bs, self.topk, self.speculative_num_steps)\n"
+        "        loc = loc.permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)\n",
+        "        bs = forward_batch.batch_size\n" + helper_call(target="loc", batch_size="bs"),
+    ),
+    "in a nested block, comment above": (
+        "        if self.topk > 0:\n"
+        "            # steps first\n"
+        "            out_cache_loc = out_cache_loc.reshape(\n"
+        "                forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+        "            )\n"
+        "            out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(\n"
+        "                self.speculative_num_steps, -1\n"
+        "            )\n",
+        "        if self.topk > 0:\n"
+        "            # steps first\n" + helper_call(pad="            "),
+    ),
+}
+
+
+@pytest.mark.parametrize("before, after", STRUCTURAL.values(), ids=STRUCTURAL.keys())
+def test_structural_variants(sglang_tree, before, after):
+    sglang_tree.write(WORKER_V2, worker_module(CLS, _draft_forward(before)))
+    assert sglang_tree.apply([RULE]).findings[0].state is State.TO_PATCH
+    assert sglang_tree.read(WORKER_V2) == worker_module(CLS, _draft_forward(after), header=HEADER_AFTER)
+    sglang_tree.assert_idempotent([RULE])
+
+
+def test_batch_renamed_fb_and_method_moved_last(sglang_tree):
+    before = DRAFT_FORWARD.replace("forward_batch", "fb")
+    sglang_tree.write(WORKER_V2, worker_module(CLS, OTHER, OTHER.replace("forward_batch_generation", "other"), before))
+    sglang_tree.apply([RULE])
+    assert method_source(sglang_tree.read(WORKER_V2), SCOPE) == AFTER.replace("forward_batch", "fb")
+    sglang_tree.assert_idempotent([RULE])
+
+
+def test_import_added_when_the_file_has_no_eagle_utils_import(sglang_tree):
+    header = '"""Worker (mimic)."""\n\nimport torch\n\n\n'
+    sglang_tree.write(WORKER_V2, worker_module(CLS, header=header))
+    sglang_tree.apply([RULE])
+    assert sglang_tree.read(WORKER_V2) == worker_module(CLS, AFTER, header=header.replace(
+        "import torch\n", "import torch\nfrom sglang.srt.speculative.eagle_utils import per_step_draft_out_cache_loc\n"))
+
+
+@pytest.mark.parametrize("layout", [
+    helper_call(),
+    "        out_cache_loc = per_step_draft_out_cache_loc(out_cache_loc, forward_batch.batch_size, self.topk, self.speculative_num_steps)\n",
+], ids=["0.5.13-like", "one line"])
+def test_already_upstream_is_patched_and_unchanged(sglang_tree, layout):
+    text = worker_module(CLS, _draft_forward(layout), header=HEADER_AFTER)
+    sglang_tree.write(WORKER_V2, text)
+    plan = sglang_tree.plan([RULE])
+    assert [(f.state, f.line) for f in plan.findings] == [
+        (State.PATCHED, line_of(text, "out_cache_loc = per_step_draft_out_cache_loc("))]
+    assert plan.changes == ()
+
+
+REFUSED = {
+    "no reshape at all": "",
+    "other permutation": (
+        "        out_cache_loc = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
+        "        out_cache_loc = out_cache_loc.permute((1, 0, 2)).reshape(self.speculative_num_steps, -1)\n"),
+    "steps and topk swapped": (
+        "        out_cache_loc = out_cache_loc.reshape(forward_batch.batch_size, self.speculative_num_steps, self.topk)\n"
+        "        out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)\n"),
+    "rows last": (
+        "        out_cache_loc = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
+        "        out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(-1, self.speculative_num_steps)\n"),
+    "two different names": (
+        "        tmp = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
+        "        out_cache_loc = tmp.permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)\n"),
+    "statement in between": (
+        "        out_cache_loc = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
+        "        scores = None\n"
+        "        out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)\n"),
+}
+
+
+@pytest.mark.parametrize("layout", REFUSED.values(), ids=REFUSED.keys())
+def test_unknown_layout_is_unrecognised_at_the_def(sglang_tree, layout):
+    text = worker_module(CLS, _draft_forward(layout))
+    sglang_tree.write(WORKER_V2, text)
+    plan = sglang_tree.plan([RULE])
+    [finding] = plan.findings
+    assert (finding.state, finding.line, finding.detail) == (
+        State.UNRECOGNISED, line_of(text, "def draft_forward"), DETAIL)
+    assert plan.changes == ()
+
+
+def test_apply_refuses_and_writes_nothing(sglang_tree):
+    text = worker_module(CLS, OTHER, _draft_forward(""))
+    sglang_tree.write(WORKER_V2, text)
+    write_bystanders(sglang_tree, besides=WORKER_V2)
+    assert_refused(sglang_tree, WORKER_V2, line_of(text, "def draft_forward"), SCOPE, "per-step out_cache_loc", DETAIL)
+
+
+def test_apply_through_the_cli_then_nothing_to_do(sglang_tree):
+    sglang_tree.write(WORKER_V2, worker_module(CLS))
+    code, out, err = sglang_tree.cli("apply")
+    assert (code, err) == (0, "")
+    assert "wrote 1 file(s)" in out
+    assert sglang_tree.read(WORKER_V2) == worker_module(CLS, AFTER, header=HEADER_AFTER)
+    code, out, _ = sglang_tree.cli("apply")
+    assert code == 0
+    assert out.endswith("nothing to do: every site already follows upstream\n")
+
+
+def test_class_absent(sglang_tree):
+    sglang_tree.write(WORKER_V2, worker_module("EAGLEWorkerV2"))
+    [finding] = sglang_tree.plan([RULE]).findings
+    assert (finding.state, finding.detail) == (State.ABSENT, f"no class {CLS}")
+
+
+def test_v1_worker_file_absent_as_in_0_5_13(sglang_tree):
+    sglang_tree.write(WORKER_V2, worker_module(CLS))
+    plan = sglang_tree.plan([RULE, RULE_V1])
+    assert [f.state for f in plan.findings] == [State.TO_PATCH, State.ABSENT]
+    assert plan.findings[1].detail == "no srt/speculative/eagle_worker.py"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "draft_forward._find removes the second statement (permute + reshape) with RemoveFromParent, "
+    "which deletes the comment lines above it"))
+def test_comment_between_the_two_statements_is_kept(sglang_tree):
+    layout = (
+        "        out_cache_loc = out_cache_loc.reshape(\n"
+        "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+        "        )\n"
+        "        # Steps first: row i holds the slots step i writes.\n"
+        "        out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(\n"
+        "            self.speculative_num_steps, -1\n"
+        "        )\n"
+    )
+    sglang_tree.write(WORKER_V2, worker_module(CLS, _draft_forward(layout)))
+    sglang_tree.apply([RULE])
+    after = method_source(sglang_tree.read(WORKER_V2), SCOPE)
+    assert helper_call() in after
+    assert ".permute(" not in after
+    assert after.count("        # Steps first: row i holds the slots step i writes.\n") == 1

@@ -1,0 +1,171 @@
+"""rules/helper_definitions.py: the three layout helpers defined in SGLang's own modules.
+
+``draft_kv_indices_buffer_width`` and ``draft_kv_indices_used_len`` go into
+``speculative/spec_utils.py``, ``per_step_draft_out_cache_loc`` into
+``speculative/eagle_utils.py``, each just before the module's first top-level
+definition, as this package's own source.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+
+import pytest
+
+from rule_test_support import (
+    EAGLE_UTILS, EAGLE_UTILS_MODULE, SPEC_UTILS, SPEC_UTILS_MODULE, line_of, rule, write_bystanders,
+)
+from sglang_draft_layout.rules.base import State
+from sglang_draft_layout.speculative import eagle_utils, spec_utils
+
+WIDTH = rule("helper:draft_kv_indices_buffer_width")
+USED_LEN = rule("helper:draft_kv_indices_used_len")
+PER_STEP = rule("helper:per_step_draft_out_cache_loc")
+SPEC_RULES = [WIDTH, USED_LEN]
+
+WIDTH_SOURCE = inspect.getsource(spec_utils.draft_kv_indices_buffer_width)
+USED_LEN_SOURCE = inspect.getsource(spec_utils.draft_kv_indices_used_len)
+PER_STEP_SOURCE = inspect.getsource(eagle_utils.per_step_draft_out_cache_loc)
+FIRST_DEF = "@triton.jit\ndef generate_draft_decode_kv_indices("
+
+
+def insert_before(text: str, anchor: str, *definitions: str) -> str:
+    """``text`` with ``definitions`` put before ``anchor``, two blank lines after each."""
+    head, tail = text.split(anchor, 1)
+    return head + "".join(d + "\n\n" for d in definitions) + anchor + tail
+
+
+def test_spec_utils_before_after_whole_file(sglang_tree):
+    sglang_tree.write(SPEC_UTILS, SPEC_UTILS_MODULE)
+
+    plan = sglang_tree.apply(SPEC_RULES)
+
+    line = line_of(SPEC_UTILS_MODULE, "def generate_draft_decode_kv_indices(")
+    assert [(f.state, f.line) for f in plan.findings] == [(State.TO_PATCH, line), (State.TO_PATCH, line)]
+    after = sglang_tree.read(SPEC_UTILS)
+    # No import: neither helper needs one. Every line of the module is kept as it was.
+    assert after == insert_before(SPEC_UTILS_MODULE, FIRST_DEF, WIDTH_SOURCE, USED_LEN_SOURCE)
+    sglang_tree.assert_idempotent(SPEC_RULES)
+    assert sglang_tree.read(SPEC_UTILS) == after
+
+
+def test_inserted_helpers_run(sglang_tree):
+    sglang_tree.write(SPEC_UTILS, SPEC_UTILS_MODULE)
+    sglang_tree.apply(SPEC_RULES)
+    tree = ast.parse(sglang_tree.read(SPEC_UTILS))
+    helpers = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("draft_kv_indices_")]
+    namespace: dict = {}
+    exec(compile(ast.Module(body=helpers, type_ignores=[]), "spec_utils", "exec"), namespace)
+    assert namespace["draft_kv_indices_buffer_width"](3, 2, 10) == 60
+    assert namespace["draft_kv_indices_used_len"](18, 2, 6, 3) == 54
+
+
+def test_eagle_utils_before_after_whole_file(sglang_tree):
+    sglang_tree.write(EAGLE_UTILS, EAGLE_UTILS_MODULE)
+    plan = sglang_tree.apply([PER_STEP])
+    assert [(f.state, f.line) for f in plan.findings] == [
+        (State.TO_PATCH, line_of(EAGLE_UTILS_MODULE, "def organize_draft_results("))]
+    # torch is imported already: the import is not added twice.
+    assert sglang_tree.read(EAGLE_UTILS) == insert_before(EAGLE_UTILS_MODULE, "def organize_draft_results(", PER_STEP_SOURCE)
+    sglang_tree.assert_idempotent([PER_STEP])
+
+
+def test_eagle_utils_without_torch_gets_the_import_once(sglang_tree):
+    before = EAGLE_UTILS_MODULE.replace("import logging\n\nimport torch\n", "import logging\n")
+    sglang_tree.write(EAGLE_UTILS, before)
+    sglang_tree.apply([PER_STEP])
+    expected = insert_before(before, "def organize_draft_results(", PER_STEP_SOURCE).replace(
+        "import logging\n", "import logging\nimport torch\n")
+    assert sglang_tree.read(EAGLE_UTILS) == expected
+    sglang_tree.assert_idempotent([PER_STEP])
+
+
+def test_first_definition_a_class(sglang_tree):
+    before = EAGLE_UTILS_MODULE.replace("def organize_draft_results(", "class TreeMaskMode:\n    FULL = 0\n\n\ndef organize_draft_results(")
+    sglang_tree.write(EAGLE_UTILS, before)
+    sglang_tree.apply([PER_STEP])
+    assert sglang_tree.read(EAGLE_UTILS) == insert_before(before, "class TreeMaskMode:", PER_STEP_SOURCE)
+
+
+def test_one_helper_already_there(sglang_tree):
+    before = insert_before(SPEC_UTILS_MODULE, FIRST_DEF, WIDTH_SOURCE)
+    sglang_tree.write(SPEC_UTILS, before)
+    plan = sglang_tree.apply(SPEC_RULES)
+    assert [f.state for f in plan.findings] == [State.PATCHED, State.TO_PATCH]
+    assert sglang_tree.read(SPEC_UTILS) == insert_before(before, "def draft_kv_indices_buffer_width(", USED_LEN_SOURCE)
+
+
+def test_upstream_definitions_anywhere_are_kept(sglang_tree):
+    # 0.5.13 defines both (with its own bodies) further down the module.
+    upstream = SPEC_UTILS_MODULE + (
+        "\n\ndef draft_kv_indices_buffer_width(num_seqs: int, topk: int, max_context_len: int) -> int:\n"
+        "    return num_seqs * topk * max_context_len\n"
+        "\n\ndef draft_kv_indices_used_len(seq_lens_sum: int, topk: int, bs: int, num_steps: int) -> int:\n"
+        "    return seq_lens_sum * topk + bs * num_steps\n"
+    )
+    sglang_tree.write(SPEC_UTILS, upstream)
+    sglang_tree.write(EAGLE_UTILS, EAGLE_UTILS_MODULE + "\n\ndef per_step_draft_out_cache_loc(loc, bs, topk, steps):\n    return loc\n")
+    plan = sglang_tree.plan([*SPEC_RULES, PER_STEP])
+    assert [f.state for f in plan.findings] == [State.PATCHED] * 3
+    assert plan.changes == ()
+
+
+def test_a_method_of_that_name_does_not_count(sglang_tree):
+    before = SPEC_UTILS_MODULE.replace(
+        "TREE_TRAVERSE_TIME_THRESHOLD = 1\n",
+        "TREE_TRAVERSE_TIME_THRESHOLD = 1\n\n\nclass Sizes:\n    def draft_kv_indices_buffer_width(self):\n        return 0\n")
+    sglang_tree.write(SPEC_UTILS, before)
+    plan = sglang_tree.plan([WIDTH])
+    assert plan.findings[0].state is State.TO_PATCH
+
+
+def test_no_definition_to_anchor_is_unrecognised_and_nothing_written(sglang_tree):
+    sglang_tree.write(SPEC_UTILS, '"""Only constants."""\n\nTREE_TRAVERSE_TIME_THRESHOLD = 1\n')
+    write_bystanders(sglang_tree, besides=SPEC_UTILS)
+    plan = sglang_tree.plan(SPEC_RULES)
+    assert [(f.state, f.detail) for f in plan.findings] == [
+        (State.UNRECOGNISED, "no top-level function to insert the helper before")] * 2
+    assert plan.changes == ()
+    before = sglang_tree.snapshot()
+    code, out, err = sglang_tree.cli("apply")
+    assert (code, out) == (2, "")
+    assert err == (f"error: {sglang_tree.path(SPEC_UTILS)}: <module>: def draft_kv_indices_buffer_width: "
+                   "no top-level function to insert the helper before; nothing written\n")
+    assert sglang_tree.snapshot() == before
+
+
+def test_module_absent(sglang_tree):
+    plan = sglang_tree.plan([*SPEC_RULES, PER_STEP])
+    assert [(f.state, f.detail) for f in plan.findings] == [
+        (State.ABSENT, "no srt/speculative/spec_utils.py"),
+        (State.ABSENT, "no srt/speculative/spec_utils.py"),
+        (State.ABSENT, "no srt/speculative/eagle_utils.py"),
+    ]
+
+
+@pytest.mark.xfail(strict=True, raises=SyntaxError, reason=(
+    "engine.render: when the file's first line is already a top-level def/class, the header segment is "
+    "empty and AddImportsVisitor renders the import without a newline (`import torchdef ...`); the "
+    "plan then dies in _check_rendered's compile() with a SyntaxError (uncaught by the CLI). Same for "
+    "every rule that adds an import to such a file"))
+def test_module_starting_with_a_definition_gets_the_import_on_its_own_line(sglang_tree):
+    before = "def organize_draft_results(score_list):\n    return score_list\n"
+    sglang_tree.write(EAGLE_UTILS, before)
+    plan = sglang_tree.plan([PER_STEP])
+    assert plan.findings[0].state is State.TO_PATCH
+    [change] = plan.changes
+    assert change.new.startswith("import torch\n")
+    compile(change.new, "eagle_utils.py", "exec")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "helper_definitions._find inserts the helpers between the first definition and the comment "
+    "directly above it (that comment lies in the header segment), so the comment ends up above the "
+    "inserted helper, documenting the wrong function"))
+def test_comment_directly_above_the_first_definition_stays_with_it(sglang_tree):
+    before = SPEC_UTILS_MODULE.replace(FIRST_DEF, "# Draft kv_indices of every step, in one launch.\n" + FIRST_DEF)
+    sglang_tree.write(SPEC_UTILS, before)
+    sglang_tree.apply(SPEC_RULES)
+    after = sglang_tree.read(SPEC_UTILS)
+    assert "# Draft kv_indices of every step, in one launch.\n" + FIRST_DEF in after
