@@ -240,9 +240,6 @@ def test_v1_worker_file_absent_as_in_0_5_13(sglang_tree):
     assert plan.findings[1].detail == "no srt/speculative/eagle_worker.py"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "draft_forward._find removes the second statement (permute + reshape) with RemoveFromParent, "
-    "which deletes the comment lines above it"))
 def test_comment_between_the_two_statements_is_kept(sglang_tree):
     layout = (
         "        out_cache_loc = out_cache_loc.reshape(\n"

@@ -240,10 +240,6 @@ def test_apply_refuses_and_writes_nothing(sglang_tree):
     assert sglang_tree.snapshot() == before
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "dsv4_out_cache_loc._find reports UNRECOGNISED without a line (rule.report(State.UNRECOGNISED, detail=...)), "
-    "so `apply` names the file but no line; expected the line of the decode call whose out_cache_loc it "
-    "cannot read"))
 def test_unrecognised_names_the_line(sglang_tree):
     text = dsv4_module(INIT, REFUSED["sliced buffer"], DECODE)
     sglang_tree.write(DSV4, text)

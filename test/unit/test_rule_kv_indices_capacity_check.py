@@ -251,11 +251,6 @@ LATE_OPERAND = """\
 """
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "kv_indices_capacity_check._find inserts the check before the kernel launch without checking that the "
-    "operands it reads off the slice (here seq_lens_sum) are bound by then: the patched method reads "
-    "seq_lens_sum before assigning it (UnboundLocalError at run time); it should refuse (UNRECOGNISED) "
-    "or place the check after the assignment"))
 def test_operand_assigned_after_the_launch_is_not_read_before_its_assignment(sglang_tree):
     sglang_tree.write(FLASHINFER, backend_module(CLS, INIT, LATE_OPERAND))
     plan = sglang_tree.plan([RULE])

@@ -225,12 +225,6 @@ def test_class_absent(sglang_tree):
     assert (finding.state, finding.detail) == (State.ABSENT, f"no class {CLS}")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "kv_indices_eager_width.batch_size_factor takes whatever single factor is left beside "
-    "self.topk and self.max_context_len as the sequence count, so widths that are no known form are "
-    "rewritten (e.g. `self.max_context_len * 2` -> draft_kv_indices_buffer_width(2, self.topk, ...), "
-    "which also multiplies the width by topk) instead of reported UNRECOGNISED; the CUDA-graph rule "
-    "refuses the same shapes"))
 @pytest.mark.parametrize("width", ["self.max_context_len * 2", "forward_batch.seq_lens_sum * self.max_context_len"])
 def test_width_whose_factor_is_not_the_batch_size_is_unrecognised(sglang_tree, width):
     text = backend_module(CLS, INIT, _eager(f"        kv_indices = torch.empty((self.speculative_num_steps, {width}))\n"))
@@ -239,10 +233,6 @@ def test_width_whose_factor_is_not_the_batch_size_is_unrecognised(sglang_tree, w
     assert (finding.state, finding.line) == (State.UNRECOGNISED, line_of(text, "kv_indices = torch.empty("))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "draft_backends.find_row_width replaces the whole shape tuple with a freshly parsed "
-    "`(self.speculative_num_steps, kv_indices_width)`, so comments inside the tuple (above an element, "
-    "or after the width) are deleted"))
 def test_comments_inside_the_shape_tuple_are_kept(sglang_tree):
     allocation = (
         "        kv_indices = torch.empty(\n"

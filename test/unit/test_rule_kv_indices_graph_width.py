@@ -211,8 +211,6 @@ def test_class_without_the_method_is_unrecognised(sglang_tree):
     assert (finding.state, finding.detail) == (State.UNRECOGNISED, f"class {CLS} has no init_cuda_graph_state()")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "draft_backends.find_row_width replaces the whole shape tuple, so a comment inside it is deleted"))
 def test_comment_inside_the_shape_tuple_is_kept(sglang_tree):
     allocation = (
         "        self.cuda_graph_kv_indices = torch.zeros(\n"

@@ -98,9 +98,13 @@ def find_row_width(rule: Rule, source: Source, num_seqs_of: Callable[[cst.Functi
         f"{WIDTH_NAME} = {WIDTH_HELPER}(\n    {{num_seqs}}, self.topk, self.max_context_len\n)\n",
         num_seqs=num_seqs,
     )
-    new_shape = cst.parse_expression(f"(self.speculative_num_steps, {WIDTH_NAME})")
+    if m.findall(shape, m.Comment()):  # keep the tuple and its comments; swap the width alone
+        shape_edit = Edit(width, rewrite=lambda _old: cst.Name(WIDTH_NAME))
+    else:  # upstream's one-line shape
+        new_shape = cst.parse_expression(f"(self.speculative_num_steps, {WIDTH_NAME})")
+        shape_edit = Edit(shape, rewrite=lambda _old: new_shape)
     return rule.report(
         State.TO_PATCH, source.line(stmt),
-        edits=[Edit(shape, rewrite=lambda _old: new_shape), Edit(stmt, before=(width_stmt,))],
+        edits=[shape_edit, Edit(stmt, before=(width_stmt,))],
         imports=[(SPEC_UTILS, WIDTH_HELPER)],
     )

@@ -100,7 +100,8 @@ def _find(rule: Rule, source: Source) -> Finding:
         return rule.report(State.PATCHED, source.line(helper_calls[0]))
     for stmts, target, buffer, batch_size in hand_written_layouts(method):
         new = parse_template_statement(CALL.lstrip(), target=target, buffer=buffer, batch_size=batch_size)
-        edits = [Edit(stmts[0], rewrite=lambda old: new.with_changes(leading_lines=old.leading_lines))]
+        comments = [line for stmt in stmts for line in stmt.leading_lines]
+        edits = [Edit(stmts[0], rewrite=lambda _old: new.with_changes(leading_lines=comments))]
         edits += [Edit(extra, rewrite=lambda _old: cst.RemoveFromParent()) for extra in stmts[1:]]
         return rule.report(State.TO_PATCH, source.line(stmts[0]), edits=edits, imports=[(EAGLE_UTILS, HELPER)])
     return rule.report(State.UNRECOGNISED, source.line(method),

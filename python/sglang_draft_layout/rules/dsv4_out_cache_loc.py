@@ -56,6 +56,7 @@ def decode_branches(source: Source) -> Iterator[cst.If]:
 def _find(rule: Rule, source: Source) -> Finding:
     if not source.has_class(CLASS):
         return rule.report(State.ABSENT, detail=f"no class {CLASS}")
+    unknown_line = None
     for branch in decode_branches(source):
         if m.findall(branch.body, m.Call(func=m.Name(HELPER))):
             return rule.report(State.PATCHED, source.line(branch))
@@ -65,6 +66,7 @@ def _find(rule: Rule, source: Source) -> Finding:
                 continue
             loc = next(arg for arg in calls[0].args if arg.keyword and arg.keyword.value == "out_cache_loc")
             if not m.matches(loc.value, m.Attribute(attr=m.Name("out_cache_loc"))):
+                unknown_line = source.line(stmt)
                 break
             batch = loc.value.value
             before = (
@@ -76,7 +78,7 @@ def _find(rule: Rule, source: Source) -> Finding:
                 edits=[Edit(loc.value, rewrite=lambda _old: cst.Name("out_cache_loc")), Edit(stmt, before=before)],
                 imports=[(EAGLE_UTILS, HELPER)],
             )
-    return rule.report(State.UNRECOGNISED, detail="no decode branch passing `forward_batch.out_cache_loc` to init_forward_metadata_decode")
+    return rule.report(State.UNRECOGNISED, unknown_line, "no decode branch passing `forward_batch.out_cache_loc` to init_forward_metadata_decode")
 
 
 RULES = [

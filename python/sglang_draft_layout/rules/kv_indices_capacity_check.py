@@ -18,7 +18,9 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import parse_template_statement
 
-from .base import SPEC_UTILS, Edit, Finding, Rule, Source, State, calls, code, locate_method, self_attr, statements
+from .base import (
+    SPEC_UTILS, Edit, Finding, Rule, Source, State, calls, code, locate_method, param_names, self_attr, statements,
+)
 from .draft_backends import DRAFT_BACKENDS
 from .kv_indices_step_slice import HELPER, old_used_len_operands, step_slices
 
@@ -53,6 +55,20 @@ def kernel_launch(method: cst.FunctionDef) -> Optional[cst.SimpleStatementLine]:
     return next((stmt for stmt in statements(method) if m.matches(stmt.body[0], launch)), None)
 
 
+def unbound_at(method: cst.FunctionDef, launch: cst.SimpleStatementLine, operands) -> list[str]:
+    """Names the operands read that are neither parameters nor assigned before ``launch``."""
+    bound = set(param_names(method))
+    for stmt in statements(method):
+        if stmt is launch:
+            break
+        bound |= {t.target.value for t in m.findall(stmt, m.AssignTarget(target=m.Name()))}
+    read = set()
+    for operand in operands:
+        attributes = {id(a.attr) for a in m.findall(operand, m.Attribute())}
+        read |= {n.value for n in m.findall(operand, m.Name()) if id(n) not in attributes}
+    return sorted(read - bound - {"self"})
+
+
 def has_capacity_check(method: cst.FunctionDef) -> bool:
     full_length = m.Call(func=m.Name(HELPER), args=[m.Arg(), m.Arg(), m.Arg(), m.Arg(self_attr("speculative_num_steps"))])
     return any(m.findall(stmt, full_length | calls("assert_buffer_fits")) for stmt in statements(method))
@@ -69,6 +85,10 @@ def _find(rule: Rule, source: Source) -> Finding:
         missing = "kernel launch" if launch is None else "per-step slice"
         return rule.report(State.UNRECOGNISED, source.line(method), f"no {missing} to anchor the capacity check")
     row, seq_lens_sum, bs = operands
+    unbound = unbound_at(method, launch, operands)
+    if unbound:
+        return rule.report(State.UNRECOGNISED, source.line(launch),
+                           f"{', '.join(unbound)} not yet assigned at the kernel launch")
     names = dict(required=REQUIRED, row=code(row), bs=code(bs), seq_lens_sum=code(seq_lens_sum))
     required = parse_template_statement(
         f"{REQUIRED} = {HELPER}(\n    {{seq_lens_sum}}, self.topk, {{bs}}, self.speculative_num_steps\n)\n",

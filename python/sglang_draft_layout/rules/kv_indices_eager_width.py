@@ -14,14 +14,17 @@ from __future__ import annotations
 from typing import Optional
 
 import libcst as cst
+import libcst.matchers as m
 
 from .base import Finding, Rule, Source
 from .draft_backends import DRAFT_BACKENDS, find_row_width
 
 
 def batch_size_factor(_method: cst.FunctionDef, rest: list[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
-    """The one factor left beside topk and max_context_len: the batch's sequence count."""
-    return rest[0] if len(rest) == 1 else None
+    """The one factor left beside topk and max_context_len, when it is ``<batch>.batch_size``."""
+    if len(rest) == 1 and m.matches(rest[0], m.Attribute(attr=m.Name("batch_size"))):
+        return rest[0]
+    return None
 
 
 def _find(rule: Rule, source: Source) -> Finding:
