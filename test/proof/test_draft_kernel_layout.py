@@ -41,7 +41,7 @@ from support.draft_kernel import (  # noqa: E402
     kernel_source_in_wheel,
     load_kernel,
 )
-from support.sglang_release import pristine_tree  # noqa: E402
+from support.sglang_release import pristine_tree, require_release  # noqa: E402
 
 pytestmark = pytest.mark.releases
 
@@ -50,6 +50,7 @@ VERSION = "0.5.12"
 
 @pytest.fixture(scope="module")
 def kernel():
+    require_release(VERSION)
     return load_kernel(VERSION)
 
 
@@ -101,6 +102,7 @@ CONFIGS = random_configs(1, 10, seed=1) + random_configs(16, 10, seed=16)
 
 
 def test_kernel_comes_from_the_release_and_needs_only_triton():
+    require_release(VERSION)
     source, free = kernel_source(pristine_tree(VERSION) / "sglang/srt/speculative/spec_utils.py")
     assert source.lstrip().startswith("@triton.jit")
     assert free == ALLOWED_GLOBALS  # it uses triton and tl, nothing else of SGLang
@@ -110,6 +112,7 @@ def test_kernel_comes_from_the_release_and_needs_only_triton():
 def test_kernel_is_the_same_in_every_supported_release_and_upstream(version):
     """So the proof on 0.5.12's kernel covers 0.5.8-0.5.12, and the helpers upstream
     0.5.13 introduced size rows for this very kernel (moved to triton_ops/cache_locs.py)."""
+    require_release(version), require_release(VERSION)
     assert kernel_source_in_wheel(version) == kernel_source_in_wheel(VERSION)
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from support.sglang_release import pristine_tree, scratch_tree
+from support.sglang_release import pristine_tree, require_release, scratch_tree
 
 pytestmark = pytest.mark.releases
 
@@ -57,19 +57,22 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def venv():
-    pytest.importorskip("torch", reason="torch not installed (pip install torch==2.13.0)")
     from support.sglang_venv import proof_venv
 
+    require_release(VERSION)
     try:
         return proof_venv(VERSION)
-    except subprocess.CalledProcessError as exc:
-        pytest.skip(f"the proof venv could not be installed ({exc}); see its build.log")
+    except subprocess.CalledProcessError as exc:  # pip could not install a needed package
+        log = Path(exc.cmd[0]).parents[1] / "build.log"
+        tail = log.read_text()[-1500:] if log.exists() else ""
+        pytest.skip(f"the proof venv could not be installed ({exc}); {log}:\n{tail}")
 
 
 @pytest.fixture(scope="module")
 def patched(tmp_path_factory):
     if _cli("--help").returncode != 0:
         pytest.skip("patch engine not available")
+    require_release(VERSION)
     tree = scratch_tree(VERSION, tmp_path_factory.mktemp("patched"))
     applied = _cli("apply", str(tree))
     assert applied.returncode == 0, applied.stdout + applied.stderr

@@ -54,3 +54,16 @@ def scratch_tree(version: str, dest: Path) -> Path:
     """A private copy of sglang==version under dest; returns dest (which holds ``sglang/``)."""
     shutil.copytree(pristine_tree(version) / "sglang", Path(dest) / "sglang")
     return Path(dest)
+
+
+def require_release(version: str) -> Path:
+    """For tests: the cached wheel of sglang==version, or pytest.skip when pip cannot
+    download it (no access to PyPI)."""
+    import subprocess
+
+    import pytest
+
+    try:
+        return release_wheel(version)
+    except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+        pytest.skip(f"sglang=={version} could not be downloaded from PyPI: {exc}")
