@@ -7,7 +7,8 @@ Servers start concurrently (startup is the slow part); their request phases run 
 (a lock), so the tokens/s of one configuration is measured with the others idle.
 
 Config names:  BACKEND_CG_MODE[_TREE]
-  BACKEND  triton | flashinfer
+  BACKEND  triton | flashinfer | fimla (--attention-backend flashinfer on the DeepSeek MLA models of
+           make_deepseek_models.py: SGLang picks FlashInferMLAAttnBackend for an MLA model)
   CG       nocg (--disable-cuda-graph) | cg (--cuda-graph-max-bs 8)
   MODE     nonspec | k{TOPK}s{STEPS}   e.g. k4s3 = EAGLE topk 4, 3 steps
   TREE     unpatched | patched         (nonspec runs on the unpatched tree)
@@ -43,16 +44,25 @@ SETS = {
               "flashinfer_cg_k4s5_unpatched", "flashinfer_cg_k4s5_patched",
               "triton_nocg_k4s5_unpatched", "triton_nocg_k4s5_patched"],
 }
+# DeepSeek (run_deepseek_on_h200.sh, --models from make_deepseek_models.py): FlashInfer-MLA, topk 1
+# (0.5.12 refuses topk > 1 for MLA drafts), 3 steps, NextN draft. Not part of "all".
+DEEPSEEK_SETS = {
+    "dsmla": ["fimla_nocg_k1s3_unpatched", "fimla_nocg_k1s3_patched",
+              "fimla_cg_k1s3_unpatched", "fimla_cg_k1s3_patched", "fimla_nocg_nonspec"],
+}
 SETS["first"] = SETS["key"] + SETS["triton_nocg"]
 SETS["second"] = SETS["flashinfer_nocg"] + SETS["steps"]
 SETS["all"] = SETS["first"] + SETS["second"]
+SETS.update(DEEPSEEK_SETS)
+# --attention-backend value of each BACKEND in a config name
+ATTENTION_BACKEND = {"triton": "triton", "flashinfer": "flashinfer", "fimla": "flashinfer"}
 
 
 def parse(name):
     parts = name.split("_")
     backend, cg, mode = parts[0], parts[1], parts[2]
     tree = parts[3] if len(parts) > 3 else "unpatched"
-    assert backend in ("triton", "flashinfer") and cg in ("cg", "nocg", "cgbs1"), name
+    assert backend in ATTENTION_BACKEND and cg in ("cg", "nocg", "cgbs1"), name
     assert tree in ("unpatched", "patched"), name
     if mode == "nonspec":
         topk = steps = None
@@ -77,7 +87,7 @@ def server_cmd(cfg, models, port, a):
     cmd = [sys.executable, "-m", "sglang.launch_server",
            "--model-path", f"{models}/target", "--host", "127.0.0.1", "--port", str(port),
            "--tp", "1", "--mem-fraction-static", str(a.mem_fraction), "--max-total-tokens", str(a.max_total_tokens),
-           "--skip-server-warmup", "--grammar-backend", "none", "--attention-backend", cfg["backend"],
+           "--skip-server-warmup", "--grammar-backend", "none", "--attention-backend", ATTENTION_BACKEND[cfg["backend"]],
            "--max-running-requests", "8", "--log-level", "info"]
     if cfg["topk"] is not None:
         cmd += ["--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", f"{models}/draft",

@@ -18,6 +18,8 @@ WATCH = {
     "sglang.srt.speculative.eagle_worker_v2",
     "sglang.srt.layers.attention.flashinfer_backend",
     "sglang.srt.layers.attention.triton_backend",
+    "sglang.srt.layers.attention.flashinfer_mla_backend",
+    "sglang.srt.layers.attention.deepseek_v4_backend",
 }
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _TRACE = os.environ.get("SGL_DL_TRACE")

@@ -1,0 +1,123 @@
+#!/bin/bash
+# DeepSeek runs of the GPU harness (tested on one H200, Python 3.12, torch 2.11.0+cu130, triton 3.6).
+# From the repository root:
+#
+#   bash benchmark/gpu/run_deepseek_on_h200.sh [SET or CONFIG ...]     (default: dsmla)
+#
+# Same two trees as run_on_h200.sh (the installed SGLang 0.5.12 and a copy patched by the project's
+# own `python -m sglang_draft_layout apply`), with the DeepSeek MLA models of make_deepseek_models.py.
+# Steps:
+#  1. unpack .gpu/sitepack/site312.tar.xz (benchmark/gpu/fetch_wheels.sh) into $GPU_WORK/site.
+#  2. FlashInfer modules built ahead of time on a CPU machine (benchmark/gpu/build_flashinfer_aot.py),
+#     if .gpu/fiaot/ holds them: each NAME/NAME.so goes to site/flashinfer/data/aot/NAME/, the place
+#     flashinfer 0.6.11 loads a module from before it would JIT-compile it. Each is test-loaded
+#     first (tvm_ffi.load_module); one that does not load is left out (flashinfer then JIT-compiles).
+#  3. the patched copy: `apply` from .gpu/dl_head/python (a `git archive HEAD python` snapshot, so
+#     that uncommitted edits in the checkout do not reach the device) or from python/;
+#     `check` must say 0 on the copy and 1 on the original.
+#  4. the models: make_deepseek_models.py into $GPU_WORK/ds_models (its --check float32 reference is
+#     run on the CPU machine, not here: same seeds, same weights).
+#  5. serve_checks.py with --models $GPU_WORK/ds_models; EXTRA_ARGS (default
+#     "--disable-piecewise-cuda-graph") is appended to every server.
+# Output: $OUT (default benchmark/results/gpu-deepseek-<UTC time>): setup.txt, patch.txt,
+# results.json, summary.md, trace.txt, logs.tar.gz.
+set -u
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$REPO"
+OUT=${OUT:-$REPO/benchmark/results/gpu-deepseek-$(date -u +%Y%m%dT%H%M%SZ)}
+WORK=${GPU_WORK:-/tmp/sgl_dl}
+SITE=$WORK/site
+PATCHED=$WORK/patched
+MODELS=$WORK/ds_models
+mkdir -p "$OUT" "$WORK"
+T0=$(date +%s.%N)
+el() { python3 -c "print(round($(date +%s.%N)-$T0,1))"; }
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export EXTRA_ARGS=${EXTRA_ARGS---disable-piecewise-cuda-graph}
+for lib in .gpu/lib .gpu/recipe/lib; do
+  if ! ldconfig -p 2>/dev/null | grep -q 'libnuma.so.1 ' && [ -f "$lib/libnuma.so.1" ]; then
+    export LD_LIBRARY_PATH=$REPO/$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}; break; fi
+done
+
+setup() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader 2>/dev/null
+  python3 -c "import sys, torch, triton; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
+  # 1. SGLang 0.5.12
+  if [ ! -f "$SITE/.installed" ]; then
+    rm -rf "$SITE" "$WORK/x"; mkdir -p "$WORK/x"
+    xz -dc -T0 .gpu/sitepack/site312.tar.xz | tar -x -C "$WORK/x" || return 1
+    mv "$WORK/x/site312" "$SITE" && rm -rf "$WORK/x" && touch "$SITE/.installed"
+    echo "[setup] unpacked .gpu/sitepack into $SITE at $(el) s"
+  else
+    echo "[setup] $SITE already there (warm machine)"
+  fi
+  # 2. flashinfer modules built ahead of time
+  if [ -d .gpu/fiaot ]; then
+    for so in .gpu/fiaot/*/*.so; do
+      [ -f "$so" ] || continue
+      name=$(basename "$(dirname "$so")")
+      dst=$SITE/flashinfer/data/aot/$name
+      [ -f "$dst/$name.so" ] && continue
+      if PYTHONPATH=$SITE python3 -c "import torch, tvm_ffi, sys; tvm_ffi.load_module(sys.argv[1])" "$so" > "$WORK/aot_$name.txt" 2>&1; then
+        mkdir -p "$dst" && cp "$so" "$dst/" && echo "[setup] flashinfer AOT module in place: $name"
+      else
+        echo "[setup] flashinfer AOT module $name does not load, left out (JIT instead): $(tail -1 "$WORK/aot_$name.txt")"
+      fi
+    done
+  fi
+  # 3. the patched copy, by the project's own apply
+  CST=""
+  if ! python3 -c "import libcst" 2>/dev/null; then
+    CST=$WORK/cst
+    [ -d "$CST/libcst" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+        --target "$CST" .whl/libcst-*.whl || return 1
+  fi
+  DLSRC=$REPO/python
+  [ -d .gpu/dl_head/python/sglang_draft_layout ] && DLSRC=$REPO/.gpu/dl_head/python
+  echo "[setup] sglang_draft_layout from $DLSRC $(cat .gpu/dl_head/COMMIT 2>/dev/null)"
+  DL="python3 -m sglang_draft_layout"
+  DLPATH=$DLSRC${CST:+:$CST}
+  # 4. models (in the background, beside the patch)
+  if [ ! -f "$MODELS/prompts.json" ]; then
+    (PYTHONPATH=$SITE python3 benchmark/gpu/make_deepseek_models.py "$MODELS" 2>&1 | grep -v Warning | tail -3 > "$WORK/ds_models.txt") &
+  fi
+  if [ ! -f "$PATCHED/.patched" ]; then
+    rm -rf "$PATCHED"; mkdir -p "$PATCHED"
+    cp -a "$SITE/sglang" "$PATCHED/sglang" || return 1
+    find "$PATCHED/sglang" -name __pycache__ -prune -exec rm -rf {} + 2>/dev/null
+    { echo "\$ $DL apply $PATCHED"; PYTHONPATH=$DLPATH $DL apply "$PATCHED" 2>&1; echo "rc=$?"; } > "$WORK/apply.txt"
+    cp "$WORK/apply.txt" "$OUT/patch.txt"
+    echo "[setup] apply $PATCHED: $(tail -3 "$WORK/apply.txt" | tr '\n' ' ')"
+    grep -q "^rc=0" "$WORK/apply.txt" || { cat "$WORK/apply.txt"; return 1; }
+    touch "$PATCHED/.patched"
+  fi
+  for t in "$PATCHED" "$SITE"; do
+    { echo "\$ $DL check $t"; PYTHONPATH=$DLPATH $DL check "$t" 2>&1; echo "rc=$?"; } > "$WORK/check.txt"
+    cat "$WORK/check.txt" >> "$OUT/patch.txt"
+    echo "[setup] check $t: $(tail -2 "$WORK/check.txt" | tr '\n' ' ')"
+  done
+  wait
+  cat "$WORK/ds_models.txt" 2>/dev/null
+  [ -f "$MODELS/prompts.json" ] || { echo "[setup] make_deepseek_models.py failed"; return 1; }
+  echo "[setup] done at $(el) s"
+}
+
+setup 2>&1 | tee "$OUT/setup.txt"
+grep -q "^\[setup\] done" "$OUT/setup.txt" || { echo "SETUP FAILED"; exit 1; }
+[ "${1:-}" = "--setup-only" ] && exit 0
+
+[ $# -eq 0 ] && set -- dsmla
+python3 benchmark/gpu/serve_checks.py --models "$MODELS" --site "$SITE" --patched "$PATCHED" \
+  --out "$OUT" --logdir "$WORK/logs-$(basename "$OUT")" --stress "${STRESS:-2}" \
+  --mem-fraction "${MEM_FRACTION:-0.08}" --deadline-s "${DEADLINE_S:-1000000000}" \
+  --extra-args="$EXTRA_ARGS" "$@"
+rc=$?
+L=$WORK/logs-$(basename "$OUT")
+cat "$L"/trace_*.txt 2>/dev/null | awk '{print $2, $3}' | sort | uniq -c > "$OUT/trace.txt"
+for f in "$L"/trace_*.txt; do echo "== $(basename "$f")"; awk '{print $2, $3}' "$f" | sort -u; done >> "$OUT/trace.txt" 2>/dev/null
+ls "$SITE"/flashinfer/data/aot/ > "$OUT/aot_modules.txt" 2>/dev/null
+ls ~/.cache/flashinfer/*/*/cached_ops/ > "$OUT/jit_modules.txt" 2>/dev/null
+tar -czf "$OUT/logs.tar.gz" -C "$L" . 2>/dev/null
+cp "$OUT/results.json" "$WORK/results-$(basename "$OUT").json" 2>/dev/null
+echo "[run] finished at $(el) s rc=$rc"
+exit $rc
