@@ -12,11 +12,11 @@ import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Optional, Sequence
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
+import libcst.matchers as m
+from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper
 
 from .rules import RULES
@@ -90,25 +90,92 @@ def _blank(count: int) -> list[cst.EmptyLine]:
     return [cst.EmptyLine(indent=False)] * count
 
 
+_IMPORT_LINE = m.SimpleStatementLine(body=[m.ImportFrom() | m.Import()])
+_DOCSTRING_OR_STRICT = m.SimpleStatementLine(
+    body=[m.Assign(targets=[m.AssignTarget(target=m.Name("__strict__"))]) | m.Expr(value=m.SimpleString())]
+)
+
+
+def _import_names(stmt: cst.SimpleStatementLine) -> Optional[list[str]]:
+    """The dotted module names an import line names; None for a relative import."""
+    node = stmt.body[0]
+    if isinstance(node, cst.ImportFrom):
+        if node.relative or node.module is None:
+            return None
+        return [get_full_name_for_node(node.module)]
+    return [get_full_name_for_node(alias.name) for alias in node.names]
+
+
+def _concerns(names: Optional[list[str]], modules: set[str]) -> bool:
+    if names is None:
+        return True
+    return any(n == mod or n.startswith(mod + ".") or mod.startswith(n + ".") for n in names for mod in modules)
+
+
+def add_imports(module: cst.Module, imports: Sequence[tuple[str, str]]) -> cst.Module:
+    """``module`` with ``(module, name)`` imports added by libcst's AddImportsVisitor.
+
+    AddImportsVisitor reads and rewrites only the module's leading import block (after a
+    docstring or ``__strict__`` line) and the leading blank lines of the first statement
+    after it, and of that block only the imports of the modules it adds; yet it visits every
+    node of the module, slowly. So it is run on a copy holding that block, with every import
+    of another module replaced by a one-name stand-in import (still an import line, so the
+    block keeps its length), plus a stand-in for the statement after the block (same
+    leading lines); the original statements are then put back in place of the stand-ins.
+    The same text as running it on the whole module, several times faster.
+    """
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import AddImportsVisitor
+
+    context = CodemodContext()
+    for module_name, name in imports:
+        AddImportsVisitor.add_needed_import(context, module_name, name or None)
+    modules = {module_name for module_name, _name in imports}
+    body = list(module.body)
+    end = 1 if body and m.matches(body[0], _DOCSTRING_OR_STRICT) else 0
+    while end < len(body) and m.matches(body[end], _IMPORT_LINE):
+        end += 1
+    head: list[cst.BaseStatement] = body[:end]
+    originals: dict[str, cst.BaseStatement] = {}
+    for index in range(len(head)):
+        stmt = head[index]
+        if m.matches(stmt, _IMPORT_LINE) and not _concerns(_import_names(stmt), modules):
+            name = f"_sglang_draft_layout_stand_in_{index}"
+            originals[name] = stmt
+            head[index] = cst.SimpleStatementLine(body=[cst.Import(names=[cst.ImportAlias(name=cst.Name(name))])])
+    rest = body[end:]
+    if rest:
+        head.append(cst.SimpleStatementLine(body=[cst.Pass()], leading_lines=rest[0].leading_lines))
+    visited = MetadataWrapper(module.with_changes(body=head), unsafe_skip_copy=True).visit(AddImportsVisitor(context))
+    new_body = []
+    for stmt in visited.body:
+        node = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+        if isinstance(node, cst.Import) and len(node.names) == 1 and isinstance(node.names[0].name, cst.Name) \
+                and node.names[0].name.value in originals:
+            stmt = originals.pop(node.names[0].name.value)
+        new_body.append(stmt)
+    if originals:  # every stand-in must come back (a libcst whose AddImportsVisitor drops lines)
+        raise PatchError(f"adding imports lost {len(originals)} import line(s) (a libcst change); nothing written")
+    if rest:
+        stand_in = new_body.pop()
+        new_body += [rest[0].with_changes(leading_lines=stand_in.leading_lines), *rest[1:]]
+    return visited.with_changes(body=new_body)
+
+
 def render(source: Source, findings: Sequence[Finding]) -> str:
     """The file's new text with every to-patch finding's edits and imports applied.
 
     Only the segments the rules parsed are rewritten and spliced back; the imports go
-    into the header through libcst's AddImportsVisitor.
+    into the header through libcst's AddImportsVisitor (see ``add_imports``).
     """
     to_patch = [f for f in findings if f.state is State.TO_PATCH]
     apply_edits = _ApplyEdits([e for f in to_patch for e in f.edits])
-    context = CodemodContext()
-    for module_name, name in sorted({i for f in to_patch for i in f.imports}):
-        AddImportsVisitor.add_needed_import(context, module_name, name or None)
     header = source.header()
     replacements = {
         (segment.start, segment.end): segment.text(segment.module.visit(apply_edits))
         for segment in source.segments.values()
     }
-    with_imports = MetadataWrapper(header.module.visit(apply_edits), unsafe_skip_copy=True).visit(
-        AddImportsVisitor(context)
-    )
+    with_imports = add_imports(header.module.visit(apply_edits), sorted({i for f in to_patch for i in f.imports}))
     replacements[header.start, header.end] = header.text(with_imports)
     lines = list(source.lines)
     for (start, end), text in sorted(replacements.items(), reverse=True):
