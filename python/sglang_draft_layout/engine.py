@@ -82,8 +82,10 @@ class _ApplyEdits(cst.CSTTransformer):
         for group in groups[1:]:
             group[0] = group[0].with_changes(leading_lines=[*_blank(separate), *group[0].leading_lines])
         before = [stmt for group in groups for stmt in group]
-        before[0] = before[0].with_changes(leading_lines=[*node.leading_lines, *before[0].leading_lines])
-        return cst.FlattenSentinel([*before, node.with_changes(leading_lines=_blank(separate))])
+        kept = list(node.leading_lines) if any(e.keep_comments for e in edits) else []
+        moved = [] if kept else list(node.leading_lines)
+        before[0] = before[0].with_changes(leading_lines=[*moved, *before[0].leading_lines])
+        return cst.FlattenSentinel([*before, node.with_changes(leading_lines=[*_blank(separate), *kept])])
 
 
 def _blank(count: int) -> list[cst.EmptyLine]:
@@ -176,6 +178,8 @@ def render(source: Source, findings: Sequence[Finding]) -> str:
         for segment in source.segments.values()
     }
     with_imports = add_imports(header.module.visit(apply_edits), sorted({i for f in to_patch for i in f.imports}))
+    if with_imports.body:  # a header that was empty ends its new import line too
+        with_imports = with_imports.with_changes(has_trailing_newline=True)
     replacements[header.start, header.end] = header.text(with_imports)
     lines = list(source.lines)
     for (start, end), text in sorted(replacements.items(), reverse=True):
@@ -223,7 +227,11 @@ def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = T
 
 def _check_rendered(path: Path, relative: str, new: str, rules: Sequence[Rule]) -> None:
     """The rewritten text compiles and every rule now finds its site in upstream's form."""
-    compile(new, str(path), "exec")
+    try:
+        compile(new, str(path), "exec")
+    except SyntaxError as error:
+        raise PatchError(f"{path}:{error.lineno}: rewriting made invalid Python ({error.msg}; a rule bug); "
+                         "nothing written") from None
     source = _parse(path, relative, new)
     for rule in rules:
         finding = rule.find(rule, source)

@@ -144,11 +144,6 @@ def test_module_absent(sglang_tree):
     ]
 
 
-@pytest.mark.xfail(strict=True, raises=SyntaxError, reason=(
-    "engine.render: when the file's first line is already a top-level def/class, the header segment is "
-    "empty and AddImportsVisitor renders the import without a newline (`import torchdef ...`); the "
-    "plan then dies in _check_rendered's compile() with a SyntaxError (uncaught by the CLI). Same for "
-    "every rule that adds an import to such a file"))
 def test_module_starting_with_a_definition_gets_the_import_on_its_own_line(sglang_tree):
     before = "def organize_draft_results(score_list):\n    return score_list\n"
     sglang_tree.write(EAGLE_UTILS, before)
@@ -159,10 +154,6 @@ def test_module_starting_with_a_definition_gets_the_import_on_its_own_line(sglan
     compile(change.new, "eagle_utils.py", "exec")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "helper_definitions._find inserts the helpers between the first definition and the comment "
-    "directly above it (that comment lies in the header segment), so the comment ends up above the "
-    "inserted helper, documenting the wrong function"))
 def test_comment_directly_above_the_first_definition_stays_with_it(sglang_tree):
     before = SPEC_UTILS_MODULE.replace(FIRST_DEF, "# Draft kv_indices of every step, in one launch.\n" + FIRST_DEF)
     sglang_tree.write(SPEC_UTILS, before)

@@ -40,14 +40,16 @@ class Edit:
 
     ``rewrite`` replaces the node; ``before`` are statements inserted ahead of it (the
     node is then a statement), which take over the node's leading comments and blank
-    lines. ``separate`` is the number of blank lines kept between the inserted
-    statements and the node (and between the groups of several edits).
+    lines, unless ``keep_comments`` (a top-level definition keeps the comment above it).
+    ``separate`` is the number of blank lines kept between the inserted statements and
+    the node (and between the groups of several edits).
     """
 
     node: cst.CSTNode
     rewrite: Optional[Rewrite] = None
     before: tuple[cst.BaseStatement, ...] = ()
     separate: int = 0
+    keep_comments: bool = False
 
 
 @dataclass(frozen=True)
@@ -157,9 +159,15 @@ class Source:
         self.segments: dict[tuple[int, int], Segment] = {}
         self._lines: dict[int, int] = {}  # id(node) -> line in the file
 
-    def _segment(self, start: int, end: int, prefix: str = "", positions: bool = True) -> "Segment":
+    def _segment(self, start: int, end: int, prefix: str = "", positions: bool = True,
+                 definition: bool = False) -> "Segment":
         if (start, end) not in self.segments:
             module = cst.parse_module(prefix + "".join(self.lines[start:end]))
+            if definition and module.header:  # libcst puts comments above the first statement in the module header
+                first = module.body[0]
+                module = module.with_changes(
+                    header=[], body=[first.with_changes(leading_lines=[*module.header, *first.leading_lines]),
+                                     *module.body[1:]])
             shift = start - prefix.count("\n")
             if positions:
                 for node_id, line in start_lines(module).items():
@@ -173,9 +181,16 @@ class Source:
     def _class(self, name: str) -> Optional[ast.ClassDef]:
         return next((s for s in self._definitions() if isinstance(s, ast.ClassDef) and s.name == name), None)
 
-    def _parse_definition(self, stmt: ast.stmt, prefix: str = "", positions: bool = True) -> cst.CSTNode:
+    def _start(self, stmt: ast.stmt) -> int:
+        """Index of a definition's first line: its decorators, and the comment lines right above them."""
         start = min([stmt.lineno, *(d.lineno for d in stmt.decorator_list)]) - 1
-        module = self._segment(start, stmt.end_lineno, prefix, positions).module
+        indent = self.lines[start][: len(self.lines[start]) - len(self.lines[start].lstrip())]
+        while start > 0 and self.lines[start - 1].startswith(indent + "#"):
+            start -= 1
+        return start
+
+    def _parse_definition(self, stmt: ast.stmt, prefix: str = "", positions: bool = True) -> cst.CSTNode:
+        module = self._segment(self._start(stmt), stmt.end_lineno, prefix, positions, definition=not prefix).module
         return module.body[0].body.body[0] if prefix else module.body[0]
 
     def line(self, node: cst.CSTNode) -> Optional[int]:
@@ -219,10 +234,7 @@ class Source:
     def header(self) -> "Segment":
         """Everything before the first top-level definition: where module imports live."""
         definitions = self._definitions()
-        end = len(self.lines)
-        if definitions:
-            first = definitions[0]
-            end = min([first.lineno, *(d.lineno for d in first.decorator_list)]) - 1
+        end = self._start(definitions[0]) if definitions else len(self.lines)
         return self._segment(0, end, positions=False)
 
 

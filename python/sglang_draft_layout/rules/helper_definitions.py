@@ -34,7 +34,7 @@ def _find(helper: Callable, rule: Rule, source: Source) -> Finding:
     if first is None:
         return rule.report(State.UNRECOGNISED, detail="no top-level function to insert the helper before")
     anchor, line = first
-    edit = Edit(anchor, before=(helper_definition(helper),), separate=2)
+    edit = Edit(anchor, before=(helper_definition(helper),), separate=2, keep_comments=True)
     imports = (("torch", ""),) if "torch." in inspect.getsource(helper) else ()
     return rule.report(State.TO_PATCH, line, edits=[edit], imports=imports)
 
