@@ -24,6 +24,7 @@
 set -u
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$REPO"
+. benchmark/gpu/patch_copy.sh
 OUT=${OUT:-$REPO/benchmark/results/gpu-deepseek-$(date -u +%Y%m%dT%H%M%SZ)}
 WORK=${GPU_WORK:-/tmp/sgl_dl}
 SITE=$WORK/site
@@ -65,37 +66,14 @@ setup() {
       fi
     done
   fi
-  # 3. the patched copy, by the project's own apply
-  CST=""
-  if ! python3 -c "import libcst" 2>/dev/null; then
-    CST=$WORK/cst
-    [ -d "$CST/libcst" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-        --target "$CST" .whl/libcst-*.whl || return 1
-  fi
+  # 3. the patched copy, by the project's own apply; 4. models in the background meanwhile
   DLSRC=$REPO/python
   [ -d .gpu/dl_head/python/sglang_draft_layout ] && DLSRC=$REPO/.gpu/dl_head/python
   echo "[setup] sglang_draft_layout from $DLSRC $(cat .gpu/dl_head/COMMIT 2>/dev/null)"
-  DL="python3 -m sglang_draft_layout"
-  DLPATH=$DLSRC${CST:+:$CST}
-  # 4. models (in the background, beside the patch)
   if [ ! -f "$MODELS/prompts.json" ]; then
     (PYTHONPATH=$SITE python3 benchmark/gpu/make_deepseek_models.py "$MODELS" 2>&1 | grep -v Warning | tail -3 > "$WORK/ds_models.txt") &
   fi
-  if [ ! -f "$PATCHED/.patched" ]; then
-    rm -rf "$PATCHED"; mkdir -p "$PATCHED"
-    cp -a "$SITE/sglang" "$PATCHED/sglang" || return 1
-    find "$PATCHED/sglang" -name __pycache__ -prune -exec rm -rf {} + 2>/dev/null
-    { echo "\$ $DL apply $PATCHED"; PYTHONPATH=$DLPATH $DL apply "$PATCHED" 2>&1; echo "rc=$?"; } > "$WORK/apply.txt"
-    cp "$WORK/apply.txt" "$OUT/patch.txt"
-    echo "[setup] apply $PATCHED: $(tail -3 "$WORK/apply.txt" | tr '\n' ' ')"
-    grep -q "^rc=0" "$WORK/apply.txt" || { cat "$WORK/apply.txt"; return 1; }
-    touch "$PATCHED/.patched"
-  fi
-  for t in "$PATCHED" "$SITE"; do
-    { echo "\$ $DL check $t"; PYTHONPATH=$DLPATH $DL check "$t" 2>&1; echo "rc=$?"; } > "$WORK/check.txt"
-    cat "$WORK/check.txt" >> "$OUT/patch.txt"
-    echo "[setup] check $t: $(tail -2 "$WORK/check.txt" | tr '\n' ' ')"
-  done
+  make_patched_copy "$SITE" "$PATCHED" "$DLSRC" || return 1
   wait
   cat "$WORK/ds_models.txt" 2>/dev/null
   [ -f "$MODELS/prompts.json" ] || { echo "[setup] make_deepseek_models.py failed"; return 1; }

@@ -20,6 +20,7 @@
 set -u
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$REPO"
+. benchmark/gpu/patch_copy.sh
 OUT=${OUT:-$REPO/benchmark/results/gpu-$(date -u +%Y%m%dT%H%M%SZ)}
 WORK=${GPU_WORK:-/tmp/sgl_dl}
 mkdir -p "$OUT" "$WORK"
@@ -51,30 +52,8 @@ setup() {
     fi
   done
   # 2. the patched copy, made by the project's own apply
-  CST=""
-  if ! python3 -c "import libcst" 2>/dev/null; then
-    CST=$WORK/cst
-    [ -d "$CST/libcst" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-        --target "$CST" .whl/libcst-*.whl || return 1
-  fi
-  DL="python3 -m sglang_draft_layout"
-  DLPATH=$REPO/python${CST:+:$CST}
   PATCHED=$WORK/patched
-  if [ ! -f "$PATCHED/.patched" ]; then
-    rm -rf "$PATCHED"; mkdir -p "$PATCHED"
-    cp -a "$SITE/sglang" "$PATCHED/sglang" || return 1
-    find "$PATCHED/sglang" -name __pycache__ -prune -exec rm -rf {} + 2>/dev/null
-    { echo "\$ $DL apply $PATCHED"; PYTHONPATH=$DLPATH $DL apply "$PATCHED" 2>&1; echo "rc=$?"; } > "$WORK/apply.txt"
-    cp "$WORK/apply.txt" "$OUT/patch.txt"
-    echo "[setup] apply $PATCHED: $(tail -3 "$WORK/apply.txt" | tr '\n' ' ')"
-    grep -q "^rc=0" "$WORK/apply.txt" || { cat "$WORK/apply.txt"; return 1; }
-    touch "$PATCHED/.patched"
-  fi
-  for t in "$PATCHED" "$SITE"; do
-    { echo "\$ $DL check $t"; PYTHONPATH=$DLPATH $DL check "$t" 2>&1; echo "rc=$?"; } > "$WORK/check.txt"
-    cat "$WORK/check.txt" >> "$OUT/patch.txt"
-    echo "[setup] check $t: $(tail -2 "$WORK/check.txt" | tr '\n' ' ')"
-  done
+  make_patched_copy "$SITE" "$PATCHED" || return 1
   # 3. which sglang each PYTHONPATH gives
   for pp in "$SITE" "$PATCHED:$SITE"; do
     PYTHONPATH=$pp${PYTHONPATH:+:$PYTHONPATH} python3 -c "
