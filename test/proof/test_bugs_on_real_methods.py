@@ -25,7 +25,6 @@ from support.real_methods import (  # noqa: E402
 from support.sglang_release import pristine_tree  # noqa: E402
 
 from sglang_draft_layout import engine  # noqa: E402
-from sglang_draft_layout.releases import cache_dir  # noqa: E402
 from sglang_draft_layout.target import resolve  # noqa: E402
 
 RELEASE = "0.5.12"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import inspect
 
-import pytest
 
 from rule_test_support import (
     EAGLE_UTILS, EAGLE_UTILS_MODULE, SPEC_UTILS, SPEC_UTILS_MODULE, line_of, rule, write_bystanders,

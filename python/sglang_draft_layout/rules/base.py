@@ -311,10 +311,6 @@ def take(items: list[cst.BaseExpression], matcher: m.BaseMatcherNode) -> bool:
     return False
 
 
-def statement(source: str) -> cst.BaseStatement:
-    return cst.parse_statement(source)
-
-
 def locate_method(rule: Rule, source: Source) -> "cst.FunctionDef | Finding":
     """The method named by ``rule.scope``, or the finding that says why there is none.
 
