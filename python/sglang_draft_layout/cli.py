@@ -74,14 +74,14 @@ def demo(release: str) -> int:
         print(f"unpacking sglang=={release} (wheel cached in {releases.cache_dir() / 'wheels'}) into {scratch}")
         releases.unpack_release(release, scratch)
         target = resolve(scratch)
-        before = engine.plan(target)
         plan = engine.apply(target)
         print(table(plan, applied=True))
-        for change in before.changes:
+        for change in plan.changes:
             old, new = change.old.splitlines(), change.new.splitlines()
             print(f"  {change.path.relative_to(target.package.parent)}: {len(old)} -> {len(new)} lines")
         after = engine.plan(target, render_changes=False)
-        print(f"after apply: {after.count(State.PATCHED)} patched, {after.count(State.TO_PATCH)} to patch")
+        print(f"check after apply: {after.count(State.PATCHED)} sites and helpers patched, "
+              f"{after.count(State.TO_PATCH)} to patch")
         return 0 if after.count(State.TO_PATCH) == 0 else 1
 
 
