@@ -178,3 +178,11 @@ def test_inserted_helper_behaves_as_0_5_13s(patched, pristine, name, relative):
                     assert mine(17 * a, b, a * b, c) == theirs(17 * a, b, a * b, c)
                 else:
                     assert mine(a, b, 1024 * c) == theirs(a, b, 1024 * c)
+
+
+def test_demo_patches_a_scratch_copy_of_0_5_12(capsys):
+    assert cli.main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "SGLang 0.5.12" in out
+    assert "sites: 17 patched now" in out
+    assert "check after apply: 20 sites and helpers patched, 0 to patch" in out
