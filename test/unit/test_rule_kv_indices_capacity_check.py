@@ -40,31 +40,8 @@ def check(row="kv_indices_buffer", seq_lens_sum="seq_lens_sum", bs="bs", indent=
     return "".join(f"{indent}{line}\n" for line in lines) + "\n"
 
 
-AFTER = f"""\
-    def common_template(self, forward_batch, kv_indices_buffer, call_fn):
-        num_seqs = forward_batch.batch_size
-        bs = self.topk * num_seqs
-        seq_lens_sum = forward_batch.seq_lens_sum
-
-        # One launch fills the rows of every draft step.
-{check()}\
-        self.generate_draft_decode_kv_indices[
-            (self.speculative_num_steps, num_seqs, self.topk)
-        ](
-            kv_indices_buffer,
-            self.kv_indptr,
-            kv_indices_buffer.shape[1],
-            next_power_of_2(bs),
-        )
-
-        for i in range(self.speculative_num_steps - 1):
-            forward_batch.spec_info.kv_indptr = self.kv_indptr[i, : bs + 1]
-            # Step i reads the front of its row.
-            forward_batch.spec_info.kv_indices = kv_indices_buffer[i][
-                : seq_lens_sum * self.topk + bs * (i + 1)
-            ]
-            call_fn(i, forward_batch)
-"""
+LAUNCH = "        self.generate_draft_decode_kv_indices["
+AFTER = COMMON_TEMPLATE.replace(LAUNCH, check() + LAUNCH)
 
 
 def test_before_after_whole_file(sglang_tree):

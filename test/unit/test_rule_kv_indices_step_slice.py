@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from rule_test_support import (
-    AITER, COMMON_TEMPLATE, EAGER, FLASHINFER, FLASHINFER_MLA, GRAPH, INIT, TRITON, assert_refused,
+    AFTER_STEP_SLICE_END, AITER, COMMON_TEMPLATE, EAGER, FLASHINFER, FLASHINFER_MLA, GRAPH, INIT, TRITON, assert_refused,
     backend_header, backend_module, line_of, method_source, rule, write_bystanders,
 )
 from sglang_draft_layout.rules.base import State
@@ -18,30 +18,8 @@ SCOPE = "FlashInferMultiStepDraftBackend.common_template"
 CLS = "FlashInferMultiStepDraftBackend"
 RULE = rule("step-slice:flashinfer")
 
-AFTER = """\
-    def common_template(self, forward_batch, kv_indices_buffer, call_fn):
-        num_seqs = forward_batch.batch_size
-        bs = self.topk * num_seqs
-        seq_lens_sum = forward_batch.seq_lens_sum
-
-        # One launch fills the rows of every draft step.
-        self.generate_draft_decode_kv_indices[
-            (self.speculative_num_steps, num_seqs, self.topk)
-        ](
-            kv_indices_buffer,
-            self.kv_indptr,
-            kv_indices_buffer.shape[1],
-            next_power_of_2(bs),
-        )
-
-        for i in range(self.speculative_num_steps - 1):
-            forward_batch.spec_info.kv_indptr = self.kv_indptr[i, : bs + 1]
-            # Step i reads the front of its row.
-            forward_batch.spec_info.kv_indices = kv_indices_buffer[i][
-                : draft_kv_indices_used_len(seq_lens_sum, self.topk, bs, i + 1)
-            ]
-            call_fn(i, forward_batch)
-"""
+BEFORE_END = "seq_lens_sum * self.topk + bs * (i + 1)"
+AFTER = COMMON_TEMPLATE.replace(BEFORE_END, AFTER_STEP_SLICE_END)
 
 
 def test_before_after_whole_file(sglang_tree):
@@ -226,7 +204,7 @@ def test_common_template_without_any_slice_is_unrecognised_at_the_def(sglang_tre
 
 def test_apply_refuses_and_writes_nothing(sglang_tree):
     cls = "TritonMultiStepDraftBackend"
-    template = COMMON_TEMPLATE.replace("seq_lens_sum * self.topk + bs * (i + 1)", "seq_lens_sum + bs")
+    template = COMMON_TEMPLATE.replace(BEFORE_END, "seq_lens_sum + bs")
     text = backend_module(cls, INIT, template, EAGER, GRAPH)
     sglang_tree.write(TRITON, text)
     write_bystanders(sglang_tree, besides=TRITON)
