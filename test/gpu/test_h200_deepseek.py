@@ -5,9 +5,6 @@ Skipped without torch or CUDA. On a GPU machine either
 or
   pytest test/gpu/test_h200_deepseek.py   (runs benchmark/gpu/run_deepseek_on_h200.sh dsmla; minutes)
 """
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -28,33 +25,16 @@ SPEC = [n for n in DSMLA if "_nonspec" not in n]
 
 
 @pytest.fixture(scope="session")
-def results(tmp_path_factory):
-    paths = [p for p in os.environ.get("GPU_RESULTS", "").split(":") if p]
-    if not paths:
-        out = tmp_path_factory.mktemp("gpu_ds_out")
-        subprocess.run(["bash", str(REPO / "benchmark/gpu/run_deepseek_on_h200.sh"), "dsmla"],
-                       cwd=REPO, env=dict(os.environ, OUT=str(out)), check=False, timeout=3600)
-        paths = [str(out / "results.json")]
-    merged = {}
-    for p in paths:
-        if os.path.exists(p):
-            for r in json.load(open(p)):
-                merged[r["config"]] = r
+def results(harness_results):
+    merged, paths = harness_results("run_deepseek_on_h200.sh", "dsmla")
     if not any(n in merged for n in DSMLA):
         pytest.skip(f"no DeepSeek harness results in {paths}")
     return merged
 
 
-def ran(results, name):
-    r = results.get(name)
-    if r is None:
-        pytest.skip(f"{name} was not part of this harness run")
-    return r
-
-
 @pytest.mark.parametrize("name", DSMLA)
 def test_served_and_outputs_follow_the_rule(results, name):
-    r = ran(results, name)
+    r = results.ran(name)
     assert r.get("checks"), f"{name}: {r.get('status')} {r.get('error', '')}"
     assert "error" not in r, r["error"]
     assert r["all_match_rule"], [c["tag"] for c in r["checks"] if not c.get("match_rule")]
@@ -64,7 +44,7 @@ def test_served_and_outputs_follow_the_rule(results, name):
 def test_patch_changes_nothing_at_topk_1(results, cg):
     """Topk 1: every site the patch changes computes the same numbers (the missing topk factor is 1),
     so each request's output ids and accept length must be the same on both trees."""
-    u, p = ran(results, f"fimla_{cg}_k1s3_unpatched"), ran(results, f"fimla_{cg}_k1s3_patched")
+    u, p = results.ran(f"fimla_{cg}_k1s3_unpatched"), results.ran(f"fimla_{cg}_k1s3_patched")
     assert [c["output_ids"] for c in u["checks"]] == [c["output_ids"] for c in p["checks"]]
     assert [c["accept_len"] for c in u["checks"]] == [c["accept_len"] for c in p["checks"]]
 
@@ -75,14 +55,14 @@ def test_draft_tokens_accepted(results, name):
     Not num_steps + 1: on 0.5.12 the FlashInfer-MLA draft decode steps do not attend to the
     earlier draft steps' KV (docs/verification.md, "DeepSeek on the H200"), so the third draft token
     of this model is rejected: 3.048 (64/21) per request without CUDA graphs."""
-    r = ran(results, name)
+    r = results.ran(name)
     accs = [c.get("accept_len") for c in r.get("checks", [])]
     assert accs and all(a is not None and a >= 2.0 for a in accs), accs
 
 
 @pytest.mark.parametrize("name", SPEC)
 def test_equal_to_nonspec(results, name):
-    r = ran(results, name)
+    r = results.ran(name)
     if r.get("equal_nonspec") is None:
         pytest.skip("no non-speculative reference in this run")
     assert r["equal_nonspec"]
@@ -90,6 +70,6 @@ def test_equal_to_nonspec(results, name):
 
 @pytest.mark.parametrize("name", [n for n in SPEC if n.endswith("_patched")])
 def test_patched_modules_loaded_from_the_patched_tree(results, name):
-    r = ran(results, name)
+    r = results.ran(name)
     mla = [t for t in r.get("trace", []) if t.startswith("sglang.srt.layers.attention.flashinfer_mla_backend ")]
     assert mla and all("/patched/" in t for t in mla), mla

@@ -6,9 +6,6 @@ or
   pytest test/gpu                  (runs benchmark/gpu/run_on_h200.sh key triton_nocg flashinfer_nocg first;
                                     needs sglang 0.5.12, see benchmark/gpu/README.md; several minutes)
 """
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -28,29 +25,11 @@ DEFAULT_SETS = ["key", "triton_nocg", "flashinfer_nocg"]
 
 
 @pytest.fixture(scope="session")
-def results(tmp_path_factory):
-    paths = [p for p in os.environ.get("GPU_RESULTS", "").split(":") if p]
-    if not paths:
-        out = tmp_path_factory.mktemp("gpu_out")
-        env = dict(os.environ, OUT=str(out))
-        subprocess.run(["bash", str(REPO / "benchmark/gpu/run_on_h200.sh"), *DEFAULT_SETS],
-                       cwd=REPO, env=env, check=False, timeout=3600)
-        paths = [str(out / "results.json")]
-    merged = {}
-    for p in paths:
-        if os.path.exists(p):
-            for r in json.load(open(p)):
-                merged[r["config"]] = r
+def results(harness_results):
+    merged, paths = harness_results("run_on_h200.sh", *DEFAULT_SETS)
     if not merged:
         pytest.skip(f"no harness results in {paths}")
     return merged
-
-
-def ran(results, name):
-    r = results.get(name)
-    if r is None:
-        pytest.skip(f"{name} was not part of this harness run")
-    return r
 
 
 ALL = serve_checks.SETS["all"]
@@ -63,7 +42,7 @@ NONSPEC = [n for n in ALL if "_nonspec" in n]
 def test_patched_server_starts_and_is_exact(results, name):
     """Import order (helpers imported at module level) holds: the server starts; every
     request equals the rule and accepts exactly num_steps + 1 tokens per verify."""
-    r = ran(results, name)
+    r = results.ran(name)
     assert r.get("startup_s") is not None and r.get("checks"), r.get("error") or r.get("status")
     assert r["all_match_rule"], [c["tag"] for c in r["checks"] if not c.get("match_rule")]
     steps = r["steps"]
@@ -75,7 +54,7 @@ def test_patched_server_starts_and_is_exact(results, name):
 
 @pytest.mark.parametrize("name", PATCHED)
 def test_patched_server_loaded_the_patched_tree(results, name):
-    r = ran(results, name)
+    r = results.ran(name)
     origins = [t.split(" ", 1)[1] for t in r.get("trace", []) if t.startswith("sglang.srt.speculative.spec_utils ")]
     assert origins and all("/patched/" in o for o in origins), origins
 
@@ -83,7 +62,7 @@ def test_patched_server_loaded_the_patched_tree(results, name):
 @pytest.mark.parametrize("name", SPEC_UNPATCHED + NONSPEC)
 def test_unpatched_outputs_follow_the_rule(results, name):
     """The target verifies every draft, so even the unpatched tree's outputs are right."""
-    r = ran(results, name)
+    r = results.ran(name)
     assert r.get("checks"), r.get("error") or r.get("status")
     assert r["all_match_rule"]
     origins = [t.split(" ", 1)[1] for t in r.get("trace", []) if t.startswith("sglang.srt.speculative.spec_utils ")]
@@ -94,6 +73,6 @@ def test_unpatched_outputs_follow_the_rule(results, name):
 def test_unpatched_flashinfer_graph_topk4_drops_accept_length(results, name):
     """0.5.12's FlashInfer CUDA-graph kv_indices row lacks topk: a long batched request
     overflows it and accepts fewer than num_steps + 1 tokens per verify."""
-    r = ran(results, name)
+    r = results.ran(name)
     accs = [c["accept_len"] for c in r.get("checks", []) if c.get("accept_len") is not None]
     assert accs and min(accs) < r["steps"] + 1, accs
