@@ -8,7 +8,8 @@
 #   .whl/libcst-*.whl              for `python -m sglang_draft_layout apply` on that machine
 #
 # All three paths are git-ignored (the script adds them to .git/info/exclude). Run from the
-# repository root:  bash benchmark/gpu/fetch_wheels.sh      (about 4 minutes, PyPI only)
+# repository root:  bash benchmark/gpu/fetch_wheels.sh [--dsv4]   (about 4 minutes, PyPI only;
+# --dsv4 adds the DeepSeek-V4 packs, see the end)
 # Files already there are kept; delete one to rebuild it.
 set -euo pipefail
 ROOT=$(git rev-parse --show-toplevel)
@@ -83,3 +84,24 @@ ls .whl/libcst-1.9.0-*.whl >/dev/null 2>&1 || $PIP download -q --no-deps --only-
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl libcst==1.9.0
 du -sh .gpu/sitepack/site312.tar.xz .gpu/lib/libnuma.so.1 .whl/libcst-*.whl
 echo "wheels in $ALL: $(ls "$ALL" | wc -l)"
+
+# --dsv4: what SGLang 0.5.12's DeepSeek-V4 path imports beyond the sitepack, pre-installed for
+# cp312 in two xz packs that run_deepseek_on_h200.sh unpacks over the site (each fits one carry
+# beside others): .gpu/dsv4a/site_a.tar.xz = tilelang 0.1.8 (without its AMD composable_kernel
+# headers), torch-c-dlpack-ext, cuda-tile (flashinfer 0.6.11 imports cuda.tile);
+# .gpu/dsv4b/site_b.tar.xz = z3-solver 4.15.4.0 (library only, tilelang needs < 4.15.5),
+# sgl-flash-mla 1.0.0 (FlashMLA sparse decode), sgl-deep-gemm 0.1.0 (the version 0.5.12 pins).
+[ "${1:-}" = "--dsv4" ] || exit 0
+pack() {  # pack NAME FOLDER PINS...: install PINS for cp312 into a temp site, xz it to FOLDER
+  local name=$1 dir=$2 T; shift 2
+  [ -f "$dir/$name.tar.xz" ] && return 0
+  T=$(mktemp -d); mkdir -p "$T/w" "$T/s" "$dir"
+  for pin in "$@"; do $PIP download -q --no-deps --only-binary=:all: $TGT -d "$T/w" "$pin"; done
+  $PIP install -q --no-deps --no-compile --only-binary=:all: $TGT --target "$T/s" "$T"/w/*.whl
+  rm -rf "$T/s/bin" "$T/s/tilelang/3rdparty/composable_kernel"
+  tar -cf - -C "$T/s" . | xz -6 -T0 > "$dir/$name.tar.xz"
+  rm -rf "$T"
+}
+pack site_a .gpu/dsv4a tilelang==0.1.8 torch-c-dlpack-ext==0.1.5 cuda-tile==1.7.0
+pack site_b .gpu/dsv4b z3-solver==4.15.4.0 sgl-flash-mla==1.0.0 sgl-deep-gemm==0.1.0
+du -sh .gpu/dsv4a/site_a.tar.xz .gpu/dsv4b/site_b.tar.xz

@@ -8,7 +8,9 @@ Servers start concurrently (startup is the slow part); their request phases run 
 
 Config names:  BACKEND_CG_MODE[_TREE]
   BACKEND  triton | flashinfer | fimla (--attention-backend flashinfer on the DeepSeek MLA models of
-           make_deepseek_models.py: SGLang picks FlashInferMLAAttnBackend for an MLA model)
+           make_deepseek_models.py: SGLang picks FlashInferMLAAttnBackend for an MLA model) |
+           dsv4 (the DeepSeek-V4 models of make_dsv4_models.py; 0.5.12 forces its dsv4 backend,
+           page size 256, fp8 KV and spec v2 for them)
   CG       nocg (--disable-cuda-graph) | cg (--cuda-graph-max-bs 8)
   MODE     nonspec | k{TOPK}s{STEPS}   e.g. k4s3 = EAGLE topk 4, 3 steps
   TREE     unpatched | patched         (nonspec runs on the unpatched tree)
@@ -49,13 +51,20 @@ SETS = {
 DEEPSEEK_SETS = {
     "dsmla": ["fimla_nocg_k1s3_unpatched", "fimla_nocg_k1s3_patched",
               "fimla_cg_k1s3_unpatched", "fimla_cg_k1s3_patched", "fimla_nocg_nonspec"],
+    # DeepSeek-V4 (0.5.12 allows topk 1 only): the --disable-cuda-graph case of change A first
+    "dsv4_nocg": ["dsv4_nocg_k1s3_unpatched", "dsv4_nocg_k1s3_patched", "dsv4_nocg_nonspec"],
+    "dsv4_cg": ["dsv4_cg_k1s3_unpatched", "dsv4_cg_k1s3_patched"],
 }
+DEEPSEEK_SETS["dsv4"] = DEEPSEEK_SETS["dsv4_nocg"] + DEEPSEEK_SETS["dsv4_cg"]
 SETS["first"] = SETS["key"] + SETS["triton_nocg"]
 SETS["second"] = SETS["flashinfer_nocg"] + SETS["steps"]
 SETS["all"] = SETS["first"] + SETS["second"]
 SETS.update(DEEPSEEK_SETS)
 # --attention-backend value of each BACKEND in a config name
-ATTENTION_BACKEND = {"triton": "triton", "flashinfer": "flashinfer", "fimla": "flashinfer"}
+ATTENTION_BACKEND = {"triton": "triton", "flashinfer": "flashinfer", "fimla": "flashinfer", "dsv4": "dsv4"}
+# Environment a BACKEND's servers need. dsv4: the models are unquantised bf16, and 0.5.12 asserts an
+# fp8 scale on wo_a unless SGLANG_OPT_FP8_WO_A_GEMM is off; its experts default to mxfp4.
+BACKEND_ENV = {"dsv4": {"SGLANG_OPT_FP8_WO_A_GEMM": "0", "SGLANG_DSV4_FP4_EXPERTS": "0"}}
 
 
 def parse(name):
@@ -109,6 +118,7 @@ def server_env(cfg, a, trace_file):
         path += [p for p in env["PYTHONPATH"].split(":") if p and p not in path]
     env["PYTHONPATH"] = ":".join(path)
     env["SGL_DL_TRACE"] = trace_file
+    env.update(BACKEND_ENV.get(cfg["backend"], {}))
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -138,6 +148,16 @@ def kill_group(p):
             p.wait(timeout=20)
         except (ProcessLookupError, subprocess.TimeoutExpired):
             pass
+
+
+def error_lines(path, keep=12):
+    """The last lines of a server log that name an error (a failed server's reason)."""
+    words = ("Error", "error:", "Traceback", "assert", "Exception", "Killed", "CUDA")
+    try:
+        lines = [l.rstrip()[:600] for l in open(path, errors="replace") if any(w in l for w in words)]
+    except OSError:
+        return []
+    return lines[-keep:]
 
 
 def request_plan(prompts, stress):
@@ -219,6 +239,8 @@ class Runner:
             res["alive_after"] = p.poll() is None
             kill_group(p)
             log.close()
+            if not res["ok"]:
+                res["log_errors"] = error_lines(os.path.join(a.logdir, f"server_{name}.log"))
             res["total_s"] = round(time.time() - t0, 1)
             res["trace"] = sorted(set(l.split(" ", 1)[1].strip() for l in open(trace) if " " in l))
             self.save()
