@@ -64,7 +64,10 @@ SETS.update(DEEPSEEK_SETS)
 ATTENTION_BACKEND = {"triton": "triton", "flashinfer": "flashinfer", "fimla": "flashinfer", "dsv4": "dsv4"}
 # Environment a BACKEND's servers need. dsv4: the models are unquantised bf16, and 0.5.12 asserts an
 # fp8 scale on wo_a unless SGLANG_OPT_FP8_WO_A_GEMM is off; its experts default to mxfp4.
-BACKEND_ENV = {"dsv4": {"SGLANG_OPT_FP8_WO_A_GEMM": "0", "SGLANG_DSV4_FP4_EXPERTS": "0"}}
+# SGL_DL_FLASHMLA_LEGACY: see trace/sitecustomize.py (sgl-flash-mla 1.0.0 keeps V4 and SM90 on its
+# legacy kernels).
+BACKEND_ENV = {"dsv4": {"SGLANG_OPT_FP8_WO_A_GEMM": "0", "SGLANG_DSV4_FP4_EXPERTS": "0",
+                        "SGL_DL_FLASHMLA_LEGACY": "V4"}}
 
 
 def parse(name):

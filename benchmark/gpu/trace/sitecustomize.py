@@ -6,6 +6,14 @@ server's spawned scheduler processes load it too. For the modules listed in WATC
 "pid module origin" to that file, then lets the normal path finder load them (the spec
 returned is the one PathFinder would have produced anyway). Without SGL_DL_TRACE it does
 nothing. Any other sitecustomize further down sys.path still runs (it is chained).
+
+With SGL_DL_FLASHMLA_LEGACY=FORMAT (the dsv4 servers set V4), it also adapts SGLang 0.5.12 to
+the only FlashMLA wheel on PyPI, sgl-flash-mla 1.0.0: that wheel keeps the DeepSeek-V4 KV format
+and every SM90 kernel on its "legacy" side (use_legacy=True, kv_format=...), while 0.5.12's
+DeepSeek-V4 backend calls flash_mla.flash_mla_with_kvcache without those arguments and so reaches
+the V4.1, SM100-only kernel ("sparse_decode_fwd is only supported on SM100f architectures" on
+an H200). The adapter makes those two arguments default to (True, FORMAT) when `flash_mla` is
+imported; the unpatched and the patched trees get it alike.
 """
 import os
 import sys
@@ -45,6 +53,38 @@ if _TRACE:
             pass
 
     sys.meta_path.insert(0, _TraceFinder())
+
+_FLASHMLA_FORMAT = os.environ.get("SGL_DL_FLASHMLA_LEGACY")
+
+if _FLASHMLA_FORMAT:
+    import functools
+    from importlib.machinery import PathFinder
+
+    def _legacy_defaults(module):
+        original = module.flash_mla_with_kvcache
+
+        @functools.wraps(original)
+        def flash_mla_with_kvcache(*args, use_legacy=True, kv_format=_FLASHMLA_FORMAT, **kwargs):
+            return original(*args, use_legacy=use_legacy, kv_format=kv_format, **kwargs)
+
+        module.flash_mla_with_kvcache = flash_mla_with_kvcache
+
+    class _FlashMLAFinder:
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if name != "flash_mla":
+                return None
+            spec = PathFinder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                load = spec.loader.exec_module
+                spec.loader.exec_module = lambda module: (load(module), _legacy_defaults(module))
+            return spec
+
+        @staticmethod
+        def invalidate_caches():
+            pass
+
+    sys.meta_path.insert(0, _FlashMLAFinder())
 
 # chain to the next sitecustomize on sys.path, if any
 for _p in sys.path:
