@@ -54,6 +54,10 @@ DEEPSEEK_SETS = {
     # DeepSeek-V4 (0.5.12 allows topk 1 only): the --disable-cuda-graph case of change A first
     "dsv4_nocg": ["dsv4_nocg_k1s3_unpatched", "dsv4_nocg_k1s3_patched", "dsv4_nocg_nonspec"],
     "dsv4_cg": ["dsv4_cg_k1s3_unpatched", "dsv4_cg_k1s3_patched"],
+    # control: one draft step has one out_cache_loc slot per request, so unpatched must serve there
+    "dsv4_steps": ["dsv4_nocg_k1s1_unpatched", "dsv4_nocg_k1s1_patched", "dsv4_nocg_k1s5_unpatched",
+                   "dsv4_nocg_k1s5_patched", "dsv4_cg_k1s5_unpatched", "dsv4_cg_k1s5_patched",
+                   "dsv4_nocg_nonspec"],
 }
 DEEPSEEK_SETS["dsv4"] = DEEPSEEK_SETS["dsv4_nocg"] + DEEPSEEK_SETS["dsv4_cg"]
 SETS["first"] = SETS["key"] + SETS["triton_nocg"]
