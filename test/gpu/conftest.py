@@ -27,20 +27,31 @@ def harness_results(tmp_path_factory):
     """harness_results(script, *sets) -> (HarnessResults, paths read).
 
     Reads the files named in GPU_RESULTS (colon-separated); without it, runs
-    ``benchmark/gpu/<script> <sets>`` (minutes) and reads what it wrote.
+    ``benchmark/gpu/<script> <sets>`` (minutes) and reads every results.json it wrote.
+    ``harness_results.each(script, *sets)`` gives [(path, HarnessResults)], one per file, for
+    runs whose files repeat config names (one file per model, as the dsv4 sets write).
     """
 
-    def load(script: str, *sets: str) -> tuple[HarnessResults, list[str]]:
+    def each(script: str, *sets: str) -> list[tuple[str, HarnessResults]]:
         paths = [p for p in os.environ.get("GPU_RESULTS", "").split(":") if p]
         if not paths:
             out = tmp_path_factory.mktemp("gpu_out")
             subprocess.run(["bash", str(REPO / "benchmark/gpu" / script), *sets],
                            cwd=REPO, env=dict(os.environ, OUT=str(out)), check=False, timeout=3600)
-            paths = [str(out / "results.json")]
-        merged = HarnessResults()
+            paths = sorted(str(p) for p in out.rglob("results.json"))
+        runs = []
         for path in paths:
             if os.path.exists(path):
-                merged.update((r["config"], r) for r in json.loads(Path(path).read_text()))
-        return merged, paths
+                runs.append((path, HarnessResults(
+                    (r["config"], r) for r in json.loads(Path(path).read_text()))))
+        return runs
 
+    def load(script: str, *sets: str) -> tuple[HarnessResults, list[str]]:
+        runs = each(script, *sets)
+        merged = HarnessResults()
+        for _, results in runs:
+            merged.update(results)
+        return merged, [path for path, _ in runs]
+
+    load.each = each
     return load

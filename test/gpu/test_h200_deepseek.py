@@ -45,7 +45,11 @@ def test_patch_changes_nothing_at_topk_1(results, cg):
     """Topk 1: every site the patch changes computes the same numbers (the missing topk factor is 1),
     so each request's output ids and accept length must be the same on both trees."""
     u, p = results.ran(f"fimla_{cg}_k1s3_unpatched"), results.ran(f"fimla_{cg}_k1s3_patched")
-    assert [c["output_ids"] for c in u["checks"]] == [c["output_ids"] for c in p["checks"]]
+    assert [c["tag"] for c in u["checks"]] == [c["tag"] for c in p["checks"]]
+    if all("output_ids" in c for c in u["checks"] + p["checks"]):
+        assert [c["output_ids"] for c in u["checks"]] == [c["output_ids"] for c in p["checks"]]
+    else:  # a slimmed results file (combine.py drops output ids): equal if both equal the rule's
+        assert all(c["match_rule"] for c in u["checks"] + p["checks"])
     assert [c["accept_len"] for c in u["checks"]] == [c["accept_len"] for c in p["checks"]]
 
 
