@@ -146,9 +146,10 @@ def state_dict(ratios, g):
 
 def save(path, sd, ratios):
     os.makedirs(path, exist_ok=True)
-    json.dump(config_dict(ratios), open(os.path.join(path, "config.json"), "w"), indent=1)
-    json.dump({"bos_token_id": 1, "eos_token_id": 2, "do_sample": False},
-              open(os.path.join(path, "generation_config.json"), "w"))
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config_dict(ratios), f, indent=1)
+    with open(os.path.join(path, "generation_config.json"), "w") as f:
+        json.dump({"bos_token_id": 1, "eos_token_id": 2, "do_sample": False}, f)
     if sd is None:
         return
     from safetensors.torch import save_file
@@ -192,7 +193,8 @@ def main():
     prompts["expected_rule"] = exp
     prompts["rule"] = "bigram: x_{i+1} = nxt(x_i)"
     prompts["layout"] = {"name": layout, "compress_ratios": ratios}
-    json.dump(prompts, open(os.path.join(out, "prompts.json"), "w"))
+    with open(os.path.join(out, "prompts.json"), "w") as f:
+        json.dump(prompts, f)
     n_params = sum(v.numel() for v in sd.values())
     print(f"dsv4 models ({layout}, compress ratios {ratios}) in {out}: {n_params / 1e6:.0f} M parameters")
 

@@ -161,7 +161,8 @@ def error_lines(path, keep=12):
     """The last lines of a server log that name an error (a failed server's reason)."""
     words = ("Error", "error:", "Traceback", "assert", "Exception", "Killed", "CUDA")
     try:
-        lines = [l.rstrip()[:600] for l in open(path, errors="replace") if any(w in l for w in words)]
+        with open(path, errors="replace") as f:
+            lines = [l.rstrip()[:600] for l in f if any(w in l for w in words)]
     except OSError:
         return []
     return lines[-keep:]
