@@ -1,15 +1,36 @@
-"""The harness results the GPU tests check: from $GPU_RESULTS, or from running the harness."""
+"""What the GPU tests share: benchmark/gpu/ on sys.path (serve_checks), the skip without CUDA,
+and the harness results they check (from $GPU_RESULTS, or from running the harness)."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmark" / "gpu"))
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked gpu are skipped without torch or a CUDA GPU (CI has neither)."""
+    if _cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run through benchmark/gpu/, see its README)")
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            item.add_marker(skip)
 
 
 class HarnessResults(dict):

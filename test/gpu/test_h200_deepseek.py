@@ -5,20 +5,10 @@ Skipped without torch or CUDA. On a GPU machine either
 or
   pytest test/gpu/test_h200_deepseek.py   (runs benchmark/gpu/run_deepseek_on_h200.sh dsmla; minutes)
 """
-import sys
-from pathlib import Path
-
 import pytest
-
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("needs a CUDA GPU (run through benchmark/gpu/run_deepseek_on_h200.sh)", allow_module_level=True)
+import serve_checks  # benchmark/gpu/, put on sys.path by conftest.py
 
 pytestmark = pytest.mark.gpu
-
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmark" / "gpu"))
-import serve_checks  # noqa: E402
 
 DSMLA = serve_checks.SETS["dsmla"]
 SPEC = [n for n in DSMLA if "_nonspec" not in n]

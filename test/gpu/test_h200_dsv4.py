@@ -11,20 +11,11 @@ or
   pytest test/gpu/test_h200_dsv4.py   (runs benchmark/gpu/run_deepseek_on_h200.sh dsv4 dsv4_steps)
 """
 import re
-import sys
-from pathlib import Path
 
 import pytest
-
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("needs a CUDA GPU (run through benchmark/gpu/run_deepseek_on_h200.sh)", allow_module_level=True)
+import serve_checks  # benchmark/gpu/, put on sys.path by conftest.py
 
 pytestmark = pytest.mark.gpu
-
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmark" / "gpu"))
-import serve_checks  # noqa: E402
 
 CONFIGS = list(dict.fromkeys(serve_checks.SETS["dsv4"] + serve_checks.SETS["dsv4_steps"]))
 SHAPE_ASSERTION = re.compile(r"AssertionError: req_pool_indices\.shape=torch\.Size\(\[(\d+)\]\) "

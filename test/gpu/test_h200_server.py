@@ -6,20 +6,10 @@ or
   pytest test/gpu                  (runs benchmark/gpu/run_on_h200.sh key triton_nocg flashinfer_nocg first;
                                     needs sglang 0.5.12, see benchmark/gpu/README.md; several minutes)
 """
-import sys
-from pathlib import Path
-
 import pytest
-
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("needs a CUDA GPU (run through benchmark/gpu/run_on_h200.sh)", allow_module_level=True)
+import serve_checks  # benchmark/gpu/, put on sys.path by conftest.py
 
 pytestmark = pytest.mark.gpu
-
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmark" / "gpu"))
-import serve_checks  # noqa: E402
 
 DEFAULT_SETS = ["key", "triton_nocg", "flashinfer_nocg"]
 
