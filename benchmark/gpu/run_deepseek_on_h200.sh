@@ -6,7 +6,7 @@
 #   bash benchmark/gpu/run_deepseek_on_h200.sh --unpack-only             (step 1 alone: a cold call
 #                                                  whose carry holds only part of the packs)
 #
-# dsv4 sets (dsv4, dsv4_nocg, dsv4_cg) run on the DeepSeek-V4 models of make_dsv4_models.py, one
+# dsv4 sets (dsv4, dsv4_nocg, dsv4_cg, dsv4_steps) run on the DeepSeek-V4 models of make_dsv4_models.py, one
 # serve_checks.py per layout in DSV4_LAYOUTS (default "mixed"; "mixed swa" runs both side by side),
 # and need the extra packs .gpu/dsv4a and .gpu/dsv4b (benchmark/gpu/fetch_wheels.sh --dsv4).
 #
