@@ -14,7 +14,7 @@ and fp8 KV (set by the server). The checkpoint is unquantised bf16, so the serve
 SGLANG_OPT_FP8_WO_A_GEMM=0 (0.5.12 asserts an fp8 wo_a scale otherwise) and
 SGLANG_DSV4_FP4_EXPERTS=0. Sizes otherwise follow DeepSeek-V4 where a kernel might care (64 query
 heads, hc_mult 4, 256 routed experts, top 6, sqrtsoftplus, index 64 x 128) and are small where
-only a matrix size changes (hidden 1024, q/o lora rank 256, expert width 128, 3 layers).
+only a matrix size changes (hidden 1024, q/o lora rank 256, expert width 128, 2 or 3 layers).
 
 Layouts: "mixed" = compress ratios [0, 4, 128] (a sliding-window layer, a C4 layer with its
 indexer, a C128 layer: what DeepSeek-V4 interleaves), "swa" = [0, 0].
