@@ -93,12 +93,7 @@ def attn_weights(c_out):
 
 
 def make_weights(g):
-    E = torch.zeros(V, H)
-    E[:, :128] = torch.randn(V, 128, generator=g)
-    E[:, :128] *= (255.0 ** 0.5) / E[:, :128].norm(dim=1, keepdim=True)
-    E[:, 255] = 1.0
-    sigma = torch.randperm(V, generator=g)
-    lm_head = E[sigma].clone()
+    E, sigma, lm_head = mm.rule_embeddings(g)
     layers = []
     for li, c in enumerate([C0, C1]):
         L = attn_weights(c)

@@ -94,13 +94,19 @@ def check_positional_pattern():
     return float(gap * A_QK * A_QK / np.sqrt(HD))  # softmax logit gap (>=20 wanted)
 
 
-def make_weights(g):
+def rule_embeddings(g):
+    """Token embeddings (dims 0..127 random with |e|^2 = 255, dim 255 = 1.0), the permutation
+    sigma and lm_head row j = e_{sigma(j)}: the part of the rule shared with the DeepSeek models."""
     E = torch.zeros(V, H)
     E[:, :128] = torch.randn(V, 128, generator=g)
     E[:, :128] *= (255.0 ** 0.5) / E[:, :128].norm(dim=1, keepdim=True)
     E[:, 255] = 1.0
     sigma = torch.randperm(V, generator=g)
-    lm_head = E[sigma].clone()                       # row j = e_{sigma(j)}
+    return E, sigma, E[sigma].clone()
+
+
+def make_weights(g):
+    E, sigma, lm_head = rule_embeddings(g)
 
     th = torch.tensor(rope_freqs()[:M_FREQ], dtype=torch.float32)
     u_q = torch.zeros(HD); u_q[:M_FREQ] = 1.0                     # neox halves: (m, m+32)
@@ -135,16 +141,22 @@ def make_weights(g):
     return E, lm_head, sigma, layers
 
 
-def save_target(path, E, lm_head, layers, dtype):
+def save_checkpoint(path, architecture, num_layers, sd, dtype):
+    """config.json (Llama dimensions) and model.safetensors of one model folder."""
     from safetensors.torch import save_file
     from transformers import LlamaConfig
-    cfg = LlamaConfig(vocab_size=V, hidden_size=H, intermediate_size=I, num_hidden_layers=2,
+    cfg = LlamaConfig(vocab_size=V, hidden_size=H, intermediate_size=I, num_hidden_layers=num_layers,
                       num_attention_heads=NH, num_key_value_heads=NKV, head_dim=HD,
                       max_position_embeddings=CTX, rms_norm_eps=1e-6, rope_theta=THETA,
                       tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
                       hidden_act="silu", torch_dtype="bfloat16")
-    cfg.architectures = ["LlamaForCausalLM"]
+    cfg.architectures = [architecture]
     cfg.save_pretrained(path)
+    save_file({k: v.to(dtype).contiguous() for k, v in sd.items()}, os.path.join(path, "model.safetensors"),
+              metadata={"format": "pt"})
+
+
+def save_target(path, E, lm_head, layers, dtype):
     sd = {"model.embed_tokens.weight": E, "lm_head.weight": lm_head, "model.norm.weight": torch.ones(H)}
     for i, L in enumerate(layers):
         p = f"model.layers.{i}."
@@ -153,22 +165,11 @@ def save_target(path, E, lm_head, layers, dtype):
                    p + "mlp.gate_proj.weight": L["gate"], p + "mlp.up_proj.weight": L["up"],
                    p + "mlp.down_proj.weight": L["down"], p + "input_layernorm.weight": L["ln_in"],
                    p + "post_attention_layernorm.weight": L["ln_post"]})
-    save_file({k: v.to(dtype).contiguous() for k, v in sd.items()}, os.path.join(path, "model.safetensors"),
-              metadata={"format": "pt"})
-    return cfg
+    save_checkpoint(path, "LlamaForCausalLM", 2, sd, dtype)
 
 
 def save_draft(path, E, layers, dtype):
     """EAGLE-1 draft in the layout sglang's LlamaForCausalLMEagle loads (names w/o 'model.')."""
-    from safetensors.torch import save_file
-    from transformers import LlamaConfig
-    cfg = LlamaConfig(vocab_size=V, hidden_size=H, intermediate_size=I, num_hidden_layers=1,
-                      num_attention_heads=NH, num_key_value_heads=NKV, head_dim=HD,
-                      max_position_embeddings=CTX, rms_norm_eps=1e-6, rope_theta=THETA,
-                      tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
-                      hidden_act="silu", torch_dtype="bfloat16")
-    cfg.architectures = ["LlamaForCausalLMEagle"]
-    cfg.save_pretrained(path)
     L = layers[0]
     fc = torch.zeros(H, 2 * H); fc[:, :H] = torch.eye(H)   # fc(cat(embed, target_hidden)) = embed
     sd = {"embed_tokens.weight": E, "fc.weight": fc, "fc.bias": torch.zeros(H),
@@ -177,8 +178,7 @@ def save_draft(path, E, layers, dtype):
           "layers.0.mlp.gate_proj.weight": L["gate"], "layers.0.mlp.up_proj.weight": L["up"],
           "layers.0.mlp.down_proj.weight": L["down"],
           "layers.0.post_attention_layernorm.weight": L["ln_post"]}
-    save_file({k: v.to(dtype).contiguous() for k, v in sd.items()}, os.path.join(path, "model.safetensors"),
-              metadata={"format": "pt"})
+    save_checkpoint(path, "LlamaForCausalLMEagle", 1, sd, dtype)
 
 
 def make_prompts(tok, g):
