@@ -52,14 +52,10 @@ sys.meta_path.insert(0, _ns["_StandInFinder"]())
 
 
 # tilelang (a CUDA kernel DSL) is not installed in the CPU venv; layers/deepseek_v4_rope.py imports
-# it at module level only to set a log level and build a pass-config dict. A permissive stand-in:
-# every attribute is an _Any, calling an _Any returns an _Any (or, used as a bare decorator, the
-# decorated function unchanged). Nothing the load check runs executes a tilelang kernel.
-import importlib.abc as _iabc  # noqa: E402
-import importlib.machinery as _imach  # noqa: E402
-import types as _types  # noqa: E402
-
-
+# it at module level only to set a log level and build a pass-config dict. A permissive stand-in
+# (import_probe's finder with this placeholder): every attribute is an _Any, calling an _Any returns
+# an _Any (or, used as a bare decorator, the decorated function unchanged). Nothing the load check
+# runs executes a tilelang kernel.
 class _Any:
     def __init__(self, name):
         self._name = name
@@ -90,26 +86,7 @@ class _Any:
         return (object,)
 
 
-class _TLLoader(_iabc.Loader):
-    def create_module(self, spec):
-        m = _types.ModuleType(spec.name)
-        m.__path__ = []
-        m.__getattr__ = lambda a, _n=spec.name: (_ for _ in ()).throw(AttributeError(a)) \
-            if a.startswith("__") else _Any(f"{_n}.{a}")
-        return m
-
-    def exec_module(self, module):
-        pass
-
-
-class _TLFinder(_iabc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name == "tilelang" or name.startswith("tilelang."):
-            return _imach.ModuleSpec(name, _TLLoader(), is_package=True)
-        return None
-
-
-sys.meta_path.insert(0, _TLFinder())
+sys.meta_path.insert(0, _ns["_StandInFinder"]("tilelang", _Any))
 
 import torch  # noqa: E402
 from safetensors import safe_open  # noqa: E402

@@ -65,14 +65,18 @@ class _Placeholder:
 
 
 class _StandInLoader(importlib.abc.Loader):
+    def __init__(self, placeholder):
+        self.placeholder = placeholder
+
     def create_module(self, spec):
         module = types.ModuleType(spec.name)
         module.__path__ = []
+        placeholder = self.placeholder
 
         def __getattr__(attr, _name=spec.name):
             if attr.startswith("__"):
                 raise AttributeError(attr)
-            return _Placeholder(f"{_name}.{attr}")
+            return placeholder(f"{_name}.{attr}")
 
         module.__getattr__ = __getattr__
         return module
@@ -82,9 +86,16 @@ class _StandInLoader(importlib.abc.Loader):
 
 
 class _StandInFinder(importlib.abc.MetaPathFinder):
+    """Serves `package` and its submodules as empty modules whose every public attribute is a
+    `placeholder` (default: the torchvision one above)."""
+
+    def __init__(self, package="torchvision", placeholder=_Placeholder):
+        self.package = package
+        self.placeholder = placeholder
+
     def find_spec(self, name, path=None, target=None):
-        if name == "torchvision" or name.startswith("torchvision."):
-            return importlib.machinery.ModuleSpec(name, _StandInLoader(), is_package=True)
+        if name == self.package or name.startswith(self.package + "."):
+            return importlib.machinery.ModuleSpec(name, _StandInLoader(self.placeholder), is_package=True)
         return None
 
 
