@@ -38,7 +38,9 @@ PINNED = ("torch==2.13.0", "triton==3.9.0")
 # are pinned to what sglang 0.5.12 requires (a newer transformers already registers a
 # 'qwen3_asr' config and SGLang's own registration then fails). apache-tvm-ffi (the
 # version 0.5.12 requires) is only for the DeepSeek-V4 backend, setproctitle only for the
-# EAGLE workers (which then stop at sgl_kernel, a CUDA-only package).
+# EAGLE workers (which then stop at sgl_kernel, a CUDA-only package). datasets is for
+# sglang.test.test_utils (CustomTestCase; it imports datasets at module level), which the
+# registered test that `apply` writes into a fork imports (test/fork_ci/).
 PACKAGES = {
     "0.5.12": (
         "numpy==2.4.6", "orjson==3.13.0", "psutil==7.2.2", "pybase64==1.5.1",
@@ -47,7 +49,7 @@ PACKAGES = {
         "transformers==5.6.0", "pyzmq==27.3.0", "openai==2.6.1",
         "partial-json-parser==0.2.1.1.post7", "dill==0.4.1", "sentencepiece==0.2.3",
         "einops==0.8.2", "compressed-tensors==0.20.1", "gguf==0.19.0", "msgspec==0.22.0",
-        "setproctitle==1.3.8", "apache-tvm-ffi==0.1.9",
+        "setproctitle==1.3.8", "apache-tvm-ffi==0.1.9", "datasets==5.2.0",
     ),
 }
 
