@@ -5,14 +5,23 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from importlib import metadata
 from typing import Optional, Sequence
 
-from . import engine, releases
+from . import __version__, engine, releases
 from .engine import Plan
 from .rules.base import State
 from .target import TargetError, resolve
 
 DEMO_RELEASE = "0.5.12"
+
+
+def package_version() -> str:
+    """This tool's version, from its package metadata (the source tree's when not installed)."""
+    try:
+        return metadata.version("sglang-draft-layout")
+    except metadata.PackageNotFoundError:
+        return f"{__version__} (not installed)"
 
 
 def table(plan: Plan, applied: bool = False) -> str:
@@ -34,7 +43,7 @@ def table(plan: Plan, applied: bool = False) -> str:
         for state in State if any(f.state is state for f in sites)
     )
     target = plan.target
-    return "\n".join([f"SGLang {target.version} at {target.package}", *lines, f"sites: {summary}"])
+    return "\n".join([f"{target.describe()} at {target.package}", *lines, f"sites: {summary}"])
 
 
 def _plan_exit_code(plan: Plan) -> int:
@@ -43,16 +52,16 @@ def _plan_exit_code(plan: Plan) -> int:
     return 1 if plan.count(State.TO_PATCH) else 0
 
 
-def check(path: Optional[str], release: Optional[str]) -> int:
-    plan = engine.plan(resolve(path, release), render_changes=False)
+def check(path: Optional[str]) -> int:
+    plan = engine.plan(resolve(path), render_changes=False)
     print(table(plan))
     for finding in plan.unrecognised:
         print(f"error: {engine.describe(finding, plan.target)}", file=sys.stderr)
     return _plan_exit_code(plan)
 
 
-def diff(path: Optional[str], release: Optional[str]) -> int:
-    plan = engine.plan(resolve(path, release))
+def diff(path: Optional[str]) -> int:
+    plan = engine.plan(resolve(path))
     for finding in plan.unrecognised:
         print(f"error: {engine.describe(finding, plan.target)}", file=sys.stderr)
         return 2
@@ -60,8 +69,8 @@ def diff(path: Optional[str], release: Optional[str]) -> int:
     return _plan_exit_code(plan)
 
 
-def apply(path: Optional[str], release: Optional[str]) -> int:
-    target = resolve(path, release)
+def apply(path: Optional[str]) -> int:
+    target = resolve(path)
     plan = engine.apply(target)
     print(table(plan, applied=True))
     print(f"wrote {len(plan.changes)} file(s)" if plan.changes else "nothing to do: every site already follows upstream")
@@ -90,6 +99,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         prog="sglang-draft-layout",
         description="Bring an SGLang tree to upstream's multi-step EAGLE draft layout helpers.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     for name, text in (
         ("check", "report every site's state; exit 0 if nothing is left to do, 1 if something is, 2 on error"),
@@ -99,14 +109,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         command = commands.add_parser(name, help=text, description=text)
         command.add_argument("target", nargs="?", help="fork checkout, folder holding sglang/, or the sglang package "
                                                        "(default: the SGLang installed in this Python)")
-        command.add_argument("--release", help="the tree's SGLang release, where the tree does not say it")
     command = commands.add_parser("demo", help=f"patch a scratch copy of sglang=={DEMO_RELEASE} from PyPI")
     command.add_argument("--release", default=DEMO_RELEASE)
     args = parser.parse_args(argv)
     try:
         if args.command == "demo":
             return demo(args.release)
-        return {"check": check, "diff": diff, "apply": apply}[args.command](args.target, args.release)
+        return {"check": check, "diff": diff, "apply": apply}[args.command](args.target)
     except TargetError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

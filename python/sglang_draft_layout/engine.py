@@ -15,10 +15,8 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 import libcst as cst
-import libcst.matchers as m
-from libcst.helpers import get_full_name_for_node
-from libcst.metadata import MetadataWrapper
 
+from .imports import add_imports
 from .rules import RULES
 from .rules.base import Edit, Finding, Rule, Source, State
 from .target import Target, TargetError
@@ -31,7 +29,7 @@ class PatchError(TargetError):
 @dataclass(frozen=True)
 class FileChange:
     path: Path
-    old: str
+    old: Optional[str]  # None: a file the patch creates
     new: str
 
 
@@ -49,14 +47,22 @@ class Plan:
         return [f for f in self.findings if f.state is State.UNRECOGNISED]
 
     def diff(self) -> str:
-        root = self.target.package.parent
-        return "".join(
-            "".join(difflib.unified_diff(
-                change.old.splitlines(keepends=True), change.new.splitlines(keepends=True),
-                f"a/{change.path.relative_to(root)}", f"b/{change.path.relative_to(root)}",
-            ))
-            for change in self.changes
-        )
+        """The changes as a git diff, paths relative to the target as named (``git apply`` there)."""
+        return "".join(_git_diff(change, change.path.relative_to(self.target.root).as_posix())
+                       for change in self.changes)
+
+
+def _git_diff(change: FileChange, path: str) -> str:
+    """One file's ``diff --git`` section; a file that does not exist yet (``old`` None) is created."""
+    old = change.old
+    header = f"diff --git a/{path} b/{path}\n"
+    if old is None:
+        header += "new file mode 100644\n"
+    body = "".join(difflib.unified_diff(
+        (old or "").splitlines(keepends=True), change.new.splitlines(keepends=True),
+        "/dev/null" if old is None else f"a/{path}", f"b/{path}",
+    ))
+    return header + body
 
 
 class _ApplyEdits(cst.CSTTransformer):
@@ -92,99 +98,22 @@ def _blank(count: int) -> list[cst.EmptyLine]:
     return [cst.EmptyLine(indent=False)] * count
 
 
-_IMPORT_LINE = m.SimpleStatementLine(body=[m.ImportFrom() | m.Import()])
-_DOCSTRING_OR_STRICT = m.SimpleStatementLine(
-    body=[m.Assign(targets=[m.AssignTarget(target=m.Name("__strict__"))]) | m.Expr(value=m.SimpleString())]
-)
-
-
-def _import_names(stmt: cst.SimpleStatementLine) -> Optional[list[str]]:
-    """The dotted module names an import line names; None for a relative import."""
-    node = stmt.body[0]
-    if isinstance(node, cst.ImportFrom):
-        if node.relative or node.module is None:
-            return None
-        return [get_full_name_for_node(node.module)]
-    return [get_full_name_for_node(alias.name) for alias in node.names]
-
-
-def _concerns(names: Optional[list[str]], modules: set[str]) -> bool:
-    if names is None:
-        return True
-    return any(n == mod or n.startswith(mod + ".") or mod.startswith(n + ".") for n in names for mod in modules)
-
-
-def add_imports(module: cst.Module, imports: Sequence[tuple[str, str]]) -> cst.Module:
-    """``module`` with ``(module, name)`` imports added by libcst's AddImportsVisitor.
-
-    AddImportsVisitor reads and rewrites only the module's leading import block (after a
-    docstring or ``__strict__`` line) and the leading blank lines of the first statement
-    after it, and of that block only the imports of the modules it adds; yet it visits every
-    node of the module, slowly. So it is run on a copy holding that block, with every import
-    of another module replaced by a one-name stand-in import (still an import line, so the
-    block keeps its length), plus a stand-in for the statement after the block (same
-    leading lines); the original statements are then put back in place of the stand-ins.
-    The same text as running it on the whole module, several times faster.
-    """
-    from libcst.codemod import CodemodContext
-    from libcst.codemod.visitors import AddImportsVisitor
-
-    context = CodemodContext()
-    for module_name, name in imports:
-        AddImportsVisitor.add_needed_import(context, module_name, name or None)
-    modules = {module_name for module_name, _name in imports}
-    body = list(module.body)
-    end = 1 if body and m.matches(body[0], _DOCSTRING_OR_STRICT) else 0
-    while end < len(body) and m.matches(body[end], _IMPORT_LINE):
-        end += 1
-    head: list[cst.BaseStatement] = body[:end]
-    originals: dict[str, cst.BaseStatement] = {}
-    for index in range(len(head)):
-        stmt = head[index]
-        if m.matches(stmt, _IMPORT_LINE) and not _concerns(_import_names(stmt), modules):
-            name = f"_sglang_draft_layout_stand_in_{index}"
-            originals[name] = stmt
-            head[index] = cst.SimpleStatementLine(body=[cst.Import(names=[cst.ImportAlias(name=cst.Name(name))])])
-    rest = body[end:]
-    if rest:
-        head.append(cst.SimpleStatementLine(body=[cst.Pass()], leading_lines=rest[0].leading_lines))
-    visited = MetadataWrapper(module.with_changes(body=head), unsafe_skip_copy=True).visit(AddImportsVisitor(context))
-    new_body = []
-    for stmt in visited.body:
-        node = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
-        if isinstance(node, cst.Import) and len(node.names) == 1 and isinstance(node.names[0].name, cst.Name) \
-                and node.names[0].name.value in originals:
-            stmt = originals.pop(node.names[0].name.value)
-        new_body.append(stmt)
-    if originals:  # every stand-in must come back (a libcst whose AddImportsVisitor drops lines)
-        raise PatchError(f"adding imports lost {len(originals)} import line(s) (a libcst change); nothing written")
-    if rest:
-        stand_in = new_body.pop()
-        new_body += [rest[0].with_changes(leading_lines=stand_in.leading_lines), *rest[1:]]
-    return visited.with_changes(body=new_body)
-
-
-def render(source: Source, findings: Sequence[Finding]) -> str:
+def render(source: Source, findings: Sequence[Finding], line_length: int = 88) -> str:
     """The file's new text with every to-patch finding's edits and imports applied.
 
-    Only the segments the rules parsed are rewritten and spliced back; the imports go
-    into the header through libcst's AddImportsVisitor (see ``add_imports``).
+    Only the segments the rules parsed are rewritten and spliced back; then the imports
+    are added where isort and black would write them (see ``imports.add_imports``).
     """
     to_patch = [f for f in findings if f.state is State.TO_PATCH]
     apply_edits = _ApplyEdits([e for f in to_patch for e in f.edits])
-    header = source.header()
     replacements = {
         (segment.start, segment.end): segment.text(segment.module.visit(apply_edits))
         for segment in source.segments.values()
     }
-    with_imports = add_imports(header.module.visit(apply_edits), sorted({i for f in to_patch for i in f.imports}))
-    if with_imports.body:  # a header that was empty ends its new import line too
-        with_imports = with_imports.with_changes(has_trailing_newline=True)
-    replacements[header.start, header.end] = header.text(with_imports)
     lines = list(source.lines)
     for (start, end), text in sorted(replacements.items(), reverse=True):
         lines[start:end] = [text]
-    return "".join(lines)
+    return add_imports("".join(lines), sorted({i for f in to_patch for i in f.imports}), line_length)
 
 
 def _parse(path: Path, relative: str, code: str) -> Source:
@@ -219,7 +148,7 @@ def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = T
         if render_changes and any(f.state is State.TO_PATCH for f in file_findings) and not any(
             f.state is State.UNRECOGNISED for f in file_findings
         ):
-            new = render(source, file_findings)
+            new = render(source, file_findings, getattr(target, "line_length", 88))
             _check_rendered(path, relative, new, file_rules)
             changes.append(FileChange(path, old, new))
     return Plan(target, tuple(findings), tuple(changes))

@@ -1,18 +1,24 @@
-"""Find the SGLang tree to patch and tell which release it is."""
+"""Find the SGLang tree to patch, and what it states about itself.
+
+The rules judge every site by its code, so nothing here decides whether a tree can be
+patched: the release a tree states (if any) is read only to show it in reports, and the
+fork's black line length only shapes the import lines the patch writes.
+"""
 
 from __future__ import annotations
 
 import ast
 import importlib.util
 import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-#: first release whose draft sites these rules were written against
-OLDEST_SUPPORTED = (0, 5, 8)
-#: first release that calls the helpers itself
-FIRST_UPSTREAM = (0, 5, 13)
+BLACK_LINE_LENGTH = 88
+#: setuptools-scm's versions of a build that is not a release: no tag (0.0.0.devN) or
+#: commits past the nearest tag (X.Y.Z.devN+g<sha>, also X.Y.Z.postN.devM+g<sha>)
+_SCM_FALLBACK = re.compile(r"^0\.0\.0|\.dev\d+")
 
 
 class TargetError(Exception):
@@ -21,32 +27,31 @@ class TargetError(Exception):
 
 @dataclass(frozen=True)
 class Target:
+    root: Path  # the folder the user named: diff paths are relative to it
     package: Path  # the `sglang` package folder (holds srt/)
-    version: str
+    version: Optional[str]  # the release the tree states; None when it states none
+    version_source: str  # where ``version`` was read, or why there is none
+    line_length: int = BLACK_LINE_LENGTH  # the fork's black line length
 
-    @property
-    def release(self) -> tuple[int, int, int]:
-        return parse_release(self.version)
-
-
-def parse_release(version: str) -> tuple[int, int, int]:
-    found = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
-    if not found:
-        raise TargetError(f"unknown SGLang release {version!r}")
-    return tuple(int(part) for part in found.groups())
+    def describe(self) -> str:
+        """``SGLang 0.5.12 (sglang/_version.py)``, or what the tree says instead of a release."""
+        if self.version is None:
+            return f"SGLang (release not stated: {self.version_source}; sites judged by their code)"
+        return f"SGLang {self.version} ({self.version_source})"
 
 
-def find_package(path: Optional[str]) -> Path:
-    """The `sglang` folder of a fork checkout, a folder holding sglang/, the package itself, or the installed one."""
+def find_package(path: Optional[str]) -> tuple[Path, Path]:
+    """(root, the `sglang` folder) of a fork checkout, a folder holding sglang/, the package, or the installed one."""
     if path is None:
         spec = importlib.util.find_spec("sglang")
         if spec is None or not spec.submodule_search_locations:
             raise TargetError("no SGLang installed in this Python; name a tree: sglang-draft-layout check PATH")
-        return Path(list(spec.submodule_search_locations)[0]).resolve()
+        package = Path(list(spec.submodule_search_locations)[0]).resolve()
+        return package.parent, package
     root = Path(path).resolve()
     for candidate in (root, root / "sglang", root / "python" / "sglang"):
         if (candidate / "srt" / "speculative").is_dir():
-            return candidate
+            return root, candidate
     raise TargetError(f"{root}: not an SGLang tree (no sglang/srt/speculative/ under it)")
 
 
@@ -63,29 +68,71 @@ def _assigned_string(file: Path, names: tuple[str, ...]) -> Optional[str]:
     return None
 
 
-def read_version(package: Path) -> Optional[str]:
-    """The release: sglang/_version.py (wheels, installs), then a fork's python/pyproject.toml, then dist-info."""
-    version = _assigned_string(package / "_version.py", ("__version__", "version"))
-    if version:
-        return version
-    pyproject = package.parent / "pyproject.toml"
-    if pyproject.is_file():
-        found = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.MULTILINE)
-        if found:
-            return found.group(1)
-    for metadata in sorted(package.parent.glob("sglang-*.dist-info/METADATA")):
+def _pyproject_version(pyproject: Path) -> Optional[str]:
+    """A literal ``version = "..."`` (a fork with ``dynamic = ["version"]`` has none)."""
+    if not pyproject.is_file():
+        return None
+    found = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.MULTILINE)
+    return found.group(1) if found else None
+
+
+def _dist_info_version(site: Path) -> Optional[str]:
+    for metadata in sorted(site.glob("sglang-*.dist-info/METADATA")):
         found = re.search(r"^Version: (\S+)", metadata.read_text(), re.MULTILINE)
         if found:
             return found.group(1)
     return None
 
 
-def resolve(path: Optional[str], release: Optional[str] = None) -> Target:
-    """The target tree and its release (``release`` overrides what the tree says)."""
-    package = find_package(path)
-    version = release or read_version(package)
-    if version is None:
-        raise TargetError(f"{package}: unknown SGLang release (no _version.py, pyproject version or dist-info); pass --release X.Y.Z")
-    if parse_release(version) < OLDEST_SUPPORTED:
-        raise TargetError(f"{package}: SGLang {version} is older than {'.'.join(map(str, OLDEST_SUPPORTED))}, the oldest release these rules know")
-    return Target(package, version)
+def _git_describe(folder: Path) -> Optional[str]:
+    """The nearest ``v*`` tag of a git checkout, as ``git describe`` says it."""
+    try:
+        result = subprocess.run(["git", "describe", "--tags", "--match", "v*"], cwd=folder,
+                                capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if result.returncode != 0:
+        return None
+    return result.stdout.strip() or None
+
+
+def read_version(package: Path) -> tuple[Optional[str], str]:
+    """(release, where it was read) from what the tree states, in this order: sglang/_version.py
+    (wheels, installs), a literal version in the fork's python/pyproject.toml, the install's
+    dist-info, and in a fork checkout (python/pyproject.toml beside the package) the nearest
+    ``v*`` git tag. setuptools-scm's fallbacks are no release."""
+    ignored = []
+    for version, source in (
+        (lambda: _assigned_string(package / "_version.py", ("__version__", "version")), "sglang/_version.py"),
+        (lambda: _pyproject_version(package.parent / "pyproject.toml"), "pyproject.toml"),
+        (lambda: _dist_info_version(package.parent), "dist-info"),
+    ):
+        found = version()
+        if found and _SCM_FALLBACK.search(found):
+            ignored.append(f"{source} says {found}, a setuptools-scm build")
+        elif found:
+            return found, source
+    described = _git_describe(package) if (package.parent / "pyproject.toml").is_file() else None
+    if described:
+        return described, "git describe"
+    return None, "; ".join(ignored) or "no _version.py, pyproject version, dist-info or v* git tag"
+
+
+def black_line_length(root: Path, package: Path) -> int:
+    """``[tool.black] line-length`` from the pyproject.toml at the fork root or beside the package."""
+    for pyproject in dict.fromkeys((root / "pyproject.toml", package.parent / "pyproject.toml")):
+        if not pyproject.is_file():
+            continue
+        section = re.search(r"^\[tool\.black\][ \t]*\n(.*?)(?=^\[|\Z)", pyproject.read_text(), re.MULTILINE | re.DOTALL)
+        if section:
+            found = re.search(r"^line[-_]length\s*=\s*(\d+)", section.group(1), re.MULTILINE)
+            if found:
+                return int(found.group(1))
+    return BLACK_LINE_LENGTH
+
+
+def resolve(path: Optional[str]) -> Target:
+    """The target tree: where its package is, the release it states, its black line length."""
+    root, package = find_package(path)
+    version, source = read_version(package)
+    return Target(root, package, version, source, black_line_length(root, package))

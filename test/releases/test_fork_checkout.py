@@ -1,0 +1,115 @@
+"""A fork checkout states no release: it is patched by its code, and `diff` applies at its root."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglang_draft_layout import __version__, cli
+from sglang_draft_layout.target import resolve
+
+pytestmark = pytest.mark.releases
+
+#: python/pyproject.toml of a fork since 0.5.7: setuptools-scm decides the version at build time
+FORK_PYPROJECT = """[project]
+name = "sglang"
+dynamic = ["version"]
+
+[tool.setuptools_scm]
+root = ".."
+"""
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=fork", "-c", "user.email=fork@example.com", *args],
+                          cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def fork(pristine, tmp_path) -> Path:
+    """A fork checkout of 0.5.12: python/sglang/ without _version.py, a dynamic-version pyproject."""
+    root = tmp_path / "my-sglang-fork"
+    shutil.copytree(pristine("0.5.12") / "sglang", root / "python" / "sglang")
+    (root / "python" / "sglang" / "_version.py").unlink()
+    (root / "python" / "pyproject.toml").write_text(FORK_PYPROJECT)
+    return root
+
+
+def sources(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*.py"))}
+
+
+def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sglang_draft_layout", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def test_fork_without_a_release_is_patched_by_its_code(fork, capsys):
+    assert cli.main(["check", str(fork)]) == 1
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header.startswith("SGLang (release not stated: ") and "sites judged by their code" in header
+    assert cli.main(["apply", str(fork)]) == 0
+    capsys.readouterr()
+    assert cli.main(["check", str(fork)]) == 0
+
+
+@pytest.mark.parametrize("stated", ["0.0.0.dev0", "0.5.15.post2.dev614+g2e00587c8"])
+def test_setuptools_scm_builds_state_no_release(fork, capsys, stated):
+    (fork / "python" / "sglang" / "_version.py").write_text(f"__version__ = version = {stated!r}\n")
+    target = resolve(str(fork))
+    assert target.version is None and stated in target.version_source
+    assert cli.main(["check", str(fork)]) == 1
+    assert cli.main(["apply", str(fork)]) == 0
+
+
+@pytest.mark.parametrize("tag", ["v0.5.12", "v0.5.15"])
+def test_git_tag_is_shown_not_obeyed(fork, capsys, tag):
+    """A 0.5.12-based branch whose nearest tag is newer still needs (and gets) the patch."""
+    git(fork, "init", "-q")
+    git(fork, "add", "-A")
+    git(fork, "commit", "-qm", "fork")
+    git(fork, "tag", tag)
+    git(fork, "commit", "-q", "--allow-empty", "-m", "fork's own change")
+    target = resolve(str(fork))
+    assert target.version.startswith(f"{tag}-1-g") and target.version_source == "git describe"
+    assert cli.main(["check", str(fork)]) == 1
+    assert capsys.readouterr().out.startswith(f"SGLang {target.version} (git describe) at ")
+    assert cli.main(["apply", str(fork)]) == 0
+
+
+def test_diff_applies_with_git_apply_at_the_fork_root(fork, tmp_path):
+    git(fork, "init", "-q")
+    git(fork, "add", "-A")
+    git(fork, "commit", "-qm", "fork")
+    diff = run_cli(fork, "diff", ".")
+    assert diff.returncode == 1, diff.stderr
+    assert diff.stdout.startswith("diff --git a/python/sglang/srt/")
+    (tmp_path / "p.diff").write_text(diff.stdout)
+    git(fork, "apply", "--check", str(tmp_path / "p.diff"))
+    git(fork, "apply", str(tmp_path / "p.diff"))
+    by_git_apply = sources(fork)
+    git(fork, "checkout", "-q", "--", ".")
+    assert run_cli(fork, "apply", ".").returncode == 0
+    assert sources(fork) == by_git_apply
+    assert run_cli(fork, "check", ".").returncode == 0
+
+
+def test_diff_of_a_package_folder_is_relative_to_it(pristine):
+    diff = run_cli(pristine("0.5.12"), "diff", ".")
+    assert diff.stdout.startswith("diff --git a/sglang/srt/"), diff.stdout[:200]
+
+
+def test_black_line_length_of_the_fork(fork):
+    assert resolve(str(fork)).line_length == 88
+    (fork / "python" / "pyproject.toml").write_text(FORK_PYPROJECT + "\n[tool.black]\nline-length = 120\n")
+    assert resolve(str(fork)).line_length == 120
+
+
+def test_version_flag_prints_the_package_version():
+    result = run_cli(Path.cwd(), "--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"sglang-draft-layout {__version__}"
