@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from support.strict_skips import skip_without_cuda
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmark" / "gpu"))
 
@@ -24,13 +26,13 @@ def _cuda_available() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked gpu are skipped without torch or a CUDA GPU (CI has neither)."""
+    """Tests marked gpu are skipped without torch or a CUDA GPU (CI has neither); strict skips
+    (support/strict_skips.py) allow this skip only."""
     if _cuda_available():
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (run through benchmark/gpu/, see its README)")
     for item in items:
         if item.get_closest_marker("gpu"):
-            item.add_marker(skip)
+            skip_without_cuda(item)
 
 
 class HarnessResults(dict):
