@@ -30,7 +30,7 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PAR
 
 setup() {
   # 1. SGLang 0.5.12
-  if [ -f .gpu/sitepack/site312.tar.xz ]; then
+  if [ -f .gpu/sitepack/site312.tar.xz ] || [ -f "$WORK/site/.installed" ]; then
     SITE=$WORK/site
     if [ ! -f "$SITE/.installed" ]; then
       rm -rf "$SITE" "$WORK/x"; mkdir -p "$WORK/x"
@@ -81,7 +81,7 @@ print('[setup] PYTHONPATH=$pp -> sglang', sglang.__version__, sglang.__file__,
 } 2>&1 | tee "$OUT/setup.txt"
 [ "${PIPESTATUS[0]}" = 0 ] && grep -q "^\[setup\] done" "$OUT/setup.txt" || { echo "SETUP FAILED"; exit 1; }
 # re-derive what setup exported (it ran in a pipeline subshell)
-if [ -f .gpu/sitepack/site312.tar.xz ]; then SITE=$WORK/site; else
+if [ -f .gpu/sitepack/site312.tar.xz ] || [ -f "$WORK/site/.installed" ]; then SITE=$WORK/site; else
   SITE=$(python3 -c "import importlib.util as u, os; s = u.find_spec('sglang'); print(os.path.dirname(os.path.dirname(s.origin)))"); fi
 for lib in .gpu/lib .gpu/recipe/lib; do
   if ! ldconfig -p 2>/dev/null | grep -q 'libnuma.so.1 ' && [ -f "$lib/libnuma.so.1" ]; then
