@@ -88,11 +88,17 @@ def parse(name):
     return dict(backend=backend, cg=cg, topk=topk, steps=steps, tree=tree)
 
 
+MIN_NEW_TOKENS = 64
+NONSPEC_NEW_TOKENS = 72  # >= every spec request (steps 1..8), so the non-spec output is a reference for all
+
+
 def max_new_tokens(steps):
-    """Request length: a multiple of num_steps + 1, so an exact draft gives accept length num_steps + 1."""
+    """Request length: the smallest multiple of num_steps + 1 from MIN_NEW_TOKENS on, so that an
+    exact draft gives accept length num_steps + 1 for every step count (64 for 1, 3, 7 steps,
+    66 for 2, 5, 65 for 4, 70 for 6, 72 for 8)."""
     if steps is None:
-        return 72
-    return 64 if 64 % (steps + 1) == 0 else 72
+        return NONSPEC_NEW_TOKENS
+    return -(-MIN_NEW_TOKENS // (steps + 1)) * (steps + 1)
 
 
 def draft_tokens(topk, steps):
@@ -308,7 +314,7 @@ def summarize(res, cfg):
         res["accept_all_exact"] = all(abs(x - (cfg["steps"] + 1)) < 1e-9 for x in accs)
     # tokens/s. "all": every completion token over the summed request wall time, warm-up
     # (first request of each shape: JIT compiles) included. "single": median of short1..short4
-    # (one request of 64 or 72 tokens; short0 is the warm-up). "batch8": the last 8-request
+    # (one request of max_new_tokens; short0 is the warm-up). "batch8": the last 8-request
     # near-context batch (8 x n tokens over its wall time).
     seen, tok, secs = set(), 0, 0.0
     for c in checks:
