@@ -36,9 +36,9 @@ from support.dsv4_metadata import (  # noqa: E402
     guards_of_assignment,
     load_metadata_module,
     module_constant,
-    wheel_source,
 )
 from support.sglang_release import require_release  # noqa: E402
+from support.wheel_source import wheel_source  # noqa: E402
 
 pytestmark = pytest.mark.releases
 

@@ -15,11 +15,8 @@ import ast
 import importlib.util
 import os
 import sys
-import zipfile
 from pathlib import Path
 from types import ModuleType
-
-from sglang_draft_layout.releases import release_wheel
 
 from .sglang_release import pristine_tree
 
@@ -30,12 +27,6 @@ DSV4_MODEL = "sglang/srt/models/deepseek_v4.py"
 DSV4_BACKEND = "sglang/srt/layers/attention/deepseek_v4_backend.py"
 # What metadata_kernel.py may import for it to load outside SGLang.
 ALLOWED_IMPORTS = {"typing", "torch", "triton", "triton.language"}
-
-
-def wheel_source(version: str, path: str) -> str:
-    """The text of ``path`` as shipped in the sglang==version wheel."""
-    with zipfile.ZipFile(release_wheel(version)) as wheel:
-        return wheel.read(path).decode()
 
 
 def imported_modules(text: str) -> set[str]:
