@@ -84,29 +84,36 @@ class Client:
     """The long-lived bench_serving client; every run is bounded by a timeout."""
 
     def __init__(self, a: argparse.Namespace, log_path: str) -> None:
-        env = dict(os.environ, PYTHONPATH=a.site, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-                   TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
+        self.env = dict(os.environ, PYTHONPATH=a.site, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                        TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
         self.log = open(log_path, "a")
+        self._start()
+
+    def _start(self) -> None:
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--client"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, env=env, start_new_session=True)
+                                     text=True, env=self.env, start_new_session=True)
+        serve_checks._SERVERS.append(self.proc)  # killed with the servers on SIGTERM
         self.lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._read, args=(self.proc, self.lines), daemon=True).start()
 
-    def _read(self) -> None:
-        for line in self.proc.stdout:
+    def _read(self, proc: subprocess.Popen, lines: queue.Queue) -> None:
+        for line in proc.stdout:
             self.log.write(line)
             self.log.flush()
             if line.startswith(DONE):
-                self.lines.put(line)
+                lines.put(line)
 
     def run(self, argv: list[str], timeout: float) -> int | None:
-        """bench_serving's exit status, or None when it did not finish within ``timeout``."""
+        """bench_serving's exit status, or None when it did not finish within ``timeout`` (the
+        client is then replaced, so a late result cannot be taken for the next run's)."""
         self.proc.stdin.write(json.dumps(argv) + "\n")
         self.proc.stdin.flush()
         try:
             return int(self.lines.get(timeout=max(timeout, 0)).split()[1])
         except queue.Empty:
+            serve_checks.kill_group(self.proc)
+            self._start()
             return None
 
     def close(self) -> None:
@@ -258,6 +265,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--max-seconds", type=float, default=450, help="stop cleanly this long after start")
+    ap.add_argument("--min-config-seconds", type=float, default=120,
+                    help="start a configuration only with this much time left")
     ap.add_argument("--startup-timeout", type=float, default=240)
     ap.add_argument("--round-timeout", type=float, default=90)
     ap.add_argument("--base-port", type=int, default=20000)
@@ -293,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     records, summaries = [], []
     try:
         for index, config in enumerate(a.configs):
-            if deadline - time.time() < 60:
+            if deadline - time.time() < a.min_config_seconds:
                 records.append({"config": config, "rounds": {t: [] for t in TREES},
                                 "notes": ["not started: deadline"]})
             else:

@@ -134,7 +134,10 @@ def test_client_runs_the_module_as_python_dash_m_once_per_round(tmp_path):
             "accept_length": 4.0, "median_tpot_ms": None, "median_ttft_ms": None}
         ran = json.loads(second.read_text())  # run as `python -m sglang.bench_serving` runs it
         assert ran["run_as"] == "__main__" and ran["argv0"] == str(site / "sglang" / "bench_serving.py")
+        hung = client.proc
         assert client.run(["--output-file", str(first), "--sleep", "30"], timeout=1) is None
+        assert hung.poll() is not None and client.proc is not hung  # replaced
+        assert client.run(["--output-file", str(second)], timeout=60) == 0
     finally:
         client.close()
     assert client.proc.poll() is not None
