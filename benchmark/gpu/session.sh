@@ -36,7 +36,8 @@ run_job() {  # run_job NAME: one job, its output under $R/NAME
   case $1 in
     key) OUT=$out DEADLINE_S=480 bash benchmark/gpu/run_on_h200.sh key ;;
     forktest) OUT=$out bash benchmark/gpu/run_fork_gpu_test.sh ;;
-    ab) python3 benchmark/gpu/ab_bench.py --out "$out" ;;
+    ab) python3 benchmark/gpu/ab_bench.py --models "$WORK/models" --site "$WORK/site" --patched "$WORK/patched" \
+          --out "$out" --max-seconds "${AB_SECONDS:-480}" ;;
     dsv4) OUT=$out DSV4_LAYOUTS=mixed STRESS=1 MEM_FRACTION=0.5 DEADLINE_S=480 \
             bash benchmark/gpu/run_deepseek_on_h200.sh dsv4_nocg ;;
     leak) OUT=$out STRESS=1 DEADLINE_S=400 EXTRA_ARGS="--page-size 16 --disable-radix-cache" \
