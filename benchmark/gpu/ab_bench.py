@@ -294,7 +294,6 @@ def main(argv: list[str] | None = None) -> int:
     if a.client:
         return client_loop()
     deadline = time.time() + a.max_seconds
-    signal.signal(signal.SIGTERM, lambda *_: (serve_checks.kill_all(), sys.exit(143)))
     a.logdir = os.path.join(a.out, "logs")
     os.makedirs(os.path.join(a.out, "rounds"), exist_ok=True)
     os.makedirs(a.logdir, exist_ok=True)
@@ -330,4 +329,5 @@ def write_outputs(a: argparse.Namespace, records: list[dict], summaries: list[di
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: (serve_checks.kill_all(), sys.exit(143)))
     sys.exit(main())

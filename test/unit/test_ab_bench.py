@@ -141,3 +141,70 @@ def test_client_runs_the_module_as_python_dash_m_once_per_round(tmp_path):
     finally:
         client.close()
     assert client.proc.poll() is not None
+
+
+FAKE_LAUNCH_SERVER = '''\
+"""Stands in for sglang.launch_server: answers /health on --port until killed."""
+import http.server
+import sys
+
+port = int(sys.argv[sys.argv.index("--port") + 1])
+
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"null")
+
+    def log_message(self, *args):
+        pass
+
+
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+'''
+
+FAKE_BENCH_BY_PORT = '''\
+"""Stands in for sglang.bench_serving: tokens/s and accept length by server port, the order of runs logged."""
+import json
+import sys
+
+argv = sys.argv[1:]
+port = int(argv[argv.index("--port") + 1])
+base = int(open(__file__.replace("bench_serving.py", "base_port")).read())
+fast = port != base  # the second server of the pair (patched) is twice as fast
+with open(__file__.replace("bench_serving.py", "runs.log"), "a") as log:
+    log.write(f"{port} {argv[argv.index('--num-prompts') + 1]}\\n")
+with open(argv[argv.index("--output-file") + 1], "a") as f:
+    f.write(json.dumps({"completed": int(argv[argv.index("--num-prompts") + 1]),
+                        "output_throughput": 200.0 if fast else 100.0,
+                        "accept_length": 4.0 if fast else 2.5}) + "\\n")
+'''
+
+
+def test_one_config_end_to_end_with_stand_in_servers(tmp_path):
+    """Start the pair, warm up each, alternate A B A B ..., summarize: with stand-ins for
+    sglang.launch_server and sglang.bench_serving (a real run needs a GPU)."""
+    site = tmp_path / "site"
+    (site / "sglang").mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("")
+    (site / "sglang" / "launch_server.py").write_text(FAKE_LAUNCH_SERVER)
+    (site / "sglang" / "bench_serving.py").write_text(FAKE_BENCH_BY_PORT)
+    base = 29000 + (hash(str(tmp_path)) % 500) * 2
+    (site / "sglang" / "base_port").write_text(str(base))
+    out = tmp_path / "out"
+    code = ab_bench.main(["--models", str(tmp_path / "models"), "--site", str(site), "--patched", str(site),
+                          "--out", str(out), "--configs", "triton_nocg_k4s3", "--rounds", "5",
+                          "--base-port", str(base), "--port-step", "1", "--startup-timeout", "60",
+                          "--max-seconds", "120", "--min-config-seconds", "1"])
+    assert code == 0
+    runs = (site / "sglang" / "runs.log").read_text().split("\n")[:-1]
+    a, b = f"{base} ", f"{base + 1} "
+    assert runs == [a + "16", b + "16"] + [a + "32", b + "32"] * 5  # warm-up, then A B A B ...
+    result = json.loads((out / "ab_results.json").read_text())
+    [s] = result["summaries"]
+    assert s["notes"] == [] and s["pairs"] == 5
+    assert (s["unpatched_tokens_per_s"], s["patched_tokens_per_s"], s["ratio_min"], s["ratio_max"]) == (100, 200, 2, 2)
+    assert (s["unpatched_accept_length"], s["patched_accept_length"]) == (2.5, 4.0)
+    assert "| triton_nocg_k4s3 | 5 / 5 | 100.0 | 200.0 | 2.000 (2.000-2.000) | 2.500 | 4.000 |" in (
+        out / "ab_summary.md").read_text()
