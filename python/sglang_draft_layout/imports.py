@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING, Optional, Sequence
 if TYPE_CHECKING:
     import libcst as cst
 
-FIRST_PARTY = "sglang"
+FIRST_PARTY_PACKAGE = "sglang"
 INDENT = "    "
 # isort's sections, in the order it writes them
-FUTURE, STDLIB, THIRD_PARTY, FIRST_PARTY_SECTION, LOCAL_FOLDER = range(5)
-
+FUTURE, STDLIB, THIRD_PARTY, FIRST_PARTY, LOCAL_FOLDER = range(5)
 
 
 def add_imports(code: str, imports: Sequence[tuple[str, str]], line_length: int = 88) -> str:
@@ -126,7 +125,14 @@ def _newline_then(indent: str, first_line: Optional["cst.TrailingWhitespace"] = 
 
 
 def _insert(code: str, tree: ast.Module, module: str, is_from: bool, statement: "cst.SimpleStatementLine") -> str:
-    """``code`` with ``statement`` (importing ``module``) where isort would put it among the top-level imports."""
+    """``code`` with ``statement`` (importing ``module``) where isort would put it among the header's imports.
+
+    The header is what lies between the module's opening string and its first definition.
+    Its runs of import statements (code between them, such as an ``if`` block, splits them)
+    are sorted by isort one by one; the statement joins its section in the first run whose
+    modules of that section sort around it (else in the first run holding the section),
+    or starts the section in the first run.
+    """
     lines = _lines(code)
     newline = _newline(code)
     text = _render(statement, newline)
@@ -134,30 +140,27 @@ def _insert(code: str, tree: ast.Module, module: str, is_from: bool, statement: 
     key = _statement_key(is_from, module)
     body = tree.body
     first = _first_after_opening_string(body)
-    runs = _import_runs(body[first:])
-    same = next((run for run in runs if any(_section_of(stmt) == section for stmt in run)), None)
-    if same is not None:
-        in_section = [stmt for stmt in same if _section_of(stmt) == section]
+    end = next((index for index, stmt in enumerate(body) if index >= first and isinstance(
+        stmt, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))), len(body))
+    runs = _import_runs(body[first:end])
+    sections = [in_section for run in runs if (in_section := [s for s in run if _section_of(s) == section])]
+    if sections:
+        in_section = next((stmts for stmts in sections if _key_of(stmts[0]) <= key <= _key_of(stmts[-1])), sections[0])
         following = next((stmt for stmt in in_section if _key_of(stmt) >= key), None)
-        if following is not None:
-            at = _comment_start(lines, following)
-            return "".join([*lines[:at], text, *lines[at:]])
-        at = in_section[-1].end_lineno
-        return "".join([*lines[:at], text, *lines[at:]])
-    if runs:
-        earlier = [stmt for stmt in runs[0] if _section_of(stmt) < section]
-        if earlier:
-            at = earlier[-1].end_lineno
-            return "".join([*lines[:at], newline, text, *lines[at:]])
-        at = _comment_start(lines, runs[0][0])
-        return "".join([*lines[:at], text, newline, *lines[at:]])
-    if first:  # after the opening string (and any __future__ import): a block of its own
-        at = body[first - 1].end_lineno
-        return "".join([*lines[:at], newline, text, *lines[at:]])
-    at = 0
-    while at < len(lines) and lines[at].startswith("#"):  # below a shebang, encoding or license comment
-        at += 1
-    return "".join([*lines[:at], newline if at else "", text, newline, *lines[at:]])
+        at = _comment_start(lines, following) if following else in_section[-1].end_lineno
+        new_lines = [text]
+    elif runs and (earlier := [stmt for stmt in runs[0] if _section_of(stmt) < section]):
+        at, new_lines = earlier[-1].end_lineno, [newline, text]
+    elif runs:  # only later sections (relative imports): a section of its own above them
+        at, new_lines = _comment_start(lines, runs[0][0]), [text, newline]
+    elif first:  # no imports: a block of its own below the opening string
+        at, new_lines = body[first - 1].end_lineno, [newline, text]
+    else:  # no imports, no opening string: below a shebang, encoding or license comment
+        at = 0
+        while at < len(lines) and lines[at].startswith("#"):
+            at += 1
+        new_lines = [newline, text, newline] if at else [text, newline]
+    return "".join([*lines[:at], *new_lines, *lines[at:]])
 
 
 def _first_after_opening_string(body: list[ast.stmt]) -> int:
@@ -209,8 +212,8 @@ def _section(module: str, level: int) -> int:
         return LOCAL_FOLDER
     if module == "__future__":
         return FUTURE
-    if top == FIRST_PARTY:
-        return FIRST_PARTY_SECTION
+    if top == FIRST_PARTY_PACKAGE:
+        return FIRST_PARTY
     if top in sys.stdlib_module_names:
         return STDLIB
     return THIRD_PARTY

@@ -148,14 +148,15 @@ BACKEND_DOC = '"""A multi-step draft attention backend (hand-made mimic of the s
 
 
 def backend_header(*spec_utils_names: str) -> str:
-    """The module header of the backend snippets; with ``spec_utils_names``, as the rules leave it."""
+    """The module header of the backend snippets; with ``spec_utils_names``, as the rules leave it
+    (isort's place: ``sglang.srt.speculative`` sorts before ``sglang.srt.utils``)."""
     added = f"from sglang.srt.speculative.spec_utils import {', '.join(spec_utils_names)}\n" if spec_utils_names else ""
     return (
         f"{BACKEND_DOC}\n"
         "from __future__ import annotations\n\n"
         "import torch\n\n"
-        "from sglang.srt.utils import next_power_of_2\n"
-        f"{added}\n\n"
+        f"{added}"
+        "from sglang.srt.utils import next_power_of_2\n\n\n"
         "def helper_above_the_class(x):\n"
         "    return x\n\n\n"
     )

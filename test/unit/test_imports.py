@@ -222,6 +222,62 @@ CASES = {
         'def helper():\n'
         '    return torch.int32\n',
     ),
+    "first-party imports split by an if block: into the run its neighbours are in": (
+        "import torch\n"
+        "\n"
+        "from sglang.srt.environ import envs\n"
+        "from sglang.srt.layers.attention.base_attn_backend import AttentionBackend\n"
+        "\n"
+        "if envs.USE_V2.get():\n"
+        "    from sglang.srt.layers.attention.compressor_v2 import Compressor\n"
+        "else:\n"
+        "    from sglang.srt.layers.attention.compressor import Compressor\n"
+        "\n"
+        "from sglang.srt.layers.dp_attention import get_attention_cp_rank\n"
+        "from sglang.srt.model_executor.forward_batch_info import ForwardBatch\n"
+        "from sglang.srt.utils import ceil_align\n",
+        [PER_STEP],
+        88,
+        "import torch\n"
+        "\n"
+        "from sglang.srt.environ import envs\n"
+        "from sglang.srt.layers.attention.base_attn_backend import AttentionBackend\n"
+        "\n"
+        "if envs.USE_V2.get():\n"
+        "    from sglang.srt.layers.attention.compressor_v2 import Compressor\n"
+        "else:\n"
+        "    from sglang.srt.layers.attention.compressor import Compressor\n"
+        "\n"
+        "from sglang.srt.layers.dp_attention import get_attention_cp_rank\n"
+        "from sglang.srt.model_executor.forward_batch_info import ForwardBatch\n"
+        "from sglang.srt.speculative.eagle_utils import per_step_draft_out_cache_loc\n"
+        "from sglang.srt.utils import ceil_align\n",
+    ),
+    "an import below the first definition is not the header's": (
+        "import torch\n"
+        "\n"
+        "from sglang.srt.utils import is_cuda\n"
+        "\n"
+        "\n"
+        "def helper():\n"
+        "    pass\n"
+        "\n"
+        "\n"
+        "from sglang.srt.layers.late import Late  # noqa: E402\n",
+        [WIDTH],
+        88,
+        "import torch\n"
+        "\n"
+        "from sglang.srt.speculative.spec_utils import draft_kv_indices_buffer_width\n"
+        "from sglang.srt.utils import is_cuda\n"
+        "\n"
+        "\n"
+        "def helper():\n"
+        "    pass\n"
+        "\n"
+        "\n"
+        "from sglang.srt.layers.late import Late  # noqa: E402\n",
+    ),
     "no first-party block yet: a new block after the last import": (
         '"""A module."""\n'
         '\n'

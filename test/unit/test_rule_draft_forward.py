@@ -21,7 +21,7 @@ RULE = rule("draft-forward:EagleDraftWorker")
 RULE_V1 = rule("draft-forward:EAGLEWorker")
 DETAIL = "no `reshape(bs, topk, steps)` + `permute((2, 0, 1)).reshape(steps, -1)` of out_cache_loc"
 HEADER_AFTER = WORKER_HEADER.replace(
-    "import organize_draft_results\n", "import per_step_draft_out_cache_loc, organize_draft_results\n")
+    "import organize_draft_results\n", "import (\n    organize_draft_results,\n    per_step_draft_out_cache_loc,\n)\n")
 
 AFTER = """\
     def draft_forward(self, forward_batch):
@@ -161,7 +161,7 @@ def test_import_added_when_the_file_has_no_eagle_utils_import(sglang_tree):
     sglang_tree.write(WORKER_V2, worker_module(CLS, header=header))
     sglang_tree.apply([RULE])
     assert sglang_tree.read(WORKER_V2) == worker_module(CLS, AFTER, header=header.replace(
-        "import torch\n", "import torch\nfrom sglang.srt.speculative.eagle_utils import per_step_draft_out_cache_loc\n"))
+        "import torch\n", "import torch\n\nfrom sglang.srt.speculative.eagle_utils import per_step_draft_out_cache_loc\n"))
 
 
 @pytest.mark.parametrize("layout", [

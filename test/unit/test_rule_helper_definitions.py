@@ -75,7 +75,7 @@ def test_eagle_utils_without_torch_gets_the_import_once(sglang_tree):
     sglang_tree.write(EAGLE_UTILS, before)
     sglang_tree.apply([PER_STEP])
     expected = insert_before(before, "def organize_draft_results(", PER_STEP_SOURCE).replace(
-        "import logging\n", "import logging\nimport torch\n")
+        "import logging\n", "import logging\n\nimport torch\n")
     assert sglang_tree.read(EAGLE_UTILS) == expected
     sglang_tree.assert_idempotent([PER_STEP])
 

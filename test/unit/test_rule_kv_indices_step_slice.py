@@ -61,7 +61,7 @@ def test_import_merged_into_the_existing_spec_utils_import(sglang_tree):
     after = sglang_tree.read(TRITON)
     assert after == backend_module("TritonMultiStepDraftBackend", INIT, AFTER, EAGER, GRAPH, header=header.replace(
         "import generate_draft_decode_kv_indices",
-        "import draft_kv_indices_used_len, generate_draft_decode_kv_indices"))
+        "import (\n    draft_kv_indices_used_len,\n    generate_draft_decode_kv_indices,\n)"))
     assert after.count("draft_kv_indices_used_len,") == 1
 
 
