@@ -14,11 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
-import libcst as cst
-
 from .imports import add_imports
 from .rules import RULES
-from .rules.base import Edit, Finding, Rule, Source, State
+from .rules.base import Finding, Rule, Source, State
 from .target import Target, TargetError
 
 
@@ -65,55 +63,27 @@ def _git_diff(change: FileChange, path: str) -> str:
     return header + body
 
 
-class _ApplyEdits(cst.CSTTransformer):
-    """Apply every edit to the node it names, children first, in one pass."""
+def render(path: Path, source: Source, findings: Sequence[Finding], line_length: int = 88) -> str:
+    """The file's new text: every to-patch finding's edits, then its imports.
 
-    def __init__(self, edits: Sequence[Edit]) -> None:
-        super().__init__()
-        self.edits: dict[int, list[Edit]] = defaultdict(list)
-        for edit in edits:
-            self.edits[id(edit.node)].append(edit)
-
-    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
-        edits = self.edits.get(id(original_node))
-        if not edits:
-            return updated_node
-        rewrites = [e.rewrite for e in edits if e.rewrite]
-        assert len(rewrites) <= 1, f"two rules rewrite the same node: {edits}"
-        node = rewrites[0](updated_node) if rewrites else updated_node
-        groups = [list(e.before) for e in edits if e.before]
-        if not groups or isinstance(node, cst.RemovalSentinel):
-            return node
-        separate = max(e.separate for e in edits)
-        for group in groups[1:]:
-            group[0] = group[0].with_changes(leading_lines=[*_blank(separate), *group[0].leading_lines])
-        before = [stmt for group in groups for stmt in group]
-        kept = list(node.leading_lines) if any(e.keep_comments for e in edits) else []
-        moved = [] if kept else list(node.leading_lines)
-        before[0] = before[0].with_changes(leading_lines=[*moved, *before[0].leading_lines])
-        return cst.FlattenSentinel([*before, node.with_changes(leading_lines=[*_blank(separate), *kept])])
-
-
-def _blank(count: int) -> list[cst.EmptyLine]:
-    return [cst.EmptyLine(indent=False)] * count
-
-
-def render(source: Source, findings: Sequence[Finding], line_length: int = 88) -> str:
-    """The file's new text with every to-patch finding's edits and imports applied.
-
-    Only the segments the rules parsed are rewritten and spliced back; then the imports
-    are added where isort and black would write them (see ``imports.add_imports``).
+    The edits are applied with libcst (``rewrite.py``, imported only here: ``check``
+    never loads libcst); then the imports are added where isort and black would write
+    them (see ``imports.add_imports``).
     """
+    import libcst as cst
+
+    from .rewrite import AnchorError, apply_edits
+
     to_patch = [f for f in findings if f.state is State.TO_PATCH]
-    apply_edits = _ApplyEdits([e for f in to_patch for e in f.edits])
-    replacements = {
-        (segment.start, segment.end): segment.text(segment.module.visit(apply_edits))
-        for segment in source.segments.values()
-    }
-    lines = list(source.lines)
-    for (start, end), text in sorted(replacements.items(), reverse=True):
-        lines[start:end] = [text]
-    return add_imports("".join(lines), sorted({i for f in to_patch for i in f.imports}), line_length)
+    try:
+        code = apply_edits(source, [e for f in to_patch for e in f.edits])
+    except AnchorError as error:
+        raise PatchError(f"{path}:{error.node.lineno}: an edit's anchor maps to no libcst node (a rule bug); "
+                         "nothing written") from None
+    except cst.ParserSyntaxError as error:
+        raise TargetError(f"{path}:{error.raw_line}: not valid Python ({error.message.splitlines()[0]}); "
+                          "nothing written") from None
+    return add_imports(code, sorted({i for f in to_patch for i in f.imports}), line_length)
 
 
 def _parse(path: Path, relative: str, code: str) -> Source:
@@ -121,8 +91,6 @@ def _parse(path: Path, relative: str, code: str) -> Source:
         return Source(relative, code)
     except SyntaxError as error:
         raise TargetError(f"{path}:{error.lineno}: not valid Python ({error.msg}); nothing written") from None
-    except cst.ParserSyntaxError as error:
-        raise TargetError(f"{path}:{error.raw_line}: not valid Python ({error.message.splitlines()[0]}); nothing written") from None
 
 
 def _rules_by_file(rules: Sequence[Rule]) -> dict[str, list[Rule]]:
@@ -148,7 +116,7 @@ def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = T
         if render_changes and any(f.state is State.TO_PATCH for f in file_findings) and not any(
             f.state is State.UNRECOGNISED for f in file_findings
         ):
-            new = render(source, file_findings, getattr(target, "line_length", 88))
+            new = render(path, source, file_findings, getattr(target, "line_length", 88))
             _check_rendered(path, relative, new, file_rules)
             changes.append(FileChange(path, old, new))
     return Plan(target, tuple(findings), tuple(changes))

@@ -1,23 +1,16 @@
-"""Source: segments, and the start lines that stand in for libcst's PositionProvider."""
+"""Source (the file's ast) and rewrite.apply_edits (ast anchors applied with libcst)."""
 
 from __future__ import annotations
 
-import inspect
+import ast
+import subprocess
+import sys
 
-import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+import pytest
 
-from sglang_draft_layout import engine
-from sglang_draft_layout.rules.base import Source, start_lines
-
-
-def test_start_lines_equal_position_provider_on_every_node():
-    """start_lines reads libcst's codegen internals; this catches a libcst that changes them."""
-    module = cst.parse_module(inspect.getsource(engine))
-    resolved = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    expected = {id(node): position.start.line for node, position in resolved.items()}
-    assert start_lines(module) == expected
-
+from rule_test_support import FLASHINFER, backend_module
+from sglang_draft_layout.rewrite import AnchorError, apply_edits
+from sglang_draft_layout.rules.base import Edit, Source
 
 SOURCE = '''"""A module."""
 
@@ -29,8 +22,10 @@ class Backend:
         return 1
 
     # about second
-    def second(self, x):
-        y = x + 1
+    @staticmethod
+    def second(x):
+        label = "é→"; y = (x + 1) * 2
+        shape = (label, x)
         return y
 
 
@@ -40,11 +35,66 @@ def helper():
 '''
 
 
-def test_segments_report_file_lines_and_keep_the_comment_above():
+def node(source: Source, kind: type, text: str) -> ast.AST:
+    """The only ``kind`` node of the file whose source is ``text``."""
+    found = [n for n in ast.walk(source.tree) if isinstance(n, kind) and source.text(n) == text]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_text_reads_utf8_byte_columns():
     source = Source("mod.py", SOURCE)
-    second = source.method("Backend", "second")
-    assert source.line(second.body.body[1]) == SOURCE.splitlines().index("        return y") + 1
-    assert [line.comment.value for line in second.leading_lines if line.comment] == ["# about second"]
-    helper, line = source.first_definition()
-    assert line == SOURCE.splitlines().index("class Backend:") + 1
-    assert source.header().module.code == '"""A module."""\n\nimport os\n\n\n'
+    assert source.text(node(source, ast.BinOp, "x + 1")) == "x + 1"  # after non-ASCII text on its line
+    assert source.text(node(source, ast.Tuple, "(label, x)")) == "(label, x)"
+
+
+def test_expression_anchor_after_non_ascii_text_and_inside_parentheses():
+    source = Source("mod.py", SOURCE)
+    new = apply_edits(source, [Edit(node(source, ast.BinOp, "x + 1"), replace="x - 1")])
+    assert new == SOURCE.replace("y = (x + 1) * 2", "y = (x - 1) * 2")
+
+
+def test_parenthesised_tuple_anchor_and_statement_insert_in_a_decorated_method():
+    source = Source("mod.py", SOURCE)
+    tuple_node = node(source, ast.Tuple, "(label, x)")
+    stmt = node(source, ast.Assign, "shape = (label, x)")
+    new = apply_edits(source, [Edit(tuple_node, replace="(x, label)"), Edit(stmt, before=("z = [\n    1,\n]\n",))])
+    assert new == SOURCE.replace("        shape = (label, x)\n", "        z = [\n            1,\n        ]\n        shape = (x, label)\n")
+
+
+def test_insert_before_a_top_level_definition_keeps_its_comment():
+    source = Source("mod.py", SOURCE)
+    helper = next(s for s in source.tree.body if isinstance(s, ast.FunctionDef))
+    new = apply_edits(source, [Edit(helper, before=("def added():\n    pass\n",), separate=2, keep_comments=True)])
+    assert new == SOURCE.replace("# about helper\n", "def added():\n    pass\n\n\n# about helper\n")
+
+
+def test_replace_absorbs_the_next_statement_and_takes_its_comment_above():
+    text = "def f(x):\n    a = 1\n    # two\n    b = 2\n    return a + b\n"
+    source = Source("mod.py", text)
+    first, second = source.tree.body[0].body[:2]
+    new = apply_edits(source, [Edit(first, replace="a = b = 3\n", absorb=(second,))])
+    assert new == "def f(x):\n    # two\n    a = b = 3\n    return a + b\n"
+
+
+def test_an_anchor_libcst_cannot_match_is_an_error():
+    text = "x = 1; y = 2\n"
+    source = Source("mod.py", text)
+    with pytest.raises(AnchorError):
+        apply_edits(source, [Edit(source.tree.body[1], replace="y = 3\n")])
+
+
+def test_check_does_not_import_libcst(sglang_tree):
+    """check decides on the stdlib ast; libcst is for writing only."""
+    sglang_tree.write(FLASHINFER, backend_module("FlashInferMultiStepDraftBackend"))
+    probe = (
+        "import sys\n"
+        "from sglang_draft_layout import cli\n"
+        f"code = cli.main(['check', {str(sglang_tree.root)!r}])\n"
+        "print(code, sorted(m for m in sys.modules if m.split('.')[0] == 'libcst'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[-1] == "1 []"
+    probe = probe.replace("'check'", "'apply'")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[-1].startswith("0 ['libcst'")  # the probe itself can fail: apply does import it

@@ -14,15 +14,12 @@ Invariant: the metadata's write targets are the slots the draft worker writes at
 
 from __future__ import annotations
 
+import ast
 from typing import Iterator
 
-import libcst as cst
-import libcst.matchers as m
-from libcst.helpers import parse_template_statement
+from ..layout_patterns import PER_STEP_HELPER, called_name, in_order, is_self_attr
+from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State
 
-from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State, walk
-
-HELPER = "per_step_draft_out_cache_loc"
 CLASS = "DeepseekV4AttnBackend"
 PRELUDE = """
 # DSv4 bakes this step's KV write target (c4/c128) into metadata,
@@ -31,54 +28,55 @@ out_cache_loc = {batch}.out_cache_loc
 """
 STEP_SLICE = f"""
 if self.topk > 0 and self.speculative_num_steps > 1:
-    out_cache_loc = {HELPER}(
+    out_cache_loc = {PER_STEP_HELPER}(
         out_cache_loc,
         {{batch}}.batch_size,
         self.topk,
         self.speculative_num_steps,
     )[self.speculative_step_id]
 """
-DECODE_CALL = m.Call(
-    func=m.Attribute(value=m.Name("self"), attr=m.Name("init_forward_metadata_decode")),
-    args=[m.ZeroOrMore(), m.Arg(keyword=m.Name("out_cache_loc")), m.ZeroOrMore()],
-)
 
 
-def decode_branches(source: Source) -> Iterator[cst.If]:
+def out_cache_loc_argument(node: ast.AST) -> ast.keyword | None:
+    """The ``out_cache_loc=`` argument of a ``self.init_forward_metadata_decode(...)`` call."""
+    if not (isinstance(node, ast.Call) and is_self_attr(node.func, "init_forward_metadata_decode")):
+        return None
+    return next((k for k in node.keywords if k.arg == "out_cache_loc"), None)
+
+
+def decode_branches(source: Source) -> Iterator[ast.If]:
     """``if <...>.is_decode_or_idle():`` blocks of the class's methods that build decode metadata."""
-    decode_test = m.Call(func=m.Attribute(attr=m.Name("is_decode_or_idle")))
-    for method in source.methods(CLASS, mentioning="is_decode_or_idle"):
-        for node in walk(method.body):
-            if m.matches(node, m.If(test=decode_test)) and any(m.findall(node.body, DECODE_CALL)):
+    for method in source.methods(CLASS):
+        for node in in_order(method):
+            if isinstance(node, ast.If) and called_name(node.test) == "is_decode_or_idle" and any(
+                out_cache_loc_argument(n) for stmt in node.body for n in in_order(stmt)
+            ):
                 yield node
 
 
 def _find(rule: Rule, source: Source) -> Finding:
-    if not source.has_class(CLASS):
+    if source.cls(CLASS) is None:
         return rule.report(State.ABSENT, detail=f"no class {CLASS}")
     unknown_line = None
     for branch in decode_branches(source):
-        if m.findall(branch.body, m.Call(func=m.Name(HELPER))):
-            return rule.report(State.PATCHED, source.line(branch))
-        for stmt in branch.body.body:
-            calls = m.findall(stmt, DECODE_CALL)
-            if not calls:
+        if any(called_name(n) == PER_STEP_HELPER for stmt in branch.body for n in in_order(stmt)):
+            return rule.report(State.PATCHED, branch.lineno)
+        for stmt in branch.body:
+            loc = next(filter(None, map(out_cache_loc_argument, in_order(stmt))), None)
+            if loc is None:
                 continue
-            loc = next(arg for arg in calls[0].args if arg.keyword and arg.keyword.value == "out_cache_loc")
-            if not m.matches(loc.value, m.Attribute(attr=m.Name("out_cache_loc"))):
-                unknown_line = source.line(stmt)
+            if not (isinstance(loc.value, ast.Attribute) and loc.value.attr == "out_cache_loc"):
+                unknown_line = stmt.lineno
                 break
-            batch = loc.value.value
-            before = (
-                parse_template_statement(PRELUDE.lstrip(), batch=batch),
-                parse_template_statement(STEP_SLICE.lstrip(), batch=batch),
-            )
+            batch = source.text(loc.value.value)
+            before = (PRELUDE.format(batch=batch).lstrip(), STEP_SLICE.format(batch=batch).lstrip())
             return rule.report(
-                State.TO_PATCH, source.line(stmt),
-                edits=[Edit(loc.value, rewrite=lambda _old: cst.Name("out_cache_loc")), Edit(stmt, before=before)],
-                imports=[(EAGLE_UTILS, HELPER)],
+                State.TO_PATCH, stmt.lineno,
+                edits=[Edit(loc.value, replace="out_cache_loc"), Edit(stmt, before=before)],
+                imports=[(EAGLE_UTILS, PER_STEP_HELPER)],
             )
-    return rule.report(State.UNRECOGNISED, unknown_line, "no decode branch passing `forward_batch.out_cache_loc` to init_forward_metadata_decode")
+    return rule.report(State.UNRECOGNISED, unknown_line,
+                       "no decode branch passing `forward_batch.out_cache_loc` to init_forward_metadata_decode")
 
 
 RULES = [

@@ -14,29 +14,23 @@ from __future__ import annotations
 import inspect
 from typing import Callable
 
-import libcst as cst
-
 from ..speculative import eagle_utils, spec_utils
 from .base import Edit, Finding, Rule, Source, State
 
 UPSTREAM = {"spec_utils": "PR 27475", "eagle_utils": "PR 26239"}
 
 
-def helper_definition(helper: Callable) -> cst.FunctionDef:
-    """The libcst node of one of this package's helper functions."""
-    return cst.parse_module(inspect.getsource(helper)).body[0]
-
-
 def _find(helper: Callable, rule: Rule, source: Source) -> Finding:
-    if helper.__name__ in source.function_names():
+    if source.function(helper.__name__) is not None:
         return rule.report(State.PATCHED)
-    first = source.first_definition()
-    if first is None:
+    definitions = source.definitions()
+    if not definitions:
         return rule.report(State.UNRECOGNISED, detail="no top-level function to insert the helper before")
-    anchor, line = first
-    edit = Edit(anchor, before=(helper_definition(helper),), separate=2, keep_comments=True)
-    imports = (("torch", ""),) if "torch." in inspect.getsource(helper) else ()
-    return rule.report(State.TO_PATCH, line, edits=[edit], imports=imports)
+    anchor = definitions[0]
+    helper_source = inspect.getsource(helper)
+    edit = Edit(anchor, before=(helper_source,), separate=2, keep_comments=True)
+    imports = (("torch", ""),) if "torch." in helper_source else ()
+    return rule.report(State.TO_PATCH, anchor.lineno, edits=[edit], imports=imports)
 
 
 def _rule(helper: Callable, module_name: str) -> Rule:

@@ -12,17 +12,14 @@ integers only, so the check costs no device sync.
 
 from __future__ import annotations
 
+import ast
 from typing import Optional
 
-import libcst as cst
-import libcst.matchers as m
-from libcst.helpers import parse_template_statement
-
-from .base import (
-    SPEC_UTILS, Edit, Finding, Rule, Source, State, calls, code, locate_method, param_names, self_attr, statements,
+from ..layout_patterns import (
+    USED_LEN_HELPER, called_name, in_order, is_self_attr, kernel_launches, step_slices, used_len_operands,
 )
+from .base import SPEC_UTILS, Edit, Finding, Rule, Source, State, locate_method, param_names
 from .draft_backends import DRAFT_BACKENDS
-from .kv_indices_step_slice import HELPER, old_used_len_operands, step_slices
 
 REQUIRED = "required_kv_indices_len"
 CHECK = """
@@ -36,42 +33,38 @@ assert {required} <= {row}.shape[1], (
 """
 
 
-def slice_operands(method: cst.FunctionDef) -> Optional[tuple[cst.BaseExpression, cst.BaseExpression, cst.BaseExpression]]:
+def slice_operands(method: ast.FunctionDef) -> Optional[tuple[ast.expr, ast.expr, ast.expr]]:
     """(row buffer, seq_lens_sum, bs) read off the per-step slice, in either form."""
     for subscript in step_slices(method):
-        end = subscript.slice[0].slice.upper
+        end = subscript.slice.upper
         row = subscript.value.value
-        if m.matches(end, m.Call(func=m.Name(HELPER), args=[m.Arg(), m.Arg(), m.Arg(), m.Arg()])):
-            return row, end.args[0].value, end.args[2].value
-        operands = old_used_len_operands(end)
+        if called_name(end) == USED_LEN_HELPER and len(end.args) == 4:
+            return row, end.args[0], end.args[2]
+        operands = used_len_operands(end)
         if operands:
             return row, operands[0], operands[1]
     return None
 
 
-def kernel_launch(method: cst.FunctionDef) -> Optional[cst.SimpleStatementLine]:
-    launch = m.Expr(m.Call(func=m.Subscript(value=m.Name("generate_draft_decode_kv_indices")
-                                          | m.Attribute(attr=m.Name("generate_draft_decode_kv_indices")))))
-    return next((stmt for stmt in statements(method) if m.matches(stmt.body[0], launch)), None)
-
-
-def unbound_at(method: cst.FunctionDef, launch: cst.SimpleStatementLine, operands) -> list[str]:
+def unbound_at(method: ast.FunctionDef, launch: ast.stmt, operands: tuple[ast.expr, ...]) -> list[str]:
     """Names the operands read that are neither parameters nor assigned before ``launch``."""
     bound = set(param_names(method))
-    for stmt in statements(method):
-        if stmt is launch:
-            break
-        bound |= {t.target.value for t in m.findall(stmt, m.AssignTarget(target=m.Name()))}
-    read = set()
-    for operand in operands:
-        attributes = {id(a.attr) for a in m.findall(operand, m.Attribute())}
-        read |= {n.value for n in m.findall(operand, m.Name()) if id(n) not in attributes}
+    for node in in_order(method):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.lineno < launch.lineno:
+            bound.add(node.id)
+    read = {n.id for operand in operands for n in in_order(operand) if isinstance(n, ast.Name)}
     return sorted(read - bound - {"self"})
 
 
-def has_capacity_check(method: cst.FunctionDef) -> bool:
-    full_length = m.Call(func=m.Name(HELPER), args=[m.Arg(), m.Arg(), m.Arg(), m.Arg(self_attr("speculative_num_steps"))])
-    return any(m.findall(stmt, full_length | calls("assert_buffer_fits")) for stmt in statements(method))
+def has_capacity_check(method: ast.FunctionDef) -> bool:
+    """A ``draft_kv_indices_used_len(..., self.speculative_num_steps)`` or ``assert_buffer_fits`` call."""
+    for node in in_order(method):
+        name = called_name(node)
+        if name == "assert_buffer_fits":
+            return True
+        if name == USED_LEN_HELPER and len(node.args) == 4 and is_self_attr(node.args[3], "speculative_num_steps"):
+            return True
+    return False
 
 
 def _find(rule: Rule, source: Source) -> Finding:
@@ -79,26 +72,23 @@ def _find(rule: Rule, source: Source) -> Finding:
     if isinstance(method, Finding):
         return method
     if has_capacity_check(method):
-        return rule.report(State.PATCHED, source.line(method))
-    launch, operands = kernel_launch(method), slice_operands(method)
-    if launch is None or operands is None:
-        missing = "kernel launch" if launch is None else "per-step slice"
-        return rule.report(State.UNRECOGNISED, source.line(method), f"no {missing} to anchor the capacity check")
-    row, seq_lens_sum, bs = operands
+        return rule.report(State.PATCHED, method.lineno)
+    launches, operands = kernel_launches(method), slice_operands(method)
+    if not launches or operands is None:
+        missing = "kernel launch" if not launches else "per-step slice"
+        return rule.report(State.UNRECOGNISED, method.lineno, f"no {missing} to anchor the capacity check")
+    launch = launches[0]
     unbound = unbound_at(method, launch, operands)
     if unbound:
-        return rule.report(State.UNRECOGNISED, source.line(launch),
+        return rule.report(State.UNRECOGNISED, launch.lineno,
                            f"{', '.join(unbound)} not yet assigned at the kernel launch")
-    names = dict(required=REQUIRED, row=code(row), bs=code(bs), seq_lens_sum=code(seq_lens_sum))
-    required = parse_template_statement(
-        f"{REQUIRED} = {HELPER}(\n    {{seq_lens_sum}}, self.topk, {{bs}}, self.speculative_num_steps\n)\n",
-        seq_lens_sum=seq_lens_sum, bs=bs,
-    )
-    check = cst.parse_statement(CHECK.format(**names).lstrip())
+    row, seq_lens_sum, bs = (source.text(operand) for operand in operands)
+    required = f"{REQUIRED} = {USED_LEN_HELPER}(\n    {seq_lens_sum}, self.topk, {bs}, self.speculative_num_steps\n)\n"
+    check = CHECK.format(required=REQUIRED, row=row, bs=bs, seq_lens_sum=seq_lens_sum).lstrip()
     return rule.report(
-        State.TO_PATCH, source.line(launch),
+        State.TO_PATCH, launch.lineno,
         edits=[Edit(launch, before=(required, check), separate=1)],
-        imports=[(SPEC_UTILS, HELPER)],
+        imports=[(SPEC_UTILS, USED_LEN_HELPER)],
     )
 
 

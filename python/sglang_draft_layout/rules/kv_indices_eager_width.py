@@ -11,19 +11,17 @@ device and empty-versus-zeros stay as the site had them.
 
 from __future__ import annotations
 
+import ast
 from typing import Optional
-
-import libcst as cst
-import libcst.matchers as m
 
 from .base import Finding, Rule, Source
 from .draft_backends import DRAFT_BACKENDS, find_row_width
 
 
-def batch_size_factor(_method: cst.FunctionDef, rest: list[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
+def batch_size_factor(source: Source, _method: ast.FunctionDef, rest: list[ast.expr]) -> Optional[str]:
     """The one factor left beside topk and max_context_len, when it is ``<batch>.batch_size``."""
-    if len(rest) == 1 and m.matches(rest[0], m.Attribute(attr=m.Name("batch_size"))):
-        return rest[0]
+    if len(rest) == 1 and isinstance(rest[0], ast.Attribute) and rest[0].attr == "batch_size":
+        return source.text(rest[0])
     return None
 
 

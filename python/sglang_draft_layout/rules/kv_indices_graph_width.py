@@ -12,21 +12,19 @@ for any batch up to max_bs whose sequences fit the context.
 
 from __future__ import annotations
 
+import ast
 from typing import Optional
-
-import libcst as cst
-import libcst.matchers as m
 
 from .base import Finding, Rule, Source, param_names
 from .draft_backends import DRAFT_BACKENDS, find_row_width
 
 
-def max_bs_parameter(method: cst.FunctionDef, rest: list[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
+def max_bs_parameter(_source: Source, method: ast.FunctionDef, rest: list[ast.expr]) -> Optional[str]:
     """``max_bs`` (the method's first parameter) when the width counts max_bs or max_num_tokens rows."""
     names = param_names(method)
-    if len(rest) != 1 or len(names) < 3 or not m.matches(rest[0], m.Name(names[1]) | m.Name(names[2])):
+    if len(rest) != 1 or len(names) < 3 or not (isinstance(rest[0], ast.Name) and rest[0].id in names[1:3]):
         return None
-    return cst.Name(names[1])
+    return names[1]
 
 
 def _find(rule: Rule, source: Source) -> Finding:

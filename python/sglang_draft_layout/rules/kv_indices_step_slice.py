@@ -11,43 +11,9 @@ checks the row's capacity.
 
 from __future__ import annotations
 
-from typing import Optional
-
-import libcst as cst
-import libcst.matchers as m
-from libcst.helpers import parse_template_expression
-
-from .base import (
-    SPEC_UTILS, Edit, Finding, Rule, Source, State, factors, locate_method, self_attr, take, walk,
-)
+from ..layout_patterns import USED_LEN_HELPER, called_name, step_slices, used_len_operands
+from .base import SPEC_UTILS, Edit, Finding, Rule, Source, State, locate_method
 from .draft_backends import DRAFT_BACKENDS
-
-HELPER = "draft_kv_indices_used_len"
-
-
-def old_used_len_operands(expr: cst.BaseExpression) -> Optional[tuple[cst.BaseExpression, ...]]:
-    """(seq_lens_sum, bs, steps) of ``seq_lens_sum * self.topk + bs * (steps)``, any order."""
-    if not m.matches(expr, m.BinaryOperation(operator=m.Add())):
-        return None
-    for prefix, appended in ((expr.left, expr.right), (expr.right, expr.left)):
-        prefix_factors, appended_factors = factors(prefix), factors(appended)
-        if len(prefix_factors) != 2 or not take(prefix_factors, self_attr("topk")):
-            continue
-        steps = [f for f in appended_factors if m.matches(f, m.BinaryOperation(operator=m.Add()))]
-        if len(appended_factors) != 2 or len(steps) != 1:
-            continue
-        bs = next(f for f in appended_factors if f is not steps[0])
-        return prefix_factors[0], bs, steps[0]
-    return None
-
-
-def step_slices(method: cst.FunctionDef) -> list[cst.Subscript]:
-    """Subscripts ``row[i][: end]`` in ``method``: a kv_indices row cut to its used length."""
-    cut_row = m.Subscript(value=m.Subscript(), slice=[m.SubscriptElement(slice=m.Slice(lower=None))])
-    return [
-        node for node in walk(method.body)
-        if m.matches(node, cut_row) and node.slice[0].slice.upper is not None
-    ]
 
 
 def _find(rule: Rule, source: Source) -> Finding:
@@ -56,21 +22,18 @@ def _find(rule: Rule, source: Source) -> Finding:
         return method
     candidates = step_slices(method)
     for subscript in candidates:
-        end = subscript.slice[0].slice.upper
-        if m.matches(end, m.Call(func=m.Name(HELPER))):
-            return rule.report(State.PATCHED, source.line(subscript))
-        operands = old_used_len_operands(end)
+        end = subscript.slice.upper
+        if called_name(end) == USED_LEN_HELPER:
+            return rule.report(State.PATCHED, subscript.lineno)
+        operands = used_len_operands(end)
         if operands:
-            seq_lens_sum, bs, steps = operands
-            new_end = parse_template_expression(
-                HELPER + "({seq_lens_sum}, self.topk, {bs}, {steps})", seq_lens_sum=seq_lens_sum, bs=bs, steps=steps
-            )
+            seq_lens_sum, bs, steps = (source.text(operand) for operand in operands)
             return rule.report(
-                State.TO_PATCH, source.line(subscript),
-                edits=[Edit(end, rewrite=lambda _old: new_end)],
-                imports=[(SPEC_UTILS, HELPER)],
+                State.TO_PATCH, subscript.lineno,
+                edits=[Edit(end, replace=f"{USED_LEN_HELPER}({seq_lens_sum}, self.topk, {bs}, {steps})")],
+                imports=[(SPEC_UTILS, USED_LEN_HELPER)],
             )
-    where = source.line(candidates[0]) if candidates else source.line(method)
+    where = candidates[0].lineno if candidates else method.lineno
     return rule.report(State.UNRECOGNISED, where, "no per-step slice `row[i][: seq_lens_sum * topk + bs * (i + 1)]`")
 
 

@@ -1,0 +1,196 @@
+"""Apply the rules' edits to a file's text with libcst (``apply`` and ``diff`` only).
+
+The rules name ast nodes (source ranges). Each edit's anchor is looked up in the
+smallest piece of the file holding it (a method, parsed inside a stand-in ``class _:``
+line so its indentation stays, or a top-level statement), parsed on its own by libcst;
+the anchor is the libcst node with the same syntactic range (parentheses excluded, as
+in ast; a parenthesised tuple's range includes them in both). Only those pieces are
+rewritten and spliced back: the rest of the file is never touched.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Sequence
+
+import libcst as cst
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider, WhitespaceInclusivePositionProvider
+
+from .rules.base import Edit, Source
+
+METHOD_PREFIX = "class _:\n"
+#: expressions that never need the parentheses the node they replace had
+ATOMS = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
+
+
+class AnchorError(Exception):
+    """An edit's ast node matches no libcst node (a rule bug)."""
+
+    def __init__(self, node: ast.AST) -> None:
+        super().__init__(f"{type(node).__name__} at line {node.lineno}")
+        self.node = node
+
+
+@dataclass
+class Segment:
+    """Lines [start, end) of a file, parsed by libcst as a module of their own."""
+
+    start: int
+    end: int
+    module: cst.Module
+    prefix: str
+
+    def text(self, module: cst.Module) -> str:
+        """The lines of ``module`` (this segment, possibly rewritten) without the prefix."""
+        return module.code[len(self.prefix):]
+
+
+def definition_start(source: Source, stmt: ast.stmt) -> int:
+    """Index of a statement's first line: its decorators, and the comment lines right above them."""
+    start = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))]) - 1
+    indent = source.lines[start][: len(source.lines[start]) - len(source.lines[start].lstrip())]
+    while start > 0 and source.lines[start - 1].startswith(indent + "#"):
+        start -= 1
+    return start
+
+
+def _holder(source: Source, node: ast.AST) -> tuple[ast.stmt, str]:
+    """The piece of the file parsed for ``node``: a method of a top-level class, or a top-level statement."""
+    def holds(stmt: ast.stmt) -> bool:
+        return definition_start(source, stmt) < node.lineno and node.end_lineno <= stmt.end_lineno
+
+    top = next((s for s in source.tree.body if holds(s)), None)
+    if top is None:
+        raise AnchorError(node)
+    if isinstance(top, ast.ClassDef) and top is not node:
+        method = next((s for s in top.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and holds(s)), None)
+        if method is not None:
+            return method, METHOD_PREFIX
+    return top, ""
+
+
+def _parse(source: Source, stmt: ast.stmt, prefix: str) -> Segment:
+    start = definition_start(source, stmt)
+    module = cst.parse_module(prefix + "".join(source.lines[start:stmt.end_lineno]))
+    if not prefix and module.header:  # libcst puts comments above the first statement in the module header
+        first = module.body[0]
+        module = module.with_changes(
+            header=[], body=[first.with_changes(leading_lines=[*module.header, *first.leading_lines]), *module.body[1:]])
+    return Segment(start, stmt.end_lineno, module, prefix)
+
+
+def _position(source: Source, segment: Segment, line: int, byte_col: int) -> tuple[int, int]:
+    """A file position (ast: 1-based line, UTF-8 byte column) in the segment's libcst terms."""
+    column = len(source.lines[line - 1].encode()[:byte_col].decode())
+    return line - segment.start + segment.prefix.count("\n"), column
+
+
+def _locate(source: Source, segment: Segment, anchors: Sequence[ast.AST]) -> dict[int, cst.CSTNode]:
+    """``id(anchor) -> libcst node`` for every anchor in the segment."""
+    providers = [PositionProvider]
+    if any(isinstance(a, ast.Tuple) for a in anchors):
+        providers.append(WhitespaceInclusivePositionProvider)
+    resolved = MetadataWrapper(segment.module, unsafe_skip_copy=True).resolve_many(providers)
+    found = {}
+    for anchor in anchors:
+        start = _position(source, segment, anchor.lineno, anchor.col_offset)
+        end = _position(source, segment, anchor.end_lineno, anchor.end_col_offset)
+        found[id(anchor)] = _match(anchor, start, end, resolved)
+    return found
+
+
+def _match(anchor: ast.AST, start: tuple[int, int], end: tuple[int, int], resolved) -> cst.CSTNode:
+    def at(position: CodeRange) -> tuple[int, int]:
+        return position.start.line, position.start.column
+
+    if isinstance(anchor, ast.stmt):
+        for node, position in resolved[PositionProvider].items():
+            if at(position) != start:
+                continue
+            if isinstance(node, cst.BaseCompoundStatement) or (
+                isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1
+            ):
+                return node
+        raise AnchorError(anchor)
+    ranges = resolved[WhitespaceInclusivePositionProvider if isinstance(anchor, ast.Tuple) else PositionProvider]
+    for node, position in ranges.items():
+        if isinstance(node, cst.BaseExpression) and at(position) == start and (
+            (position.end.line, position.end.column) == end
+        ):
+            return node
+    raise AnchorError(anchor)
+
+
+class _ApplyEdits(cst.CSTTransformer):
+    """Apply every edit to the node it names, children first, in one pass.
+
+    ``absorbed`` pairs each statement an edit removes with the statement whose
+    replacement takes over its comments.
+    """
+
+    def __init__(self, edits: Sequence[tuple[Edit, cst.CSTNode]],
+                 absorbed: Sequence[tuple[cst.CSTNode, cst.CSTNode]]) -> None:
+        super().__init__()
+        self.edits: dict[int, list[Edit]] = defaultdict(list)
+        for edit, node in edits:
+            self.edits[id(node)].append(edit)
+        self.removed = {id(stmt) for stmt, _taker in absorbed}
+        self.comments: dict[int, list[cst.EmptyLine]] = defaultdict(list)
+        for stmt, taker in absorbed:
+            self.comments[id(taker)] += stmt.leading_lines
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
+        if id(original_node) in self.removed:
+            return cst.RemoveFromParent()
+        edits = self.edits.get(id(original_node))
+        if not edits:
+            return updated_node
+        replacements = [e.replace for e in edits if e.replace is not None]
+        assert len(replacements) <= 1, f"two rules rewrite the same node: {edits}"
+        node = updated_node
+        if replacements and isinstance(node, cst.BaseExpression):
+            node = cst.parse_expression(replacements[0])
+            if not node.lpar and not isinstance(node, ATOMS):  # ast's range excludes the parentheses
+                node = node.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
+        elif replacements:
+            comments = [*node.leading_lines, *self.comments[id(original_node)]]
+            node = cst.parse_statement(replacements[0]).with_changes(leading_lines=comments)
+        groups = [[cst.parse_statement(text) for text in e.before] for e in edits if e.before]
+        if not groups:
+            return node
+        separate = max(e.separate for e in edits)
+        for group in groups[1:]:
+            group[0] = group[0].with_changes(leading_lines=[*_blank(separate), *group[0].leading_lines])
+        before = [stmt for group in groups for stmt in group]
+        kept = list(node.leading_lines) if any(e.keep_comments for e in edits) else []
+        moved = [] if kept else list(node.leading_lines)
+        before[0] = before[0].with_changes(leading_lines=[*moved, *before[0].leading_lines])
+        return cst.FlattenSentinel([*before, node.with_changes(leading_lines=[*_blank(separate), *kept])])
+
+
+def _blank(count: int) -> list[cst.EmptyLine]:
+    return [cst.EmptyLine(indent=False)] * count
+
+
+def apply_edits(source: Source, edits: Sequence[Edit]) -> str:
+    """The file's text with ``edits`` applied (raises AnchorError for an anchor libcst lacks)."""
+    by_piece: dict[tuple[int, str], list[Edit]] = defaultdict(list)
+    holders: dict[tuple[int, str], ast.stmt] = {}
+    for edit in edits:
+        stmt, prefix = _holder(source, edit.node)
+        holders[id(stmt), prefix] = stmt
+        by_piece[id(stmt), prefix].append(edit)
+    replacements: dict[tuple[int, int], str] = {}
+    for key, piece_edits in by_piece.items():
+        segment = _parse(source, holders[key], key[1])
+        anchors = [e.node for e in piece_edits] + [s for e in piece_edits for s in e.absorb]
+        nodes = _locate(source, segment, anchors)
+        absorbed = [(nodes[id(stmt)], nodes[id(e.node)]) for e in piece_edits for stmt in e.absorb]
+        transformer = _ApplyEdits([(e, nodes[id(e.node)]) for e in piece_edits], absorbed)
+        replacements[segment.start, segment.end] = segment.text(segment.module.visit(transformer))
+    lines = list(source.lines)
+    for (start, end), text in sorted(replacements.items(), reverse=True):
+        lines[start:end] = [text]
+    return "".join(lines)
