@@ -116,7 +116,7 @@ def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = T
         if render_changes and any(f.state is State.TO_PATCH for f in file_findings) and not any(
             f.state is State.UNRECOGNISED for f in file_findings
         ):
-            new = render(path, source, file_findings, getattr(target, "line_length", 88))
+            new = render(path, source, file_findings, target.line_length)
             _check_rendered(path, relative, new, file_rules)
             changes.append(FileChange(path, old, new))
     return Plan(target, tuple(findings), tuple(changes))
