@@ -10,6 +10,7 @@ from typing import Optional, Sequence
 
 from . import __version__, engine, releases
 from .engine import Plan
+from .fork_tests import FileState
 from .rules.base import State
 from .target import TargetError, resolve
 
@@ -34,6 +35,11 @@ def table(plan: Plan, applied: bool = False) -> str:
         if finding.state is State.UNRECOGNISED:
             state += f" ({finding.detail})"
         rows.append((where, rule.scope, rule.site, state))
+    for generated in plan.generated:  # a fork's own test files
+        state = generated.state.value
+        if applied and generated.state is not FileState.PRESENT:
+            state = "written now"
+        rows.append((generated.path.relative_to(plan.target.root).as_posix(), "-", generated.what, state))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3] for row in rows]
     sites = [f for f in plan.findings if f.rule.counts_as_site]
@@ -49,19 +55,20 @@ def table(plan: Plan, applied: bool = False) -> str:
 def _plan_exit_code(plan: Plan) -> int:
     if plan.unrecognised:
         return 2
-    return 1 if plan.count(State.TO_PATCH) else 0
+    to_write = any(g.state is not FileState.PRESENT for g in plan.generated)
+    return 1 if plan.count(State.TO_PATCH) or to_write else 0
 
 
-def check(path: Optional[str]) -> int:
-    plan = engine.plan(resolve(path), render_changes=False)
+def check(path: Optional[str], tests: bool = True) -> int:
+    plan = engine.plan(resolve(path), render_changes=False, tests=tests)
     print(table(plan))
     for finding in plan.unrecognised:
         print(f"error: {engine.describe(finding, plan.target)}", file=sys.stderr)
     return _plan_exit_code(plan)
 
 
-def diff(path: Optional[str]) -> int:
-    plan = engine.plan(resolve(path))
+def diff(path: Optional[str], tests: bool = True) -> int:
+    plan = engine.plan(resolve(path), tests=tests)
     for finding in plan.unrecognised:
         print(f"error: {engine.describe(finding, plan.target)}", file=sys.stderr)
         return 2
@@ -69,9 +76,9 @@ def diff(path: Optional[str]) -> int:
     return _plan_exit_code(plan)
 
 
-def apply(path: Optional[str]) -> int:
+def apply(path: Optional[str], tests: bool = True) -> int:
     target = resolve(path)
-    plan = engine.apply(target)
+    plan = engine.apply(target, tests=tests)
     print(table(plan, applied=True))
     print(f"wrote {len(plan.changes)} file(s)" if plan.changes else "nothing to do: every site already follows upstream")
     return 0
@@ -109,13 +116,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         command = commands.add_parser(name, help=text, description=text)
         command.add_argument("target", nargs="?", help="fork checkout, folder holding sglang/, or the sglang package "
                                                        "(default: the SGLang installed in this Python)")
+        command.add_argument("--no-tests", dest="tests", action="store_false",
+                             help="leave out the test files written into a fork checkout's test/registered/")
     command = commands.add_parser("demo", help=f"patch a scratch copy of sglang=={DEMO_RELEASE} from PyPI")
     command.add_argument("--release", default=DEMO_RELEASE)
     args = parser.parse_args(argv)
     try:
         if args.command == "demo":
             return demo(args.release)
-        return {"check": check, "diff": diff, "apply": apply}[args.command](args.target)
+        return {"check": check, "diff": diff, "apply": apply}[args.command](args.target, args.tests)
     except TargetError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
+from . import fork_tests
 from .imports import add_imports
 from .rules import RULES
 from .rules.base import Finding, Rule, Source, State
@@ -36,6 +37,7 @@ class Plan:
     target: Target
     findings: tuple[Finding, ...]
     changes: tuple[FileChange, ...]
+    generated: tuple[fork_tests.GeneratedFile, ...] = ()  # a fork's own test files (fork_tests)
 
     def count(self, state: State) -> int:
         return sum(f.state is state for f in self.findings)
@@ -100,8 +102,11 @@ def _rules_by_file(rules: Sequence[Rule]) -> dict[str, list[Rule]]:
     return grouped
 
 
-def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = True) -> Plan:
-    """Every rule's finding and (with ``render_changes``) the new text of every file that changes; writes nothing."""
+def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = True, tests: bool = True) -> Plan:
+    """Every rule's finding and (with ``render_changes``) the new text of every file that changes; writes nothing.
+
+    ``tests``: a fork checkout's own test files (``fork_tests``) are part of the plan.
+    """
     findings: list[Finding] = []
     changes: list[FileChange] = []
     for relative, file_rules in _rules_by_file(rules).items():
@@ -119,7 +124,10 @@ def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = T
             new = render(path, source, file_findings, target.line_length)
             _check_rendered(path, relative, new, file_rules)
             changes.append(FileChange(path, old, new))
-    return Plan(target, tuple(findings), tuple(changes))
+    generated = tuple(fork_tests.generated_files(target)) if tests else ()
+    if render_changes:
+        changes += [FileChange(g.path, g.old, g.text) for g in generated if g.state is not fork_tests.FileState.PRESENT]
+    return Plan(target, tuple(findings), tuple(changes), generated)
 
 
 def _check_rendered(path: Path, relative: str, new: str, rules: Sequence[Rule]) -> None:
@@ -177,30 +185,68 @@ def _replace(path: Path, text: str) -> None:
         raise
 
 
+def _existing_ancestor(path: Path) -> Path:
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def _create(path: Path, text: str, created_dirs: list[Path]) -> None:
+    """Write the new file ``path`` (mode 0666 less the umask), making its missing folders."""
+    missing = [folder for folder in reversed(path.parents) if not folder.exists()]
+    for folder in missing:
+        folder.mkdir()
+        created_dirs.append(folder)
+    umask = os.umask(0)
+    os.umask(umask)
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    os.chmod(temp, 0o666 & ~umask)
+    Path(temp).write_text(text, encoding="utf-8")
+    os.replace(temp, path)
+
+
 def write(changes: Sequence[FileChange]) -> None:
-    """Write every change or none: on any failure the files already written are restored."""
+    """Write every change or none: on any failure the files already written are restored
+    (files and folders created are removed)."""
     for change in changes:
+        if change.old is None:
+            if change.path.exists():
+                raise PatchError(f"{change.path}: changed while planning; nothing written")
+            if not os.access(_existing_ancestor(change.path.parent), os.W_OK):
+                raise PatchError(f"{change.path}: read-only folder; nothing written")
+            continue
         if not _writable(change.path):
             raise PatchError(f"{change.path}: read-only; nothing written")
         if change.path.read_text(encoding="utf-8") != change.old:
             raise PatchError(f"{change.path}: changed while planning; nothing written")
     written: list[FileChange] = []
+    created_dirs: list[Path] = []
     try:
         for change in changes:
-            _replace(change.path, change.new)
+            if change.old is None:
+                _create(change.path, change.new, created_dirs)
+            else:
+                _replace(change.path, change.new)
             written.append(change)
         for change in written:
             compile(change.path.read_text(encoding="utf-8"), str(change.path), "exec")
     except BaseException:
         for change in reversed(written):
-            _replace(change.path, change.old)
+            if change.old is None:
+                change.path.unlink()
+            else:
+                _replace(change.path, change.old)
+        for folder in reversed(created_dirs):
+            folder.rmdir()
         raise
 
 
-def apply(target: Target) -> Plan:
-    """Patch the tree: plan, refuse on anything unrecognised, write all files or none."""
+def apply(target: Target, tests: bool = True) -> Plan:
+    """Patch the tree: plan, refuse on anything unrecognised, write all files or none
+    (``tests``: with a fork checkout's own test files)."""
     with tree_lock(target):
-        result = plan(target)
+        result = plan(target, tests=tests)
         if result.unrecognised:
             raise PatchError(describe(result.unrecognised[0], target) + "; nothing written")
         write(result.changes)

@@ -1,0 +1,156 @@
+"""The registered CPU test `apply` writes into a fork checkout (fork_tests, registered_cpu).
+
+Written, reported by `check`, idempotent, skipped with --no-tests; collected by 0.5.12's own
+ci_register into stage-a-test-cpu; black/isort clean; and, run as the fork's CI runs it
+(`python3 FILE`, in the proof venv), it passes on the patched fork and fails on the
+unpatched one and on a patched fork with one site reverted.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglang_draft_layout import cli
+from sglang_draft_layout.fork_tests import render
+
+from scratch_fork import CPU_TEST
+
+pytestmark = pytest.mark.releases
+RUNNER = Path(__file__).with_name("run_on_cpu.py")
+GRAPH_WIDTH = "draft_kv_indices_buffer_width(\n            max_bs, self.topk, self.max_context_len\n        )"
+GRAPH_WIDTH_BLOCK = (
+    f"kv_indices_width = {GRAPH_WIDTH}\n"
+    "        self.cuda_graph_kv_indices = torch.zeros(\n"
+    "            (self.speculative_num_steps, kv_indices_width),"
+)
+
+
+def run_generated(python: Path, fork: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["PYTHONPATH"] = str(fork / "python")
+    return subprocess.run([str(python), str(RUNNER), str(fork / CPU_TEST)], cwd=fork, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def ci_register(fork: Path):
+    """0.5.12's own sglang/test/ci/ci_register.py (stdlib only), loaded by path."""
+    spec = importlib.util.spec_from_file_location(
+        "ci_register_0512", fork / "python/sglang/test/ci/ci_register.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_apply_writes_it_once_and_check_reports_it(fork, capsys):
+    assert cli.main(["check", str(fork)]) == 1
+    assert f"{CPU_TEST}  -" in capsys.readouterr().out and "to write"
+    assert cli.main(["apply", str(fork)]) == 0
+    assert "written now" in capsys.readouterr().out
+    written = fork / CPU_TEST
+    assert written.read_text() == render("registered_cpu")
+    stamp = written.stat().st_mtime_ns
+    assert cli.main(["apply", str(fork)]) == 0
+    out = capsys.readouterr().out
+    assert "nothing to do" in out and "present" in out
+    assert written.stat().st_mtime_ns == stamp
+    assert cli.main(["check", str(fork)]) == 0
+    written.write_text(written.read_text().replace("est_time=15", "est_time=16"))
+    assert cli.main(["check", str(fork)]) == 1
+    assert "stale" in capsys.readouterr().out
+    assert cli.main(["apply", str(fork)]) == 0
+    assert written.read_text() == render("registered_cpu")
+
+
+def test_no_tests_leaves_it_out(fork, capsys):
+    assert cli.main(["apply", "--no-tests", str(fork)]) == 0
+    assert not (fork / "test/registered/unit/speculative").exists()
+    assert cli.main(["check", "--no-tests", str(fork)]) == 0
+    assert cli.main(["check", str(fork)]) == 1
+    assert "to write" in capsys.readouterr().out
+    assert cli.main(["diff", str(fork)]) == 1
+    assert f"+++ b/{CPU_TEST}" in capsys.readouterr().out
+
+
+def test_a_failed_write_leaves_no_file_and_no_folder(fork, monkeypatch):
+    import builtins
+
+    from sglang_draft_layout import engine
+
+    def compile_failing_on_the_test(source, filename, *args):
+        if filename.endswith("test_draft_layout.py"):  # after every file is written
+            raise OSError(28, "No space left on device", filename)
+        return builtins.compile(source, filename, *args)
+
+    monkeypatch.setattr(engine, "compile", compile_failing_on_the_test, raising=False)
+    before = {p: p.read_text() for p in (fork / "python/sglang/srt").rglob("*.py")}
+    assert cli.main(["apply", str(fork)]) == 2
+    assert not (fork / "test/registered/unit/speculative").exists()
+    assert {p: p.read_text() for p in before} == before
+
+
+def test_collected_by_the_forks_own_collector(fork):
+    assert cli.main(["apply", str(fork)]) == 0
+    registry = ci_register(fork)
+    registries, has_main = registry.ut_parse_one_file(str(fork / CPU_TEST))
+    assert has_main
+    [collected] = registry.collect_tests([str(fork / CPU_TEST)])
+    assert (collected.backend.name, collected.effective_suite, collected.disabled) == \
+        ("CPU", "stage-a-test-cpu", None)
+    assert collected.est_time > 0
+
+
+def test_black_and_isort_clean(tmp_path):
+    path = tmp_path / "test_draft_layout.py"
+    path.write_text(render("registered_cpu"))
+    for tool in (["black", "--check", "-l", "88"], ["isort", "--check-only", "--profile", "black", "-p", "sglang"]):
+        result = subprocess.run([sys.executable, "-m", *tool, str(path)], capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_passes_patched_fails_unpatched(fork, proof_python):
+    (fork / CPU_TEST).parent.mkdir(parents=True)
+    (fork / CPU_TEST).write_text(render("registered_cpu"))
+    unpatched = run_generated(proof_python, fork)
+    assert unpatched.returncode != 0, unpatched.stdout + unpatched.stderr
+    assert re.search(r"(FAIL|ERROR): test_no_inline_draft_layout", unpatched.stderr)
+    assert "flashinfer_backend.py" in unpatched.stderr and "AttributeError" in unpatched.stderr
+
+    assert cli.main(["apply", str(fork)]) == 0
+    patched = run_generated(proof_python, fork)
+    assert patched.returncode == 0, patched.stdout + patched.stderr
+    assert "Ran 7 tests" in patched.stderr and "\nOK" in patched.stderr
+
+
+#: the patched init_cuda_graph_state width of FlashInferMultiStepDraftBackend, and two ways to
+#: put 0.5.12's width back: in the allocation as 0.5.12 has it, or in the local the patch binds
+REVERTS = {
+    "inline": (
+        GRAPH_WIDTH_BLOCK,
+        "self.cuda_graph_kv_indices = torch.zeros(\n"
+        "            (self.speculative_num_steps, max_bs * self.max_context_len),",
+    ),
+    "local": (GRAPH_WIDTH, "max_bs * self.max_context_len"),
+}
+
+
+@pytest.mark.parametrize("form", sorted(REVERTS))
+def test_fails_with_one_site_reverted(fork, proof_python, form):
+    assert cli.main(["apply", str(fork)]) == 0
+    backend = fork / "python/sglang/srt/layers/attention/flashinfer_backend.py"
+    patched_text, reverted_text = REVERTS[form]
+    assert backend.read_text().count(patched_text) == 1
+    backend.write_text(backend.read_text().replace(patched_text, reverted_text))
+    reverted = run_generated(proof_python, fork)
+    assert reverted.returncode != 0, reverted.stdout + reverted.stderr
+    # CustomTestCase reports a failed assert as an error; only the call-site test fails
+    failures = re.split(r"(?:FAIL|ERROR): test_no_inline_draft_layout", reverted.stderr)[1]
+    assert "flashinfer_backend.py" in failures and "init_cuda_graph_state" in failures
+    assert "Ran 7 tests" in reverted.stderr
+    assert re.search(r"FAILED \((errors|failures)=1\)", reverted.stderr), reverted.stderr[-2000:]
