@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import inspect
 
+import pytest
 
 from rule_test_support import (
     EAGLE_UTILS, EAGLE_UTILS_MODULE, SPEC_UTILS, SPEC_UTILS_MODULE, line_of, rule, write_bystanders,
@@ -95,19 +96,94 @@ def test_one_helper_already_there(sglang_tree):
     assert sglang_tree.read(SPEC_UTILS) == insert_before(before, "def draft_kv_indices_buffer_width(", USED_LEN_SOURCE)
 
 
-def test_upstream_definitions_anywhere_are_kept(sglang_tree):
-    # 0.5.13 defines both (with its own bodies) further down the module.
-    upstream = SPEC_UTILS_MODULE + (
-        "\n\ndef draft_kv_indices_buffer_width(num_seqs: int, topk: int, max_context_len: int) -> int:\n"
-        "    return num_seqs * topk * max_context_len\n"
-        "\n\ndef draft_kv_indices_used_len(seq_lens_sum: int, topk: int, bs: int, num_steps: int) -> int:\n"
-        "    return seq_lens_sum * topk + bs * num_steps\n"
-    )
-    sglang_tree.write(SPEC_UTILS, upstream)
-    sglang_tree.write(EAGLE_UTILS, EAGLE_UTILS_MODULE + "\n\ndef per_step_draft_out_cache_loc(loc, bs, topk, steps):\n    return loc\n")
+# 0.5.13's forms, written here by hand: the width computes its product twice.
+UPSTREAM_WIDTH = (
+    "def draft_kv_indices_buffer_width(num_seqs: int, topk: int, max_context_len: int) -> int:\n"
+    '    """Row width."""\n'
+    "    assert (\n"
+    "        num_seqs * topk * max_context_len < 2**31\n"
+    '    ), "would overflow int32"\n'
+    "    return num_seqs * topk * max_context_len\n"
+)
+UPSTREAM_USED_LEN = (
+    "def draft_kv_indices_used_len(seq_lens_sum: int, topk: int, bs: int, num_steps: int) -> int:\n"
+    "    return seq_lens_sum * topk + bs * num_steps\n"
+)
+UPSTREAM_PER_STEP = (
+    "def per_step_draft_out_cache_loc(loc, bs, topk, steps):\n"
+    "    assert loc.shape[0] == bs * topk * steps, 'wrong length'\n"
+    "    return loc.view(bs, topk, steps).permute(2, 0, 1).reshape(steps, -1)\n"
+)
+#: upstream's earlier bodies: the width before its int32 guard (27475 before 27486), the layout without its assert
+EARLIER_WIDTH = (
+    "def draft_kv_indices_buffer_width(num_seqs: int, topk: int, max_context_len: int) -> int:\n"
+    "    return num_seqs * topk * max_context_len\n"
+)
+EARLIER_PER_STEP = (
+    "def per_step_draft_out_cache_loc(loc, bs, topk, steps):\n"
+    "    return loc.view(bs, topk, steps).permute(2, 0, 1).reshape(steps, -1)\n"
+)
+
+
+def append(text: str, *definitions: str) -> str:
+    return text + "".join("\n\n" + d for d in definitions)
+
+
+@pytest.mark.parametrize("spec_utils_defs, eagle_utils_defs", [
+    ((WIDTH_SOURCE, USED_LEN_SOURCE), (PER_STEP_SOURCE,)),
+    ((UPSTREAM_WIDTH, UPSTREAM_USED_LEN), (UPSTREAM_PER_STEP,)),
+], ids=["ours", "0.5.13's form"])
+def test_current_bodies_anywhere_are_patched_and_kept(sglang_tree, spec_utils_defs, eagle_utils_defs):
+    spec = append(SPEC_UTILS_MODULE, *spec_utils_defs)
+    sglang_tree.write(SPEC_UTILS, spec)
+    sglang_tree.write(EAGLE_UTILS, append(EAGLE_UTILS_MODULE, *eagle_utils_defs))
     plan = sglang_tree.plan([*SPEC_RULES, PER_STEP])
     assert [f.state for f in plan.findings] == [State.PATCHED] * 3
+    assert plan.findings[0].line == line_of(spec, "def draft_kv_indices_buffer_width(")
     assert plan.changes == ()
+
+
+@pytest.mark.parametrize("relative, module, earlier, current, rules", [
+    (SPEC_UTILS, SPEC_UTILS_MODULE, EARLIER_WIDTH, WIDTH_SOURCE, [WIDTH]),
+    (EAGLE_UTILS, EAGLE_UTILS_MODULE, EARLIER_PER_STEP, PER_STEP_SOURCE, [PER_STEP]),
+], ids=["width without its int32 guard", "per-step layout without its assert"])
+def test_earlier_body_is_replaced_by_ours(sglang_tree, relative, module, earlier, current, rules):
+    before = append(module, "# kept above the helper\n" + earlier)
+    sglang_tree.write(relative, before)
+    plan = sglang_tree.apply(rules)
+    assert [(f.state, f.line) for f in plan.findings] == [(State.TO_PATCH, line_of(before, "def " + rules[0].site[4:]))]
+    assert sglang_tree.read(relative) == append(module, "# kept above the helper\n" + current)
+    sglang_tree.assert_idempotent(rules)
+
+
+FOREIGN = {
+    "width without topk": ("draft_kv_indices_buffer_width", SPEC_UTILS, SPEC_UTILS_MODULE,
+                           "def draft_kv_indices_buffer_width(num_seqs, topk, max_context_len):\n"
+                           "    return num_seqs * max_context_len\n"),
+    "width guarded at 2**32": ("draft_kv_indices_buffer_width", SPEC_UTILS, SPEC_UTILS_MODULE,
+                               EARLIER_WIDTH.replace("    return", "    assert num_seqs * topk * max_context_len < 2**32\n    return")),
+    "used length off by one": ("draft_kv_indices_used_len", SPEC_UTILS, SPEC_UTILS_MODULE,
+                               UPSTREAM_USED_LEN.replace("bs * num_steps", "bs * (num_steps + 1)")),
+    "per-step layout topk last": ("per_step_draft_out_cache_loc", EAGLE_UTILS, EAGLE_UTILS_MODULE,
+                                  UPSTREAM_PER_STEP.replace("view(bs, topk, steps)", "view(bs, steps, topk)")),
+    "per-step returning the buffer": ("per_step_draft_out_cache_loc", EAGLE_UTILS, EAGLE_UTILS_MODULE,
+                                      "def per_step_draft_out_cache_loc(loc, bs, topk, steps):\n    return loc\n"),
+}
+
+
+@pytest.mark.parametrize("name, relative, module, definition", FOREIGN.values(), ids=FOREIGN.keys())
+def test_foreign_body_is_unrecognised_and_apply_refuses_naming_it(sglang_tree, name, relative, module, definition):
+    before = append(module, definition)
+    sglang_tree.write(relative, before)
+    write_bystanders(sglang_tree, besides=relative)
+    [finding] = sglang_tree.plan([rule(f"helper:{name}")]).findings
+    assert (finding.state, finding.detail) == (State.UNRECOGNISED, f"def {name} has a body no rule knows")
+    snapshot = sglang_tree.snapshot()
+    code, out, err = sglang_tree.cli("apply")
+    assert (code, out) == (2, "")
+    assert err == (f"error: {sglang_tree.path(relative)}:{line_of(before, f'def {name}(')}: <module>: def {name}: "
+                   f"def {name} has a body no rule knows; nothing written\n")
+    assert sglang_tree.snapshot() == snapshot
 
 
 def test_a_method_of_that_name_does_not_count(sglang_tree):

@@ -1,35 +1,160 @@
-"""Define the three layout helpers in SGLang's own modules where they are absent.
+"""The three layout helpers in SGLang's own modules: defined where absent, judged by body.
 
 Mirrors upstream PR 27475 (``draft_kv_indices_buffer_width`` and
-``draft_kv_indices_used_len`` in ``speculative/spec_utils.py``) and PR 26239
-(``per_step_draft_out_cache_loc`` in ``speculative/eagle_utils.py``). The inserted
-source is read from this package's own functions, so the code SGLang runs is the code
-this package tests. Invariant: every call site the other rules write has its helper
-defined in the module it imports from. A tree that already defines a helper (0.5.13
-and later, or an earlier apply) keeps its definition.
+``draft_kv_indices_used_len`` in ``speculative/spec_utils.py``; 27486 added the int32
+guard to the width) and PR 26239 (``per_step_draft_out_cache_loc`` in
+``speculative/eagle_utils.py``). The inserted source is read from this package's own
+functions, so the code SGLang runs is the code this package tests. Invariant: every
+call site the other rules write has its helper defined in the module it imports from.
+
+A definition already there is judged by its body, structurally (docstrings,
+annotations and assert messages do not matter): our form or upstream's is patched;
+upstream's earlier body (the width without its int32 guard, the per-step layout
+without its length assert) is replaced by ours; any other body is unrecognised.
 """
 
 from __future__ import annotations
 
+import ast
+import enum
 import inspect
-from typing import Callable
+from typing import Callable, Optional
 
+from ..layout_patterns import factors
 from ..speculative import eagle_utils, spec_utils
-from .base import Edit, Finding, Rule, Source, State
+from .base import Edit, Finding, Rule, Source, State, param_names
 
 UPSTREAM = {"spec_utils": "PR 27475", "eagle_utils": "PR 26239"}
+INT32_LIMIT = 2**31
+
+
+class Body(enum.Enum):
+    CURRENT = "current"
+    EARLIER = "earlier"  # upstream's first form, before its guard was added
+
+
+def _dump(text: str) -> str:
+    return ast.dump(ast.parse(text, mode="eval").body)
+
+
+def _same(node: Optional[ast.AST], text: str) -> bool:
+    """``node`` is the expression ``text``, whatever its formatting."""
+    return node is not None and ast.dump(node) == _dump(text)
+
+
+def _statements(func: ast.FunctionDef) -> list[ast.stmt]:
+    """The body without its docstring."""
+    body = func.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        if isinstance(body[0].value.value, str):
+            return body[1:]
+    return body
+
+
+def _judge(func: ast.FunctionDef, arity: int, value: Callable[[ast.expr], bool], check: Callable[..., bool],
+           returned: Optional[Callable[[ast.expr], bool]] = None) -> Optional[Body]:
+    """The form of ``func``: ``return <returned>`` (default: the value), with or without
+    ``assert <check>`` before it; locals bound to the value may stand for it.
+    """
+    if len(param_names(func)) != arity:
+        return None
+    *before, last = _statements(func) or [None]
+    if not isinstance(last, ast.Return):
+        return None
+    bound: set[str] = set()
+
+    def is_value(node: ast.expr) -> bool:
+        return value(node) or (isinstance(node, ast.Name) and node.id in bound)
+
+    checked = False
+    for stmt in before:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+                and value(stmt.value):
+            bound.add(stmt.targets[0].id)
+        elif isinstance(stmt, ast.Assert) and check(stmt.test, is_value):
+            checked = True
+        else:
+            return None
+    if not (returned or is_value)(last.value):
+        return None
+    if checked:
+        return Body.CURRENT
+    return Body.EARLIER if not before else None
+
+
+def _width(func: ast.FunctionDef) -> Optional[Body]:
+    names = param_names(func)
+
+    def product(node: ast.expr) -> bool:
+        operands = factors(node)
+        return all(isinstance(f, ast.Name) for f in operands) and sorted(f.id for f in operands) == sorted(names)
+
+    def guard(test: ast.expr, is_value) -> bool:
+        return isinstance(test, ast.Compare) and [type(op) for op in test.ops] == [ast.Lt] and is_value(test.left) \
+            and isinstance(test.comparators[0], (ast.BinOp, ast.Constant)) \
+            and ast.literal_eval(_power(test.comparators[0])) == INT32_LIMIT
+
+    return _judge(func, 3, product, guard)
+
+
+def _power(node: ast.expr) -> ast.expr:
+    """``2**31`` as a literal ast.literal_eval reads (it refuses powers)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+        base, exponent = ast.literal_eval(node.left), ast.literal_eval(node.right)
+        if isinstance(base, int) and isinstance(exponent, int) and 0 <= exponent <= 64:
+            return ast.Constant(base**exponent)
+    return node if isinstance(node, ast.Constant) else ast.Constant(None)
+
+
+def _used_len(func: ast.FunctionDef) -> Optional[Body]:
+    if len(param_names(func)) != 4:
+        return None
+    seq_lens_sum, topk, bs, num_steps = param_names(func)
+    body = _statements(func)
+    returns = len(body) == 1 and isinstance(body[0], ast.Return)
+    return Body.CURRENT if returns and _same(body[0].value, f"{seq_lens_sum} * {topk} + {bs} * {num_steps}") else None
+
+
+def _per_step(func: ast.FunctionDef) -> Optional[Body]:
+    if len(param_names(func)) != 4:
+        return None
+    buffer, batch_size, topk, num_steps = param_names(func)
+    layout = f"{buffer}.view({batch_size}, {topk}, {num_steps}).permute(2, 0, 1).reshape({num_steps}, -1)"
+    length = f"{batch_size} * {topk} * {num_steps}"
+
+    def length_check(test: ast.expr, is_value) -> bool:
+        if not (isinstance(test, ast.Compare) and [type(op) for op in test.ops] == [ast.Eq]):
+            return False
+        sides = [test.left, test.comparators[0]]
+        return any(_same(a, f"{buffer}.shape[0]") and is_value(b) for a, b in (sides, sides[::-1]))
+
+    return _judge(func, 4, lambda node: _same(node, length), length_check, lambda node: _same(node, layout))
+
+
+JUDGES = {
+    spec_utils.draft_kv_indices_buffer_width.__name__: _width,
+    spec_utils.draft_kv_indices_used_len.__name__: _used_len,
+    eagle_utils.per_step_draft_out_cache_loc.__name__: _per_step,
+}
 
 
 def _find(helper: Callable, rule: Rule, source: Source) -> Finding:
-    if source.function(helper.__name__) is not None:
-        return rule.report(State.PATCHED)
+    helper_source = inspect.getsource(helper)
+    imports = (("torch", ""),) if "torch." in helper_source else ()
+    defined = source.function(helper.__name__)
+    if defined is not None:
+        body = JUDGES[helper.__name__](defined)
+        if body is Body.CURRENT:
+            return rule.report(State.PATCHED, defined.lineno)
+        if body is Body.EARLIER:
+            return rule.report(State.TO_PATCH, defined.lineno, "upstream's earlier body, replaced by ours",
+                               edits=[Edit(defined, replace=helper_source)], imports=imports)
+        return rule.report(State.UNRECOGNISED, defined.lineno, f"def {helper.__name__} has a body no rule knows")
     definitions = source.definitions()
     if not definitions:
         return rule.report(State.UNRECOGNISED, detail="no top-level function to insert the helper before")
     anchor = definitions[0]
-    helper_source = inspect.getsource(helper)
     edit = Edit(anchor, before=(helper_source,), separate=2, keep_comments=True)
-    imports = (("torch", ""),) if "torch." in helper_source else ()
     return rule.report(State.TO_PATCH, anchor.lineno, edits=[edit], imports=imports)
 
 
