@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from .imports import add_imports
 from .target import Target
 
 #: (path under the fork root, template module in fork_templates, what it checks)
@@ -88,21 +87,26 @@ def _bound(tree: ast.Module, module: str, name: str, alias: Optional[str]) -> bo
 
 def render(template: str) -> str:
     """The text of the file that template module ``fork_templates.<template>`` describes."""
-    text = _module_source(f"{__package__}.fork_templates.{template}")
-    needed: list[tuple[str, str, Optional[str]]] = []
+    return embed(_module_source(f"{__package__}.fork_templates.{template}"), template)
+
+
+def embed(text: str, template: str) -> str:
+    """``text`` with each embed marker replaced by the named module's body.
+
+    The template itself imports what the embedded modules import (the rendered file is the
+    template's text, its imports untouched); a module import the template lacks is an error.
+    """
     for module in _EMBED.findall(text):
         imports, body = _split_imports(_module_source(module))
-        needed += imports
+        tree = ast.parse(text)
+        for imported, name, alias in imports:
+            if not _bound(tree, imported, name, alias):
+                line = f"from {imported} import {name}" if name else f"import {imported}"
+                line += f" as {alias}" if alias else ""
+                raise ValueError(f"{template}: the embedded {module} needs `{line}` in the template")
         marker = f"# sglang-draft-layout: embed {module}\n"
         text = text.replace(marker, f"# {module} (sglang-draft-layout), verbatim\n{body}", 1)
-    missing = []
-    for module, name, alias in needed:
-        if _bound(ast.parse(text), module, name, alias):
-            continue
-        if alias:
-            raise ValueError(f"{template}: import the aliased {module} ({alias}) in the template itself")
-        missing.append((module, name))
-    return add_imports(text, missing) if missing else text
+    return text
 
 
 def fork_root(target: Target) -> Optional[Path]:

@@ -5,9 +5,12 @@ when it differs from what the tool would write. Needs nothing but this tree: the
 the source read it with ``ast`` (the pattern code below is the tool's, embedded verbatim).
 """
 
+from __future__ import annotations
+
 import ast
 import unittest
 from pathlib import Path
+from typing import Iterator, List, Optional, Tuple
 
 import torch
 
