@@ -8,6 +8,12 @@ and asserts it fits the row (through ``assert_buffer_fits``, a utility later rel
 added; here a plain ``assert`` with the same facts, since older trees lack it).
 Invariant: the kernel never runs on a row narrower than what it will write; host
 integers only, so the check costs no device sync.
+
+A fork that cherry-picked upstream's pre-helper fixes (27338 FlashInfer, 27460
+FlashInfer-MLA) checks already, with an inline
+``required_kv_indices_len = seq_lens_sum * self.topk + bs * self.speculative_num_steps``
+and its own assert: the length becomes ``draft_kv_indices_used_len(...)``, the fork's
+assert and message stay, and nothing is added beside them.
 """
 
 from __future__ import annotations
@@ -56,6 +62,39 @@ def unbound_at(method: ast.FunctionDef, launch: ast.stmt, operands: tuple[ast.ex
     return sorted(read - bound - {"self"})
 
 
+def _is_row_width(node: ast.expr) -> bool:
+    """``<row>.shape[1]``."""
+    return (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "shape"
+            and isinstance(node.slice, ast.Constant) and node.slice.value == 1)
+
+
+def _capacity_length(node: ast.AST) -> Optional[tuple[ast.expr, ast.expr, ast.expr]]:
+    """The operands of ``seq_lens_sum * self.topk + bs * self.speculative_num_steps``."""
+    operands = used_len_operands(node)
+    return operands if operands and is_self_attr(operands[2], "speculative_num_steps") else None
+
+
+def inline_capacity_check(method: ast.FunctionDef) -> Optional[tuple[ast.AST, str, tuple[ast.expr, ...]]]:
+    """The fork's own check (27338 / 27460): (node to rewrite, bound name or "", operands).
+
+    ``name = <capacity length>`` then ``assert name <= row.shape[1]``, or the length
+    written inside the assert.
+    """
+    checked = [node.test.left for node in in_order(method) if isinstance(node, ast.Assert)
+               and isinstance(node.test, ast.Compare) and [type(op) for op in node.test.ops] == [ast.LtE]
+               and _is_row_width(node.test.comparators[0])]
+    for node in in_order(method):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            operands = _capacity_length(node.value)
+            if operands and any(isinstance(left, ast.Name) and left.id == name for left in checked):
+                return node, name, operands
+    for left in checked:
+        if _capacity_length(left):
+            return left, "", _capacity_length(left)
+    return None
+
+
 def has_capacity_check(method: ast.FunctionDef) -> bool:
     """A ``draft_kv_indices_used_len(..., self.speculative_num_steps)`` or ``assert_buffer_fits`` call."""
     for node in in_order(method):
@@ -73,6 +112,15 @@ def _find(rule: Rule, source: Source) -> Finding:
         return method
     if has_capacity_check(method):
         return rule.report(State.PATCHED, method.lineno)
+    inline = inline_capacity_check(method)
+    if inline:
+        node, name, operands = inline
+        seq_lens_sum, bs = source.text(operands[0]), source.text(operands[1])
+        length = f"{USED_LEN_HELPER}({seq_lens_sum}, self.topk, {bs}, self.speculative_num_steps)"
+        if name:  # upstream's binding, wrapped as black writes it
+            length = f"{name} = {USED_LEN_HELPER}(\n    {seq_lens_sum}, self.topk, {bs}, self.speculative_num_steps\n)\n"
+        return rule.report(State.TO_PATCH, node.lineno, "the fork's own check (27338/27460): its length via the helper",
+                           edits=[Edit(node, replace=length)], imports=[(SPEC_UTILS, USED_LEN_HELPER)])
     launches, operands = kernel_launches(method), slice_operands(method)
     if not launches or operands is None:
         missing = "kernel launch" if not launches else "per-step slice"
