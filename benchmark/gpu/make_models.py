@@ -6,8 +6,8 @@ Usage: python3 benchmark/gpu/make_models.py OUTDIR  -> OUTDIR/target, OUTDIR/dra
 The builder is the package's sglang_draft_layout/tiny_models.py (the GPU test that `apply`
 writes into a fork embeds the same source); see its docstring for the design. Same model
 and prompts as the shared device recipe (same seeds, same draws); the expected rule
-continuation is stored for EXPECTED_NEW tokens so that requests of 64 tokens (num_steps 1, 3)
-and 72 tokens (num_steps 5) can both be checked against a prefix of it. The names below are
+continuation is stored for EXPECTED_NEW tokens so that every request (a multiple of
+num_steps + 1 from 64 on, at most 72: serve_checks.max_new_tokens) is checked against a prefix of it. The names below are
 re-exported for make_deepseek_models.py and make_dsv4_models.py (`import make_models as mm`).
 """
 import os
