@@ -73,10 +73,15 @@ def used_len_operands(expr: ast.AST) -> Optional[Tuple[ast.expr, ast.expr, ast.e
         steps = [
             f
             for f in appended_factors
-            if isinstance(f, ast.BinOp) and isinstance(f.op, ast.Add)
+            if isinstance(f, ast.BinOp)
+            and isinstance(f.op, ast.Add)
             or is_self_attr(f, "speculative_num_steps")
         ]
-        if len(prefix_factors) == len(appended_factors) == 2 and topk and len(steps) == 1:
+        if (
+            len(prefix_factors) == len(appended_factors) == 2
+            and topk
+            and len(steps) == 1
+        ):
             seq_lens_sum = next(f for f in prefix_factors if f is not topk[0])
             bs = next(f for f in appended_factors if f is not steps[0])
             return seq_lens_sum, bs, steps[0]
@@ -226,7 +231,9 @@ def out_cache_loc_layouts(func: ast.AST) -> List[Layout]:
                     continue
                 split = _split_3d(_steps_first(one.value))
                 if split is not None:
-                    found.append(([stmt], one.targets[0], split.func.value, split.args[0]))
+                    found.append(
+                        ([stmt], one.targets[0], split.func.value, split.args[0])
+                    )
                     continue
                 split = _split_3d(one.value)
                 second = _assigned(body[index + 1]) if index + 1 < len(body) else None
@@ -238,7 +245,9 @@ def out_cache_loc_layouts(func: ast.AST) -> List[Layout]:
                     isinstance(receiver, ast.Name)
                     and receiver.id == target.id == second.targets[0].id
                 ):
-                    found.append(([stmt, second], target, split.func.value, split.args[0]))
+                    found.append(
+                        ([stmt, second], target, split.func.value, split.args[0])
+                    )
     return found
 
 
@@ -256,7 +265,9 @@ def _inline_forms(func: ast.AST) -> Iterator[Tuple[int, str]]:
 
 
 def _methods(cls: ast.ClassDef) -> List[ast.FunctionDef]:
-    return [s for s in cls.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return [
+        s for s in cls.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
+    ]
 
 
 def _classes(tree: ast.Module) -> List[ast.ClassDef]:
