@@ -20,6 +20,7 @@ from .target import Target
 #: (path under the fork root, template module in fork_templates, what it checks)
 FORK_TESTS = (
     ("test/registered/unit/speculative/test_draft_layout.py", "registered_cpu", "registered CPU test"),
+    ("test/registered/spec/eagle/test_draft_layout_exact.py", "registered_gpu", "registered GPU test"),
 )
 _EMBED = re.compile(r"^# sglang-draft-layout: embed ([\w.]+)\n", re.MULTILINE)
 

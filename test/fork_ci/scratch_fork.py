@@ -4,6 +4,7 @@ and a git repository around it."""
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 from pathlib import Path
@@ -19,6 +20,7 @@ dynamic = ["version"]
 root = ".."
 """
 CPU_TEST = "test/registered/unit/speculative/test_draft_layout.py"
+GPU_TEST = "test/registered/spec/eagle/test_draft_layout_exact.py"
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -39,3 +41,12 @@ def make_fork(root: Path) -> Path:
     git(root, "commit", "-q", "-m", "fork")
     return root
 
+
+
+def ci_register(fork: Path):
+    """0.5.12's own sglang/test/ci/ci_register.py (stdlib only), loaded by path."""
+    spec = importlib.util.spec_from_file_location(
+        "ci_register_0512", fork / "python/sglang/test/ci/ci_register.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,18 +1,16 @@
 """The registered CPU test `apply` writes into a fork checkout (fork_tests, registered_cpu).
 
 Written, reported by `check`, idempotent, skipped with --no-tests; collected by 0.5.12's own
-ci_register into stage-a-test-cpu; black/isort clean; and, run as the fork's CI runs it
-(`python3 FILE`, in the proof venv), it passes on the patched fork and fails on the
-unpatched one and on a patched fork with one site reverted.
+ci_register into stage-a-test-cpu; and, run as the fork's CI runs it (`python3 FILE`, in the
+proof venv), it passes on the patched fork and fails on the unpatched one and on a patched
+fork with one site reverted. Black/isort: test_registered_gpu_test.py (every template).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,7 @@ import pytest
 from sglang_draft_layout import cli
 from sglang_draft_layout.fork_tests import render
 
-from scratch_fork import CPU_TEST
+from scratch_fork import CPU_TEST, ci_register
 
 pytestmark = pytest.mark.releases
 RUNNER = Path(__file__).with_name("run_on_cpu.py")
@@ -37,15 +35,6 @@ def run_generated(python: Path, fork: Path) -> subprocess.CompletedProcess:
     env["PYTHONPATH"] = str(fork / "python")
     return subprocess.run([str(python), str(RUNNER), str(fork / CPU_TEST)], cwd=fork, env=env,
                           capture_output=True, text=True, timeout=600)
-
-
-def ci_register(fork: Path):
-    """0.5.12's own sglang/test/ci/ci_register.py (stdlib only), loaded by path."""
-    spec = importlib.util.spec_from_file_location(
-        "ci_register_0512", fork / "python/sglang/test/ci/ci_register.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_apply_writes_it_once_and_check_reports_it(fork, capsys):
@@ -104,14 +93,6 @@ def test_collected_by_the_forks_own_collector(fork):
     assert (collected.backend.name, collected.effective_suite, collected.disabled) == \
         ("CPU", "stage-a-test-cpu", None)
     assert collected.est_time > 0
-
-
-def test_black_and_isort_clean(tmp_path):
-    path = tmp_path / "test_draft_layout.py"
-    path.write_text(render("registered_cpu"))
-    for tool in (["black", "--check", "-l", "88"], ["isort", "--check-only", "--profile", "black", "-p", "sglang"]):
-        result = subprocess.run([sys.executable, "-m", *tool, str(path)], capture_output=True, text=True)
-        assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_passes_patched_fails_unpatched(fork, proof_python):
