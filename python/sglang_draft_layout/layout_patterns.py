@@ -12,7 +12,7 @@ verbatim to check a fork's own files with nothing else installed.
 from __future__ import annotations
 
 import ast
-from typing import Iterator, List, Optional, Tuple
+from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 WIDTH_HELPER = "draft_kv_indices_buffer_width"
 USED_LEN_HELPER = "draft_kv_indices_used_len"
@@ -23,12 +23,35 @@ HELPERS = (WIDTH_HELPER, USED_LEN_HELPER, PER_STEP_HELPER)
 #: (statements, target, buffer, batch size) of a hand-written per-step out_cache_loc
 Layout = Tuple[List[ast.stmt], ast.Name, ast.expr, ast.expr]
 
+#: the draft layout forms a function can hold (``draft_layout_forms``)
+ROWS = "kv_indices rows"  # (self.speculative_num_steps, width) from max_context_len
+STEP_LENGTH = "used length"  # seq_lens_sum * topk + bs * (i + 1), or the helper
+CAPACITY = "capacity length"  # the same through self.speculative_num_steps
+LAUNCH = "kernel launch"  # generate_draft_decode_kv_indices[grid](...)
+OUT_CACHE_LOC = "per-step out_cache_loc"  # [bs, topk, num_steps] split per step
+
 
 def in_order(node: ast.AST) -> Iterator[ast.AST]:
     """``node`` and every node below it, in source order."""
-    yield node
-    for child in ast.iter_child_nodes(node):
-        yield from in_order(child)
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(reversed(list(ast.iter_child_nodes(current))))
+
+
+def nodes_of(func: ast.AST, kind: type) -> List[ast.AST]:
+    """The ``kind`` nodes of ``func`` in source order, from one walk kept on ``func``."""
+    index: Optional[Dict[type, List[ast.AST]]] = getattr(func, "_nodes_by_type", None)
+    if index is None:
+        index = {}
+        for node in in_order(func):
+            index.setdefault(type(node), []).append(node)
+        func._nodes_by_type = index  # type: ignore[attr-defined]
+    if kind in index or not kind.__subclasses__():
+        return index.get(kind, [])
+    found = [n for k, group in index.items() if issubclass(k, kind) for n in group]
+    return sorted(found, key=lambda n: (n.lineno, n.col_offset))
 
 
 def is_self_attr(node: ast.AST, name: str) -> bool:
@@ -91,8 +114,8 @@ def used_len_operands(expr: ast.AST) -> Optional[Tuple[ast.expr, ast.expr, ast.e
 def row_allocations(func: ast.AST) -> List[Tuple[ast.Assign, ast.Tuple]]:
     """``x = torch.empty|zeros((self.speculative_num_steps, width), ...)`` and its shape."""
     found = []
-    for node in in_order(func):
-        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+    for node in nodes_of(func, ast.Assign):
+        if not isinstance(node.value, ast.Call):
             continue
         call = node.value
         allocates = (
@@ -112,37 +135,41 @@ def row_allocations(func: ast.AST) -> List[Tuple[ast.Assign, ast.Tuple]]:
     return found
 
 
-def width_bindings(func: ast.AST) -> List[str]:
-    """Local names bound to ``draft_kv_indices_buffer_width(...)``."""
-    return [
-        node.targets[0].id
-        for node in in_order(func)
-        if isinstance(node, ast.Assign)
-        and len(node.targets) == 1
-        and isinstance(node.targets[0], ast.Name)
-        and called_name(node.value) == WIDTH_HELPER
-    ]
+def local_bindings(func: ast.AST) -> Dict[str, ast.Assign]:
+    """``name -> name = <value>``: each local's last plain assignment in ``func``."""
+    bound: Dict[str, ast.Assign] = {}
+    for node in nodes_of(func, ast.Assign):
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            bound[node.targets[0].id] = node
+    return bound
+
+
+def width_binding(width: ast.expr, func: ast.AST) -> Optional[ast.Assign]:
+    """The assignment a row width names, when it is a local: ``width = <value>``."""
+    if isinstance(width, ast.Name):
+        return local_bindings(func).get(width.id)
+    return None
 
 
 def is_helper_width(width: ast.expr, func: ast.AST) -> bool:
     """A row width computed by ``draft_kv_indices_buffer_width`` (directly or via a local)."""
-    if called_name(width) == WIDTH_HELPER:
-        return True
-    return isinstance(width, ast.Name) and width.id in width_bindings(func)
+    binding = width_binding(width, func)
+    return called_name(binding.value if binding else width) == WIDTH_HELPER
 
 
-def is_inline_width(width: ast.expr) -> bool:
-    """A row width written as a product with ``self.max_context_len``."""
-    return any(is_self_attr(f, "max_context_len") for f in factors(width))
+def is_inline_width(width: ast.expr, func: ast.AST) -> bool:
+    """A row width written as a product with ``self.max_context_len`` (directly or via a local)."""
+    binding = width_binding(width, func)
+    product = binding.value if binding else width
+    return any(is_self_attr(f, "max_context_len") for f in factors(product))
 
 
 def step_slices(func: ast.AST) -> List[ast.Subscript]:
     """``row[i][: end]``: a kv_indices row cut to its used length."""
     return [
         node
-        for node in in_order(func)
-        if isinstance(node, ast.Subscript)
-        and isinstance(node.value, ast.Subscript)
+        for node in nodes_of(func, ast.Subscript)
+        if isinstance(node.value, ast.Subscript)
         and isinstance(node.slice, ast.Slice)
         and node.slice.lower is None
         and node.slice.upper is not None
@@ -153,8 +180,8 @@ def step_slices(func: ast.AST) -> List[ast.Subscript]:
 def kernel_launches(func: ast.AST) -> List[ast.Expr]:
     """Statements ``generate_draft_decode_kv_indices[grid](...)``."""
     found = []
-    for node in in_order(func):
-        if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)):
+    for node in nodes_of(func, ast.Expr):
+        if not isinstance(node.value, ast.Call):
             continue
         kernel = node.value.func
         if isinstance(kernel, ast.Subscript):
@@ -220,7 +247,7 @@ def out_cache_loc_layouts(func: ast.AST) -> List[Layout]:
     (``view`` and ``permute(2, 0, 1)`` too), or both chained in one assignment.
     """
     found: List[Layout] = []
-    for node in in_order(func):
+    for node in [func, *nodes_of(func, ast.stmt), *nodes_of(func, ast.excepthandler)]:
         for field in ("body", "orelse", "finalbody"):
             body = getattr(node, field, None)
             if not isinstance(body, list):
@@ -255,9 +282,9 @@ def _inline_forms(func: ast.AST) -> Iterator[Tuple[int, str]]:
     """(line, what) of each draft layout ``func`` computes without the helpers."""
     for stmt, shape in row_allocations(func):
         width = shape.elts[1]
-        if not is_helper_width(width, func) and is_inline_width(width):
+        if not is_helper_width(width, func) and is_inline_width(width, func):
             yield stmt.lineno, f"row width without {WIDTH_HELPER}"
-    for node in in_order(func):
+    for node in nodes_of(func, ast.BinOp):
         if used_len_operands(node):
             yield node.lineno, f"used length without {USED_LEN_HELPER}"
     for stmts, _target, _buffer, _bs in out_cache_loc_layouts(func):
@@ -284,18 +311,42 @@ def inline_draft_layout(tree: ast.Module) -> List[Tuple[str, str, int, str]]:
     ]
 
 
-def _has_draft_layout(func: ast.AST) -> bool:
-    if kernel_launches(func) or next(_inline_forms(func), None):
-        return True
-    if any(is_helper_width(shape.elts[1], func) for _s, shape in row_allocations(func)):
-        return True
-    return any(called_name(node) in HELPERS for node in in_order(func))
+def _used_length_form(steps: ast.expr) -> str:
+    return CAPACITY if is_self_attr(steps, "speculative_num_steps") else STEP_LENGTH
+
+
+def draft_layout_forms(func: ast.AST) -> FrozenSet[str]:
+    """The draft layout forms ``func`` holds, written inline or through the helpers."""
+    forms = set()
+    if kernel_launches(func):
+        forms.add(LAUNCH)
+    for _stmt, shape in row_allocations(func):
+        width = shape.elts[1]
+        if is_helper_width(width, func) or is_inline_width(width, func):
+            forms.add(ROWS)
+    for node in nodes_of(func, ast.BinOp):
+        operands = used_len_operands(node)
+        if operands:
+            forms.add(_used_length_form(operands[2]))
+    if out_cache_loc_layouts(func):
+        forms.add(OUT_CACHE_LOC)
+    for call in nodes_of(func, ast.Call):
+        name = called_name(call)
+        if name == USED_LEN_HELPER and len(call.args) == 4:  # type: ignore[attr-defined]
+            forms.add(_used_length_form(call.args[3]))  # type: ignore[attr-defined]
+        elif name == PER_STEP_HELPER:
+            forms.add(OUT_CACHE_LOC)
+    return frozenset(forms)
+
+
+def draft_layout_methods(
+    cls: ast.ClassDef,
+) -> List[Tuple[ast.FunctionDef, FrozenSet[str]]]:
+    """(method, its forms) for each method of ``cls`` that holds a draft layout form."""
+    found = [(method, draft_layout_forms(method)) for method in _methods(cls)]
+    return [(method, forms) for method, forms in found if forms]
 
 
 def draft_layout_classes(tree: ast.Module) -> List[str]:
     """Classes with draft layout arithmetic or a draft kernel launch, inline or via the helpers."""
-    return [
-        cls.name
-        for cls in _classes(tree)
-        if any(_has_draft_layout(method) for method in _methods(cls))
-    ]
+    return [cls.name for cls in _classes(tree) if draft_layout_methods(cls)]

@@ -177,11 +177,25 @@ def test_unknown_width_is_unrecognised(sglang_tree, width):
     _assert_unrecognised_width(sglang_tree, text, width)
 
 
-def test_width_in_a_local_not_bound_to_the_helper_is_unrecognised(sglang_tree):
+def test_width_in_a_local_gets_the_helper_as_its_value(sglang_tree):
+    """The fork binds the inline product to a local (0.5.13's form, reverted): the local is rewritten."""
+    allocation = "        kv_indices = torch.empty((self.speculative_num_steps, width))\n"
     text = backend_module(CLS, INIT, _eager(
-        "        width = forward_batch.batch_size * self.topk * self.max_context_len\n"
+        "        width = forward_batch.batch_size * self.topk * self.max_context_len\n" + allocation))
+    sglang_tree.write(FLASHINFER, text)
+    plan = sglang_tree.apply([RULE])
+    [finding] = plan.findings
+    assert (finding.state, finding.line) == (State.TO_PATCH, line_of(text, "width = forward_batch"))
+    after = method_source(sglang_tree.read(FLASHINFER), SCOPE)
+    assert "        width = " + WIDTH_CALL.format(pad="        ", num_seqs="forward_batch.batch_size") + allocation in after
+    sglang_tree.assert_idempotent([RULE])
+
+
+def test_width_in_a_local_of_unknown_form_is_unrecognised(sglang_tree):
+    text = backend_module(CLS, INIT, _eager(
+        "        width = forward_batch.batch_size * 2 * self.max_context_len\n"
         "        kv_indices = torch.empty((self.speculative_num_steps, width))\n"))
-    _assert_unrecognised_width(sglang_tree, text, "width")
+    _assert_unrecognised_width(sglang_tree, text, "forward_batch.batch_size * 2 * self.max_context_len")
 
 
 def _assert_unrecognised_width(sglang_tree, text, width):

@@ -12,7 +12,7 @@ import ast
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from ..layout_patterns import WIDTH_HELPER, factors, is_helper_width, is_self_attr, row_allocations
+from ..layout_patterns import WIDTH_HELPER, factors, is_helper_width, is_self_attr, row_allocations, width_binding
 from .base import SPEC_UTILS, Edit, Finding, Rule, Source, State, locate_method
 
 #: the local name upstream binds the row width to before allocating
@@ -66,14 +66,20 @@ def find_row_width(rule: Rule, source: Source, num_seqs_of: NumSeqsOf) -> Findin
     width = shape.elts[1]
     if is_helper_width(width, method):
         return rule.report(State.PATCHED, stmt.lineno)
-    rest = factors(width)
+    binding = width_binding(width, method)  # a local the fork binds the width to
+    product = binding.value if binding else width
+    rest = factors(product)
     num_seqs = None
     if take(rest, "max_context_len"):
         take(rest, "topk")
         num_seqs = num_seqs_of(source, method, rest)
     if num_seqs is None:
-        return rule.report(State.UNRECOGNISED, stmt.lineno, f"row width `{source.text(width)}` is no known form")
-    width_stmt = f"{WIDTH_NAME} = {WIDTH_HELPER}(\n    {num_seqs}, self.topk, self.max_context_len\n)\n"
+        return rule.report(State.UNRECOGNISED, stmt.lineno, f"row width `{source.text(product)}` is no known form")
+    name = binding.targets[0].id if binding else WIDTH_NAME
+    width_stmt = f"{name} = {WIDTH_HELPER}(\n    {num_seqs}, self.topk, self.max_context_len\n)\n"
+    if binding is not None:  # the local's value becomes the helper call; the allocation stays
+        return rule.report(State.TO_PATCH, binding.lineno, edits=[Edit(binding, replace=width_stmt)],
+                           imports=[(SPEC_UTILS, WIDTH_HELPER)])
     if "#" in source.text(shape):  # keep the tuple and its comments; swap the width alone
         shape_edit = Edit(width, replace=WIDTH_NAME)
     else:  # upstream's one-line shape
