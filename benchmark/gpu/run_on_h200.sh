@@ -53,7 +53,11 @@ setup() {
   done
   # 2. the patched copy, made by the project's own apply
   PATCHED=$WORK/patched
-  make_patched_copy "$SITE" "$PATCHED" || return 1
+  # from a `git archive HEAD python` snapshot in .gpu/dl_head when carried (uncommitted edits stay home)
+  DLSRC=$REPO/python
+  [ -d .gpu/dl_head/python/sglang_draft_layout ] && DLSRC=$REPO/.gpu/dl_head/python
+  echo "[setup] sglang_draft_layout from $DLSRC $(cat .gpu/dl_head/COMMIT 2>/dev/null)"
+  make_patched_copy "$SITE" "$PATCHED" "$DLSRC" || return 1
   # 3. which sglang each PYTHONPATH gives
   for pp in "$SITE" "$PATCHED:$SITE"; do
     PYTHONPATH=$pp${PYTHONPATH:+:$PYTHONPATH} python3 -c "
