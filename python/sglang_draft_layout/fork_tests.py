@@ -22,7 +22,7 @@ FORK_TESTS = (
     ("test/registered/unit/speculative/test_draft_layout.py", "registered_cpu", "registered CPU test"),
     ("test/registered/spec/eagle/test_draft_layout_exact.py", "registered_gpu", "registered GPU test"),
 )
-_EMBED = re.compile(r"^# sglang-draft-layout: embed ([\w.]+)\n", re.MULTILINE)
+_EMBED = re.compile(r"^# sglang-draft-layout: embed ([\w.]+)\n\n*", re.MULTILINE)
 
 
 class FileState(enum.Enum):
@@ -92,12 +92,14 @@ def render(template: str) -> str:
 
 
 def embed(text: str, template: str) -> str:
-    """``text`` with each embed marker replaced by the named module's body.
+    """``text`` with each embed marker (and the blank lines after it) replaced by the named
+    module's body and two blank lines (black's spacing after a top-level definition).
 
     The template itself imports what the embedded modules import (the rendered file is the
     template's text, its imports untouched); a module import the template lacks is an error.
     """
-    for module in _EMBED.findall(text):
+    for marker in _EMBED.finditer(text):
+        module = marker.group(1)
         imports, body = _split_imports(_module_source(module))
         tree = ast.parse(text)
         for imported, name, alias in imports:
@@ -105,8 +107,8 @@ def embed(text: str, template: str) -> str:
                 line = f"from {imported} import {name}" if name else f"import {imported}"
                 line += f" as {alias}" if alias else ""
                 raise ValueError(f"{template}: the embedded {module} needs `{line}` in the template")
-        marker = f"# sglang-draft-layout: embed {module}\n"
-        text = text.replace(marker, f"# {module} (sglang-draft-layout), verbatim\n{body}", 1)
+        embedded = f"# {module} (sglang-draft-layout), verbatim\n{body}\n\n"
+        text = text.replace(marker.group(0), embedded, 1)
     return text
 
 

@@ -36,7 +36,7 @@ def test_check_on_a_fork_imports_no_libcst(fork):
 
 
 @pytest.mark.parametrize("template, needed", [("registered_gpu", "import numpy as np"),
-                                              ("registered_cpu", "from typing import Iterator")])
+                                              ("registered_cpu", "from __future__ import annotations")])
 def test_a_template_lacking_an_embedded_import_is_refused(template, needed):
     text = (TEMPLATES / f"{template}.py").read_text()
     assert needed in text

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import unittest
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple
+from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -87,7 +87,9 @@ class TestDraftLayoutCallSites(CustomTestCase):
     def test_known_draft_backends_found(self):
         defined, found = set(), set()
         for _path, tree in draft_layout_modules():
-            defined.update(n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef))
+            defined.update(
+                n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)
+            )
             found.update(draft_layout_classes(tree))
         expected = set(UPSTREAM_DRAFT_BACKENDS) & defined
         self.assertTrue(expected, "none of the upstream draft backends is defined")
