@@ -32,8 +32,8 @@ def table(plan: Plan, applied: bool = False) -> str:
         rule = finding.rule
         where = rule.file + (f":{finding.line}" if finding.line and finding.state is not State.ABSENT else "")
         state = "patched now" if applied and finding.state is State.TO_PATCH else finding.state.value
-        if finding.state is State.UNRECOGNISED:
-            state += f" ({finding.detail})"
+        if finding.state is State.UNRECOGNISED or (finding.state is State.TO_PATCH and finding.detail):
+            state += f" ({finding.detail})"  # what is unknown, or what a site in between releases keeps
         rows.append((where, rule.scope, rule.site, state))
     for generated in plan.generated:  # a fork's own test files
         state = generated.state.value

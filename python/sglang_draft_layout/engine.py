@@ -10,14 +10,15 @@ import os
 import stat
 import tempfile
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Collection, Iterator, Optional, Sequence
 
 from . import fork_tests
 from .imports import add_imports
 from .rules import RULES
-from .rules.base import Finding, Rule, Source, State
+from .rules.base import MODULE_SCOPE, Finding, Rule, Source, State
+from .rules.structural_guard import GUARDED_FOLDERS, guard_rules, names_draft_layout
 from .target import Target, TargetError
 
 
@@ -88,9 +89,13 @@ def render(path: Path, source: Source, findings: Sequence[Finding], line_length:
     return add_imports(code, sorted({i for f in to_patch for i in f.imports}), line_length)
 
 
-def _parse(path: Path, relative: str, code: str) -> Source:
+def _parse(path: Path, relative: str, code: str, classes: Optional[Collection[str]] = None) -> Source:
+    """The file whole, or (``classes`` given) only its class blocks that name a draft layout or one of ``classes``."""
+    def wanted(block: str) -> bool:
+        return names_draft_layout(block) or any(f"class {name}" in block for name in classes)
+
     try:
-        return Source(relative, code)
+        return Source(relative, code) if classes is None else Source.class_blocks(relative, code, wanted)
     except SyntaxError as error:
         raise TargetError(f"{path}:{error.lineno}: not valid Python ({error.msg}); nothing written") from None
 
@@ -102,25 +107,68 @@ def _rules_by_file(rules: Sequence[Rule]) -> dict[str, list[Rule]]:
     return grouped
 
 
+def _sources(target: Target, rules: Sequence[Rule]) -> dict[str, Source]:
+    """Each file the rules read, and each other file of the structural guard's folders whose
+    text names a draft layout, each read and parsed once: whole where a rule judges
+    module-level definitions, else by the class blocks that matter (``_parse``)."""
+    sources = {}
+    for relative, file_rules in _rules_by_file(rules).items():
+        path = target.package / relative
+        if path.is_file():
+            whole = any(rule.scope == MODULE_SCOPE for rule in file_rules)
+            sources[relative] = _parse(path, relative, path.read_text(encoding="utf-8"),
+                                       None if whole else _named_classes(relative))
+    for folder in GUARDED_FOLDERS:
+        for path in sorted((target.package / folder).rglob("*.py")):
+            relative = path.relative_to(target.package).as_posix()
+            if relative not in sources:
+                code = path.read_text(encoding="utf-8")
+                if names_draft_layout(code):
+                    sources[relative] = _parse(path, relative, code, _named_classes(relative))
+    return sources
+
+
+def _named_classes(relative: str) -> set[str]:
+    """The classes of a file that a rule names (the structural guard leaves them to it)."""
+    return {rule.scope.split(".")[0] for rule in RULES if rule.file == relative and rule.scope != MODULE_SCOPE}
+
+
+def _helper_module_missing(finding: Finding, target: Target) -> Finding:
+    """A site to patch whose helper's module file is absent (code older than these rules) is unrecognised."""
+    for module, _name in finding.imports:
+        relative = module.removeprefix("sglang.").replace(".", "/") + ".py"
+        first_party = module.startswith("sglang.")
+        if finding.state is State.TO_PATCH and first_party and not (target.package / relative).is_file():
+            return replace(finding, state=State.UNRECOGNISED, edits=(),
+                           detail=f"its helper's module {target.package / relative} is absent (code older than these rules)")
+    return finding
+
+
 def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = True, tests: bool = True) -> Plan:
     """Every rule's finding and (with ``render_changes``) the new text of every file that changes; writes nothing.
 
-    ``tests``: a fork checkout's own test files (``fork_tests``) are part of the plan.
+    Besides ``rules``, the structural guard's rules for classes no rule names
+    (``rules.structural_guard``). ``tests``: a fork checkout's own test files
+    (``fork_tests``) are part of the plan.
     """
     findings: list[Finding] = []
     changes: list[FileChange] = []
-    for relative, file_rules in _rules_by_file(rules).items():
+    sources = _sources(target, rules)
+    guarded = [rule for relative, source in sources.items()
+               for rule in guard_rules(relative, source, _named_classes(relative))]
+    for relative, file_rules in _rules_by_file([*rules, *guarded]).items():
         path = target.package / relative
-        if not path.is_file():
+        if relative not in sources:
             findings += [rule.report(State.ABSENT, detail=f"no {relative}") for rule in file_rules]
             continue
-        old = path.read_text(encoding="utf-8")
-        source = _parse(path, relative, old)
-        file_findings = [rule.find(rule, source) for rule in file_rules]
+        source = sources[relative]
+        old = source.code
+        file_findings = [_helper_module_missing(rule.find(rule, source), target) for rule in file_rules]
         findings += file_findings
         if render_changes and any(f.state is State.TO_PATCH for f in file_findings) and not any(
             f.state is State.UNRECOGNISED for f in file_findings
         ):
+            _parse(path, relative, old)  # a file written must be valid Python as a whole, not only its classes
             new = render(path, source, file_findings, target.line_length)
             _check_rendered(path, relative, new, file_rules)
             changes.append(FileChange(path, old, new))

@@ -37,7 +37,14 @@ def in_order(node: ast.AST) -> Iterator[ast.AST]:
     while stack:
         current = stack.pop()
         yield current
-        stack.extend(reversed(list(ast.iter_child_nodes(current))))
+        children = []
+        for name in current._fields:
+            value = getattr(current, name, None)
+            if isinstance(value, ast.AST):
+                children.append(value)
+            elif isinstance(value, list):
+                children += [item for item in value if isinstance(item, ast.AST)]
+        stack += reversed(children)
 
 
 def nodes_of(func: ast.AST, kind: type) -> List[ast.AST]:
@@ -291,7 +298,8 @@ def _inline_forms(func: ast.AST) -> Iterator[Tuple[int, str]]:
         yield stmts[0].lineno, f"per-step out_cache_loc without {PER_STEP_HELPER}"
 
 
-def _methods(cls: ast.ClassDef) -> List[ast.FunctionDef]:
+def methods(cls: ast.ClassDef) -> List[ast.FunctionDef]:
+    """The functions defined in the class body."""
     return [
         s for s in cls.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
     ]
@@ -306,7 +314,7 @@ def inline_draft_layout(tree: ast.Module) -> List[Tuple[str, str, int, str]]:
     return [
         (cls.name, method.name, line, what)
         for cls in _classes(tree)
-        for method in _methods(cls)
+        for method in methods(cls)
         for line, what in _inline_forms(method)
     ]
 
@@ -343,7 +351,7 @@ def draft_layout_methods(
     cls: ast.ClassDef,
 ) -> List[Tuple[ast.FunctionDef, FrozenSet[str]]]:
     """(method, its forms) for each method of ``cls`` that holds a draft layout form."""
-    found = [(method, draft_layout_forms(method)) for method in _methods(cls)]
+    found = [(method, draft_layout_forms(method)) for method in methods(cls)]
     return [(method, forms) for method, forms in found if forms]
 
 

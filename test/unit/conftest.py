@@ -15,6 +15,7 @@ shadow the plain module name ``conftest``.
 from __future__ import annotations
 
 import ast
+import inspect
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -24,6 +25,7 @@ import pytest
 from sglang_draft_layout import cli, engine
 from sglang_draft_layout.rules import RULES
 from sglang_draft_layout.rules.base import Rule, State
+from sglang_draft_layout.speculative import eagle_utils, spec_utils
 from sglang_draft_layout.target import Target, resolve
 
 VERSION_FILE = "__version__ = version = '0.5.12'\n"
@@ -72,6 +74,8 @@ class Tree:
         (self.package / "srt" / "speculative").mkdir(parents=True)
         (self.package / "srt" / "layers" / "attention").mkdir(parents=True)
         (self.package / "_version.py").write_text(VERSION_FILE)
+        for helpers in (spec_utils, eagle_utils):  # the modules call sites import the helpers from, defining them
+            (self.package / "srt" / "speculative" / Path(helpers.__file__).name).write_text(inspect.getsource(helpers))
         self._capsys = capsys
 
     def path(self, relative: str) -> Path:

@@ -229,8 +229,10 @@ def test_apply_through_the_cli_then_nothing_to_do(sglang_tree):
 
 def test_class_absent(sglang_tree):
     sglang_tree.write(WORKER_V2, worker_module("EAGLEWorkerV2"))
-    [finding] = sglang_tree.plan([RULE]).findings
+    [finding, *guarded] = sglang_tree.plan([RULE]).findings
     assert (finding.state, finding.detail) == (State.ABSENT, f"no class {CLS}")
+    # the renamed class holds the draft layout: the structural guard reports it
+    assert guarded and {f.rule.scope.split(".")[0] for f in guarded} == {"EAGLEWorkerV2"}
 
 
 def test_v1_worker_file_absent_as_in_0_5_13(sglang_tree):

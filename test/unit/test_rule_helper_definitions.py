@@ -211,6 +211,8 @@ def test_no_definition_to_anchor_is_unrecognised_and_nothing_written(sglang_tree
 
 
 def test_module_absent(sglang_tree):
+    for module in ("spec_utils.py", "eagle_utils.py"):
+        sglang_tree.path(f"srt/speculative/{module}").unlink()
     plan = sglang_tree.plan([*SPEC_RULES, PER_STEP])
     assert [(f.state, f.detail) for f in plan.findings] == [
         (State.ABSENT, "no srt/speculative/spec_utils.py"),

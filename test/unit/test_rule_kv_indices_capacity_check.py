@@ -211,8 +211,10 @@ def test_apply_refuses_and_writes_nothing(sglang_tree):
 
 def test_class_absent(sglang_tree):
     sglang_tree.write(FLASHINFER, backend_module("FlashInferAttnBackend"))
-    [finding] = sglang_tree.plan([RULE]).findings
+    [finding, *guarded] = sglang_tree.plan([RULE]).findings
     assert (finding.state, finding.detail) == (State.ABSENT, f"no class {CLS}")
+    # the renamed class holds the draft layout: the structural guard reports it
+    assert guarded and {f.rule.scope.split(".")[0] for f in guarded} == {"FlashInferAttnBackend"}
 
 
 LATE_OPERAND = """\

@@ -201,8 +201,10 @@ def test_apply_refuses_and_writes_nothing(sglang_tree):
 
 def test_class_absent(sglang_tree):
     sglang_tree.write(TRITON, backend_module("TritonAttnBackend"))
-    [finding] = sglang_tree.plan([rule("graph-width:triton")]).findings
+    [finding, *guarded] = sglang_tree.plan([rule("graph-width:triton")]).findings
     assert (finding.state, finding.detail) == (State.ABSENT, "no class TritonMultiStepDraftBackend")
+    # the renamed class holds the draft layout: the structural guard reports it
+    assert guarded and {f.rule.scope.split(".")[0] for f in guarded} == {"TritonAttnBackend"}
 
 
 def test_class_without_the_method_is_unrecognised(sglang_tree):

@@ -216,9 +216,11 @@ def test_apply_refuses_and_writes_nothing(sglang_tree):
 
 def test_class_absent(sglang_tree):
     sglang_tree.write(FLASHINFER, backend_module("FlashInferAttnBackend"))
-    [finding] = sglang_tree.plan([RULE]).findings
+    [finding, *guarded] = sglang_tree.plan([RULE]).findings
     assert finding.state is State.ABSENT
     assert finding.detail == f"no class {CLS}"
+    # the renamed class holds the draft layout: the structural guard reports it
+    assert guarded and {f.rule.scope.split(".")[0] for f in guarded} == {"FlashInferAttnBackend"}
 
 
 def test_file_absent(sglang_tree):

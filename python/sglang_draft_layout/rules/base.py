@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import ast
 import enum
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence, Union
 
 SPEC_UTILS = "sglang.srt.speculative.spec_utils"
 EAGLE_UTILS = "sglang.srt.speculative.eagle_utils"
 
+#: the scope of a rule that judges module-level definitions (its file is parsed whole)
+MODULE_SCOPE = "<module>"
 Definition = Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef]
+#: a line that starts a top-level definition (or its decorators)
+_TOP_LEVEL_START = re.compile(r"(@|class\s|def\s|async\s+def\s)")
 
 
 class State(enum.Enum):
@@ -90,6 +95,30 @@ class Source:
         self.code = code
         self.lines = code.splitlines(keepends=True)
         self.tree = ast.parse(code, filename=path)
+
+    @classmethod
+    def class_blocks(cls, path: str, code: str, wanted: Callable[[str], bool]) -> "Source":
+        """The file with only its top-level classes whose text is ``wanted`` parsed.
+
+        The text is cut at top-level ``class``/``def`` lines (with their decorators);
+        each wanted class block is parsed alone, at its lines of the file. If a block does not parse on its own, the whole file is parsed.
+        """
+        source = cls.__new__(cls)
+        source.path, source.code, source.lines = path, code, code.splitlines(keepends=True)
+        starts = [i for i, line in enumerate(source.lines) if _TOP_LEVEL_START.match(line)]
+        starts = [s for i, s in enumerate(starts) if i == 0 or not source.lines[starts[i - 1]].startswith("@")]
+        body: list[ast.stmt] = []
+        for start, end in zip(starts, [*starts[1:], len(source.lines)]):
+            text = "".join(source.lines[start:end])
+            if not wanted(text):
+                continue
+            try:  # blank lines ahead give the file's line numbers, no pass over the tree
+                block = ast.parse("\n" * start + text, filename=path)
+            except SyntaxError:
+                return cls(path, code)
+            body += [stmt for stmt in block.body if isinstance(stmt, ast.ClassDef)]
+        source.tree = ast.Module(body=body, type_ignores=[])
+        return source
 
     def text(self, node: ast.AST) -> str:
         """The source of ``node`` as written (ast columns are UTF-8 byte offsets)."""

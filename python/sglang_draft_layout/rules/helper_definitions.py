@@ -22,7 +22,7 @@ from typing import Callable, Optional
 
 from ..layout_patterns import factors
 from ..speculative import eagle_utils, spec_utils
-from .base import Edit, Finding, Rule, Source, State, param_names
+from .base import MODULE_SCOPE, Edit, Finding, Rule, Source, State, param_names
 
 UPSTREAM = {"spec_utils": "PR 27475", "eagle_utils": "PR 26239"}
 INT32_LIMIT = 2**31
@@ -162,7 +162,7 @@ def _rule(helper: Callable, module_name: str) -> Rule:
     return Rule(
         id=f"helper:{helper.__name__}",
         file=f"srt/speculative/{module_name}.py",
-        scope="<module>",
+        scope=MODULE_SCOPE,
         site=f"def {helper.__name__}",
         upstream=UPSTREAM[module_name],
         find=lambda rule, source: _find(helper, rule, source),

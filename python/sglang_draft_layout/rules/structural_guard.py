@@ -1,0 +1,117 @@
+"""The structural guard: draft layouts in classes no rule names.
+
+The other rule modules find their sites by class name (the four upstream draft
+backends, DeepSeek-V4, the EAGLE workers). This module finds the rest by structure:
+any top-level class in a file under ``srt/layers/attention/`` or ``srt/speculative/``
+whose methods launch ``generate_draft_decode_kv_indices``, allocate
+``(self.speculative_num_steps, width)`` rows from a ``max_context_len`` product (also
+through a local), slice rows with ``seq_lens_sum * topk + bs * (...)`` or split a
+``[bs, topk, num_steps]`` out_cache_loc per step, inline or through the helpers
+(``layout_patterns.draft_layout_forms``). Each such method gets the rules of the forms
+it holds, the rule modules' own ``find`` applied to that class and method:
+
+* kv_indices rows: the row-width find (rows counted by ``<batch>.batch_size`` or by
+  the method's ``max_bs`` / ``max_num_tokens`` parameter);
+* a kernel launch or a per-step used length: the per-step slice find;
+* a capacity length: the capacity-check find (the fork's own check, its length via the helper);
+* per-step out_cache_loc: the ``draft_forward`` find.
+
+Capacity check: upstream added it only to FlashInfer and FlashInfer-MLA. A discovered
+class must have it where it launches the kernel itself and subclasses one of those two
+backends (it overrides the method upstream checks); elsewhere it is not required.
+A form no rule knows is unrecognised, so ``apply`` refuses. Classes that only inherit
+or delegate per step hold no form and are never reported.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+from typing import Callable, Collection
+
+from ..layout_patterns import (
+    CAPACITY, HELPERS, KERNEL, LAUNCH, OUT_CACHE_LOC, ROWS, STEP_LENGTH, draft_layout_forms, methods,
+)
+from . import draft_forward, kv_indices_capacity_check, kv_indices_step_slice
+from .base import Finding, Rule, Source, State
+from .draft_backends import DRAFT_BACKENDS, find_row_width
+from .kv_indices_eager_width import batch_size_factor
+from .kv_indices_graph_width import max_bs_parameter
+
+#: the folders (under the sglang package) the guard reads
+GUARDED_FOLDERS = ("srt/layers/attention", "srt/speculative")
+#: a file or class matters only if it names the steps and one of these
+_LAYOUT_TOKENS = ("generate_draft_decode_kv_indices", "max_context_len", "permute")
+#: a method is walked only if its text names one of these groups (every form does)
+_METHOD_TOKENS = (
+    ("speculative_num_steps", "max_context_len"),  # rows
+    ("speculative_num_steps", "permute"),  # per-step out_cache_loc
+    ("self.topk", "seq_lens"),  # used lengths
+    (KERNEL,),
+    *((helper,) for helper in HELPERS),
+)
+_CHECKED_BACKENDS = {backend.cls for backend in DRAFT_BACKENDS if backend.capacity_check}
+
+
+def names_draft_layout(text: str) -> bool:
+    """The cheap text test a file or class block passes before it is parsed."""
+    return "speculative_num_steps" in text and any(token in text for token in _LAYOUT_TOKENS)
+
+
+def _text(source: Source, node: ast.stmt) -> str:
+    return "".join(source.lines[node.lineno - 1 : node.end_lineno])
+
+
+def _row_width(rule: Rule, source: Source) -> Finding:
+    """Rows counted by a batch's size or by the method's max_bs / max_num_tokens parameter."""
+    return find_row_width(rule, source, lambda *args: batch_size_factor(*args) or max_bs_parameter(*args))
+
+
+ROW_WIDTH = Rule("row-width", "", "", "kv_indices row width", "PR 27475 (27338, 27460)", _row_width)
+STEP_SLICE = kv_indices_step_slice.RULES[0]
+CAPACITY_CHECK = kv_indices_capacity_check.RULES[0]
+DRAFT_FORWARD = draft_forward.RULES[0]
+
+
+def _with_advice(find: Callable[[Rule, Source], Finding], rule: Rule, source: Source) -> Finding:
+    """The template's finding for ``rule``'s class and method; a site to patch says which helper to use."""
+    finding = find(rule, source)
+    if finding.state is State.TO_PATCH and not finding.detail:
+        helpers = ", ".join(name for _module, name in finding.imports)
+        finding = dataclasses.replace(finding, detail=f"found by structure: use {helpers}")
+    return finding
+
+
+def _templates(cls: ast.ClassDef, forms: Collection[str]) -> list[Rule]:
+    templates = []
+    if ROWS in forms:
+        templates.append(ROW_WIDTH)
+    if LAUNCH in forms or STEP_LENGTH in forms:
+        templates.append(STEP_SLICE)
+    subclasses_checked = any(getattr(base, "id", getattr(base, "attr", None)) in _CHECKED_BACKENDS
+                             for base in cls.bases)
+    if CAPACITY in forms or (LAUNCH in forms and subclasses_checked):
+        templates.append(CAPACITY_CHECK)
+    if OUT_CACHE_LOC in forms:
+        templates.append(DRAFT_FORWARD)
+    return templates
+
+
+def guard_rules(relative: str, source: Source, named: Collection[str]) -> list[Rule]:
+    """A rule per draft layout form of each class in the file that no rule names (``named``)."""
+    rules = []
+    for cls in source.definitions():
+        if not isinstance(cls, ast.ClassDef) or cls.name in named or not names_draft_layout(_text(source, cls)):
+            continue
+        for method in methods(cls):
+            text = _text(source, method)
+            if not any(all(token in text for token in group) for group in _METHOD_TOKENS):
+                continue
+            for template in _templates(cls, draft_layout_forms(method)):
+                scope = f"{cls.name}.{method.name}"
+                rules.append(dataclasses.replace(
+                    template, id=f"guard:{template.id.split(':')[0]}:{relative}:{scope}", file=relative, scope=scope,
+                    site=f"{template.site} (structural guard)",
+                    find=functools.partial(_with_advice, template.find)))
+    return rules
