@@ -30,9 +30,11 @@ for lib in .gpu/lib .gpu/recipe/lib; do
 done
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
-# the package's own rendering (no libcst needed)
+# the package's own rendering (no libcst needed), from the .gpu/dl_head snapshot when carried
 GENERATED=$OUT/test_draft_layout_exact.py
-PYTHONPATH=$REPO/python python3 -c "import sys; from sglang_draft_layout.fork_tests import render
+DLSRC=$REPO/python
+[ -d .gpu/dl_head/python/sglang_draft_layout ] && DLSRC=$REPO/.gpu/dl_head/python
+PYTHONPATH=$DLSRC python3 -c "import sys; from sglang_draft_layout.fork_tests import render
 sys.stdout.write(render('registered_gpu'))" > "$GENERATED" || { echo "render failed"; exit 1; }
 
 run_tree() {  # run_tree NAME PYTHONPATH: the file under python3, bounded; servers die with it
