@@ -1,0 +1,185 @@
+"""The structural guard (rules/structural_guard.py) on the real trees and on forks built from 0.5.12.
+
+Real 0.5.8-0.5.12: the classes holding a draft layout are exactly those the rules name (no
+false positive). Forks, built here by editing the real 0.5.12 tree: (a) the FlashInfer draft
+backend copied into a new file under a new name, (b) a subclass overriding
+init_cuda_graph_state with 0.5.12's width, (c) a form no rule knows, (d) a class that
+delegates per step, (e) a patched tree whose width local is reverted to 0.5.12's product.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from sglang_draft_layout import cli, engine
+from sglang_draft_layout.layout_patterns import draft_layout_classes
+from sglang_draft_layout.rules import RULES
+from sglang_draft_layout.rules.structural_guard import GUARDED_FOLDERS
+from sglang_draft_layout.target import resolve
+from test_lint import LINTERS, lint_changes
+from test_releases import OLD_RELEASES, tree_digest
+
+pytestmark = pytest.mark.releases
+
+FLASHINFER = "sglang/srt/layers/attention/flashinfer_backend.py"
+FORK_FILE = "srt/layers/attention/fork_draft_backend.py"
+UPSTREAM_CLASS = "FlashInferMultiStepDraftBackend"
+#: the classes with draft layout arithmetic in 0.5.8-0.5.12, all named by a rule
+KNOWN = {
+    "FlashInferMultiStepDraftBackend", "FlashInferMLAMultiStepDraftBackend", "TritonMultiStepDraftBackend",
+    "AiterMultiStepDraftBackend", "EAGLEWorker", "EagleDraftWorker",
+}
+DELEGATING = '''
+
+class ForkDelegatingDraftBackend:
+    """Runs one attention backend per draft step; the layout is theirs."""
+
+    def __init__(self, backends, speculative_num_steps, max_context_len):
+        self.attn_backends = backends
+        self.speculative_num_steps = speculative_num_steps
+        self.max_context_len = max_context_len
+
+    def init_forward_metadata(self, forward_batch):
+        for i in range(self.speculative_num_steps - 1):
+            self.attn_backends[i].init_forward_metadata(forward_batch)
+'''
+
+
+def guarded_classes(root: Path) -> set[str]:
+    """Every class with a draft layout in the guarded folders, each file parsed whole."""
+    return {name for folder in GUARDED_FOLDERS for path in (root / "sglang" / folder).rglob("*.py")
+            for name in draft_layout_classes(ast.parse(path.read_text()))}
+
+
+def guard_findings(root: Path) -> list:
+    rule_ids = {rule.id for rule in RULES}
+    plan = engine.plan(resolve(str(root)), render_changes=False)
+    return [f for f in plan.findings if f.rule.id not in rule_ids]
+
+
+def class_source(path: Path, name: str) -> tuple[str, ast.ClassDef]:
+    text = path.read_text()
+    cls = next(n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == name)
+    return "".join(text.splitlines(keepends=True)[cls.lineno - 1 : cls.end_lineno]), cls
+
+
+def method_source(path: Path, cls_name: str, method: str) -> str:
+    text, cls = class_source(path, cls_name)
+    func = next(f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == method)
+    lines = path.read_text().splitlines(keepends=True)
+    return "".join(lines[func.lineno - 1 : func.end_lineno])
+
+
+def copied_backend(root: Path) -> str:
+    """(a) flashinfer_backend.py's imports and its draft backend class, renamed, as a fork's new file."""
+    text = (root / FLASHINFER).read_text()
+    header = text[: text.index("\nclass ") + 1]  # through the two blank lines before the first class
+    body, _cls = class_source(root / FLASHINFER, UPSTREAM_CLASS)
+    return header + body.replace(f"class {UPSTREAM_CLASS}:", "class ForkMultiStepDraftBackend:", 1)
+
+
+def subclass_module(root: Path) -> str:
+    """(b) a subclass overriding init_cuda_graph_state with 0.5.12's own method (width without topk)."""
+    method = method_source(root / FLASHINFER, UPSTREAM_CLASS, "init_cuda_graph_state")
+    return ("import torch\n\nfrom sglang.srt.layers.attention.flashinfer_backend import (\n"
+            f"    {UPSTREAM_CLASS},\n)\n\n\nclass ForkDraftBackend({UPSTREAM_CLASS}):\n{method}")
+
+
+def assert_lint_clean(code: str) -> None:
+    for name, lint in LINTERS.items():
+        assert not lint_changes(code, lint), name
+
+
+def rows(out: str, cls: str) -> list[str]:
+    return [line for line in out.splitlines() if f" {cls}." in line]
+
+
+@pytest.mark.parametrize("version", OLD_RELEASES)
+def test_real_releases_hold_only_known_classes(pristine, patched, version):
+    assert guarded_classes(pristine(version)) == KNOWN
+    assert guarded_classes(patched(version)) - {"DeepseekV4AttnBackend"} == KNOWN
+    assert guard_findings(pristine(version)) == []
+    assert guard_findings(patched(version)) == []
+
+
+def test_copied_backend_is_flagged_then_patched_lint_clean(scratch, capsys):
+    root = scratch("0.5.12")
+    fork = root / "sglang" / FORK_FILE
+    fork.write_text(copied_backend(root))
+    assert_lint_clean(fork.read_text())
+    assert cli.main(["check", str(root)]) == 1
+    flagged = rows(capsys.readouterr().out, "ForkMultiStepDraftBackend")
+    text = fork.read_text()
+    graph = next(line for line in flagged if ".init_cuda_graph_state" in line)
+    line = text.splitlines().index("        self.cuda_graph_kv_indices = torch.zeros(") + 1
+    assert graph.startswith(f"{FORK_FILE}:{line} ")
+    assert "to patch (found by structure: use draft_kv_indices_buffer_width)" in graph
+    assert {re.search(r"\.(\w+) ", f).group(1) for f in flagged} == \
+        {"common_template", "init_forward_metadata", "init_cuda_graph_state"}
+
+    assert cli.main(["apply", str(root)]) == 0
+    assert cli.main(["check", "--no-tests", str(root)]) == 0
+    patched_text = fork.read_text()
+    assert "draft_kv_indices_buffer_width(\n            max_bs, self.topk, self.max_context_len\n" in patched_text
+    assert "draft_kv_indices_used_len(seq_lens_sum, self.topk, bs, i + 1)" in patched_text
+    assert_lint_clean(patched_text)
+
+
+def test_subclass_overriding_graph_state_is_flagged_then_patched(scratch, capsys):
+    root = scratch("0.5.12")
+    fork = root / "sglang" / FORK_FILE
+    fork.write_text(subclass_module(root))
+    assert_lint_clean(fork.read_text())
+    assert cli.main(["check", "--no-tests", str(root)]) == 1
+    [flagged] = rows(capsys.readouterr().out, "ForkDraftBackend")
+    assert "ForkDraftBackend.init_cuda_graph_state" in flagged and "to patch" in flagged
+    assert cli.main(["apply", "--no-tests", str(root)]) == 0
+    assert cli.main(["check", "--no-tests", str(root)]) == 0
+    after = fork.read_text()
+    assert "(self.speculative_num_steps, kv_indices_width)" in after
+    assert_lint_clean(after)
+
+
+def test_unknown_form_is_refused_and_nothing_written(scratch, capsys):
+    root = scratch("0.5.12")
+    fork = root / "sglang" / FORK_FILE
+    unknown = subclass_module(root).replace("max_bs * self.max_context_len", "max_num_tokens * 2 * self.max_context_len")
+    fork.write_text(unknown)
+    before = tree_digest(root)
+    assert cli.main(["apply", str(root)]) == 2
+    err = capsys.readouterr().err.strip()
+    line = unknown.splitlines().index("        self.cuda_graph_kv_indices = torch.zeros(") + 1
+    assert len(err.splitlines()) == 1
+    assert f"{fork}:{line}: ForkDraftBackend.init_cuda_graph_state:" in err and "nothing written" in err
+    assert tree_digest(root) == before
+
+
+def test_delegating_class_is_not_flagged(scratch, capsys):
+    root = scratch("0.5.12")
+    assert cli.main(["apply", "--no-tests", str(root)]) == 0
+    fork = root / "sglang" / FORK_FILE
+    fork.write_text('"""A fork\'s own draft backend."""\n' + DELEGATING)
+    capsys.readouterr()
+    assert cli.main(["check", "--no-tests", str(root)]) == 0
+    assert rows(capsys.readouterr().out, "ForkDelegatingDraftBackend") == []
+    assert guard_findings(root) == []
+
+
+def test_width_reverted_through_its_local_is_flagged_and_restored(scratch, capsys):
+    root = scratch("0.5.12")
+    assert cli.main(["apply", "--no-tests", str(root)]) == 0
+    backend = root / FLASHINFER
+    patched_text = backend.read_text()
+    helper = "draft_kv_indices_buffer_width(\n            max_bs, self.topk, self.max_context_len\n        )"
+    assert patched_text.count("kv_indices_width = " + helper) == 1
+    backend.write_text(patched_text.replace("kv_indices_width = " + helper, "kv_indices_width = max_bs * self.max_context_len"))
+    capsys.readouterr()
+    assert cli.main(["check", "--no-tests", str(root)]) == 1
+    [flagged] = [r for r in rows(capsys.readouterr().out, UPSTREAM_CLASS) if "to patch" in r]
+    assert f"{UPSTREAM_CLASS}.init_cuda_graph_state" in flagged
+    assert cli.main(["apply", "--no-tests", str(root)]) == 0
+    assert backend.read_text() == patched_text
