@@ -53,8 +53,11 @@ def take(items: list[ast.expr], attribute: str) -> bool:
     return False
 
 
-def find_row_width(rule: Rule, source: Source, num_seqs_of: NumSeqsOf) -> Finding:
-    """State of a kv_indices row-width site, and the rewrite to upstream's form."""
+def find_row_width(rule: Rule, source: Source, num_seqs_of: NumSeqsOf, with_topk: str = "") -> Finding:
+    """State of a kv_indices row-width site, and the rewrite to upstream's form.
+
+    ``with_topk``: the detail of a width that has the topk factor already (a fork's fix).
+    """
     method = locate_method(rule, source)
     if isinstance(method, Finding):
         return method
@@ -70,22 +73,24 @@ def find_row_width(rule: Rule, source: Source, num_seqs_of: NumSeqsOf) -> Findin
     product = binding.value if binding else width
     rest = factors(product)
     num_seqs = None
+    has_topk = False
     if take(rest, "max_context_len"):
-        take(rest, "topk")
+        has_topk = take(rest, "topk")
         num_seqs = num_seqs_of(source, method, rest)
     if num_seqs is None:
         return rule.report(State.UNRECOGNISED, stmt.lineno, f"row width `{source.text(product)}` is no known form")
     name = binding.targets[0].id if binding else WIDTH_NAME
     width_stmt = f"{name} = {WIDTH_HELPER}(\n    {num_seqs}, self.topk, self.max_context_len\n)\n"
+    detail = with_topk if has_topk else ""
     if binding is not None:  # the local's value becomes the helper call; the allocation stays
-        return rule.report(State.TO_PATCH, binding.lineno, edits=[Edit(binding, replace=width_stmt)],
-                           imports=[(SPEC_UTILS, WIDTH_HELPER)])
+        return rule.report(State.TO_PATCH, binding.lineno, detail or f"the fork's local `{name}`: its value via the helper",
+                           edits=[Edit(binding, replace=width_stmt)], imports=[(SPEC_UTILS, WIDTH_HELPER)])
     if "#" in source.text(shape):  # keep the tuple and its comments; swap the width alone
         shape_edit = Edit(width, replace=WIDTH_NAME)
     else:  # upstream's one-line shape
         shape_edit = Edit(shape, replace=f"(self.speculative_num_steps, {WIDTH_NAME})")
     return rule.report(
-        State.TO_PATCH, stmt.lineno,
+        State.TO_PATCH, stmt.lineno, detail,
         edits=[shape_edit, Edit(stmt, before=(width_stmt,))],
         imports=[(SPEC_UTILS, WIDTH_HELPER)],
     )

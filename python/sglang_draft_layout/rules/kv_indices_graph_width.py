@@ -28,7 +28,8 @@ def max_bs_parameter(_source: Source, method: ast.FunctionDef, rest: list[ast.ex
 
 
 def _find(rule: Rule, source: Source) -> Finding:
-    return find_row_width(rule, source, max_bs_parameter)
+    return find_row_width(rule, source, max_bs_parameter,
+                          with_topk="the fork's topk factor (27338/27460) kept; its width to draft_kv_indices_buffer_width")
 
 
 RULES = [
