@@ -18,7 +18,7 @@ from . import fork_tests
 from .imports import add_imports
 from .rules import RULES
 from .rules.base import MODULE_SCOPE, Finding, Rule, Source, State
-from .rules.structural_guard import GUARDED_FOLDERS, guard_rules, names_draft_layout
+from .rules.structural_guard import GUARDED_FOLDERS, guard_rules, may_hold_draft_layout, names_draft_layout
 from .target import Target, TargetError
 
 
@@ -92,7 +92,7 @@ def render(path: Path, source: Source, findings: Sequence[Finding], line_length:
 def _parse(path: Path, relative: str, code: str, classes: Optional[Collection[str]] = None) -> Source:
     """The file whole, or (``classes`` given) only its class blocks that name a draft layout or one of ``classes``."""
     def wanted(block: str) -> bool:
-        return names_draft_layout(block) or any(f"class {name}" in block for name in classes)
+        return may_hold_draft_layout(block) or any(f"class {name}" in block for name in classes)
 
     try:
         return Source(relative, code) if classes is None else Source.class_blocks(relative, code, wanted)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import re
 from typing import Callable, Collection
 
 from ..layout_patterns import (
@@ -43,20 +44,25 @@ from .kv_indices_graph_width import max_bs_parameter
 GUARDED_FOLDERS = ("srt/layers/attention", "srt/speculative")
 #: a file or class matters only if it names the steps and one of these
 _LAYOUT_TOKENS = ("generate_draft_decode_kv_indices", "max_context_len", "permute")
-#: a method is walked only if its text names one of these groups (every form does)
-_METHOD_TOKENS = (
-    ("speculative_num_steps", "max_context_len"),  # rows
-    ("speculative_num_steps", "permute"),  # per-step out_cache_loc
-    ("self.topk", "seq_lens"),  # used lengths
-    (KERNEL,),
-    *((helper,) for helper in HELPERS),
+#: the text every form shows: a row shape ``(self.speculative_num_steps, ...``, a
+#: product with ``self.topk`` added to another product (a used length), the steps beside a
+#: ``permute``, the kernel, or a helper; a class or method without it is never parsed or walked
+_FORM_TEXT = re.compile(
+    r"\((?:\s|#[^\n]*)*self\.speculative_num_steps\s*,"
+    r"|self\.topk\s*(?:\*\s*[\w.]+\s*)?\+\s*(?:\(|[\w.]+\s*\*)|\+\s*(?:[\w.]+\s*\*\s*)?self\.topk"
+    rf"|{KERNEL}|{'|'.join(HELPERS)}"
 )
 _CHECKED_BACKENDS = {backend.cls for backend in DRAFT_BACKENDS if backend.capacity_check}
 
 
 def names_draft_layout(text: str) -> bool:
-    """The cheap text test a file or class block passes before it is parsed."""
+    """The cheap text test a file passes before its class blocks are looked at."""
     return "speculative_num_steps" in text and any(token in text for token in _LAYOUT_TOKENS)
+
+
+def may_hold_draft_layout(text: str) -> bool:
+    """The text test a class block or method passes before it is parsed or walked."""
+    return bool(_FORM_TEXT.search(text)) or ("speculative_num_steps" in text and "permute" in text)
 
 
 def _text(source: Source, node: ast.stmt) -> str:
@@ -102,11 +108,10 @@ def guard_rules(relative: str, source: Source, named: Collection[str]) -> list[R
     """A rule per draft layout form of each class in the file that no rule names (``named``)."""
     rules = []
     for cls in source.definitions():
-        if not isinstance(cls, ast.ClassDef) or cls.name in named or not names_draft_layout(_text(source, cls)):
+        if not isinstance(cls, ast.ClassDef) or cls.name in named or not may_hold_draft_layout(_text(source, cls)):
             continue
         for method in methods(cls):
-            text = _text(source, method)
-            if not any(all(token in text for token in group) for group in _METHOD_TOKENS):
+            if not may_hold_draft_layout(_text(source, method)):
                 continue
             for template in _templates(cls, draft_layout_forms(method)):
                 scope = f"{cls.name}.{method.name}"
