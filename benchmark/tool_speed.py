@@ -342,8 +342,8 @@ def mark(seconds: float, command: str) -> str:
 
 
 def report(data: dict) -> str:
-    out = [f"machine: {os.cpu_count()} cores, python {sys.version.split()[0]}; goals: check <= 1 s, apply <= 3 s "
-           "(! = missed); every timing is a median"]
+    out = [f"machine: {os.cpu_count()} cores, python {sys.version.split()[0]}; goals: check <= {GOALS['check']:g} s, "
+           f"apply <= {GOALS['apply']:g} s (! = missed); every timing is a median"]
     for run in data.get("runs", []):
         out.append(f"run {run['date']}: parts {','.join(run['parts'])}, releases {','.join(run['releases'])}, "
                    f"reps {run['reps']}, load average (1/5/15 min) before {run['load_before']}, after "
