@@ -254,7 +254,8 @@ def out_cache_loc_layouts(func: ast.AST) -> List[Layout]:
     (``view`` and ``permute(2, 0, 1)`` too), or both chained in one assignment.
     """
     found: List[Layout] = []
-    for node in [func, *nodes_of(func, ast.stmt), *nodes_of(func, ast.excepthandler)]:
+    holders = [*nodes_of(func, ast.stmt), *nodes_of(func, ast.excepthandler)]
+    for node in holders if isinstance(func, ast.stmt) else [func, *holders]:
         for field in ("body", "orelse", "finalbody"):
             body = getattr(node, field, None)
             if not isinstance(body, list):
