@@ -42,7 +42,7 @@ from .kv_indices_graph_width import max_bs_parameter
 
 #: the folders (under the sglang package) the guard reads
 GUARDED_FOLDERS = ("srt/layers/attention", "srt/speculative")
-#: a file or class matters only if it names the steps and one of these
+#: a file matters only if it names the steps and one of these
 _LAYOUT_TOKENS = ("generate_draft_decode_kv_indices", "max_context_len", "permute")
 #: the text every form shows: a row shape ``(self.speculative_num_steps, ...``, a
 #: product with ``self.topk`` added to another product (a used length), the steps beside a
