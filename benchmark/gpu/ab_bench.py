@@ -43,6 +43,8 @@ import serve_checks
 # with CUDA graphs (max bs 8; the unpatched graph row lacks the topk factor)
 CONFIGS = ["triton_nocg_k4s3", "triton_nocg_k1s3", "flashinfer_cg_k4s3", "flashinfer_cg_k8s5"]
 TREES = ("unpatched", "patched")  # A, B
+#: a `datasets` that bench_serving's imports find on a machine without it (see its docstring)
+STANDIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "standin")
 DONE = "@@AB_ROUND_DONE@@"
 
 
@@ -84,7 +86,7 @@ class Client:
     """The long-lived bench_serving client; every run is bounded by a timeout."""
 
     def __init__(self, a: argparse.Namespace, log_path: str) -> None:
-        self.env = dict(os.environ, PYTHONPATH=a.site, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+        self.env = dict(os.environ, PYTHONPATH=f"{a.site}:{STANDIN}", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                         TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
         self.log = open(log_path, "a")
         self._start()

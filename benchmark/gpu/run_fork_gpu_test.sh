@@ -28,6 +28,8 @@ for lib in .gpu/lib .gpu/recipe/lib; do
   if ! ldconfig -p 2>/dev/null | grep -q 'libnuma.so.1 ' && [ -f "$lib/libnuma.so.1" ]; then
     export LD_LIBRARY_PATH=$REPO/$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}; break; fi
 done
+# a stand-in `datasets` (benchmark/gpu/standin) where the machine has none: test_utils imports it
+python3 -c "import datasets" 2>/dev/null || STANDIN=$REPO/benchmark/gpu/standin
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
 # the package's own rendering (no libcst needed), from the .gpu/dl_head snapshot when carried
@@ -40,7 +42,7 @@ sys.stdout.write(render('registered_gpu'))" > "$GENERATED" || { echo "render fai
 run_tree() {  # run_tree NAME PYTHONPATH: the file under python3, bounded; servers die with it
   local start=$(date +%s)
   # timeout signals its whole process group: the test's servers and their schedulers too
-  PYTHONPATH=$2 timeout -k 20 "${TREE_TIMEOUT_S:-300}" python3 "$GENERATED" > "$OUT/$1.log" 2>&1
+  PYTHONPATH=$2${STANDIN:+:$STANDIN} timeout -k 20 "${TREE_TIMEOUT_S:-300}" python3 "$GENERATED" > "$OUT/$1.log" 2>&1
   local rc=$?
   local result=$(grep -E '^(OK|FAILED)' "$OUT/$1.log" | tail -1)
   local failed=$(grep -oE '^(FAIL|ERROR): test_[a-z0-9_]+' "$OUT/$1.log" | sed 's/.*: //' | sort -u | tr '\n' ' ')

@@ -70,6 +70,10 @@ case ${1:-} in
     done
     sleep 2; echo "started lanes: $lanes on $NGPU GPU(s)"; cat "$R/status.txt" ;;
   lane) lane "$2" ;;
+  job)  # job NAME GPU: one more job in the background on that GPU
+    CUDA_VISIBLE_DEVICES=$3 setsid nohup bash "$0" run-job "$2" > "$R/job_$2.txt" 2>&1 < /dev/null &
+    sleep 1; cat "$R/status.txt" ;;
+  run-job) run_job "$2" ;;
   lanes-in-order) lane 0; lane 1 ;;
   wait)
     end=$(( $(date +%s) + ${2:-500} ))
