@@ -63,13 +63,28 @@ def test_patched_passes_and_unpatched_fails_in_the_known_case(fork, proof_python
     assert (out / "test_draft_layout_exact.py").is_file()
 
 
-def test_an_unpatched_tree_that_passes_is_not_as_expected(fork, proof_python, tmp_path):
+#: a `python3` first on PATH that renders with the real one and answers every run of the
+#: generated file as unittest does when all six configurations pass
+PASSING_PYTHON3 = """#!/bin/bash
+case "$1" in
+  *.py) echo "Ran 6 tests in 1.000s"; echo; echo "OK"; exit 0 ;;
+  *) exec "$REAL_PYTHON3" "$@" ;;
+esac
+"""
+
+
+def test_an_unpatched_tree_that_passes_is_not_as_expected(fork, tmp_path):
+    """The verdict: both trees passing (an unpatched tree that does not fail) is exit 1."""
     assert cli.main(["apply", "--no-tests", str(fork)]) == 0
-    patched = fork / "python"
-    result, out = run_script(proof_python, patched / "sglang", patched, tmp_path,
-                             SGLANG_DRAFT_LAYOUT_CONFIGS="flashinfer_cg_k8s5")
+    stub = tmp_path / "bin" / "python3"
+    stub.parent.mkdir()
+    stub.write_text(PASSING_PYTHON3)
+    stub.chmod(0o755)
+    real = shutil.which("python3")
+    result, out = run_script(stub, pristine_tree(VERSION) / "sglang", fork / "python", tmp_path,
+                             REAL_PYTHON3=real)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "VERDICT: NOT as expected" in result.stdout
+    assert "VERDICT: NOT as expected (patched rc=0, unpatched rc=0" in result.stdout
     for tree in ("patched", "unpatched"):
-        log = (out / f"{tree}.log").read_text()
-        assert "Ran 6 tests" in log and "OK (skipped=5)" in log
+        assert (out / f"{tree}.log").read_text().endswith("OK\n")
+    assert (out / "test_draft_layout_exact.py").read_text().startswith('"""')
