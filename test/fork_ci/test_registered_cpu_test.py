@@ -18,7 +18,7 @@ import pytest
 from sglang_draft_layout import cli
 from sglang_draft_layout.fork_tests import render
 
-from scratch_fork import CPU_TEST, ci_register
+from scratch_fork import CPU_TEST, ci_register, make_fork
 
 pytestmark = pytest.mark.releases
 RUNNER = Path(__file__).with_name("run_on_cpu.py")
@@ -30,11 +30,19 @@ GRAPH_WIDTH_BLOCK = (
 )
 
 
-def run_generated(python: Path, fork: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env["PYTHONPATH"] = str(fork / "python")
-    return subprocess.run([str(python), str(RUNNER), str(fork / CPU_TEST)], cwd=fork, env=env,
-                          capture_output=True, text=True, timeout=600)
+def run_generated(python: Path, *forks: Path) -> list[subprocess.CompletedProcess]:
+    """The generated file of each fork under ``python3 FILE``, side by side (each imports SGLang)."""
+    runs = []
+    for fork in forks:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        env["PYTHONPATH"] = str(fork / "python")
+        runs.append(subprocess.Popen([str(python), str(RUNNER), str(fork / CPU_TEST)], cwd=fork, env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    results = []
+    for run in runs:
+        stdout, stderr = run.communicate(timeout=600)
+        results.append(subprocess.CompletedProcess(run.args, run.returncode, stdout, stderr))
+    return results
 
 
 def test_apply_writes_it_once_and_check_reports_it(fork, capsys):
@@ -95,16 +103,15 @@ def test_collected_by_the_forks_own_collector(fork):
     assert collected.est_time > 0
 
 
-def test_passes_patched_fails_unpatched(fork, proof_python):
+def test_passes_patched_fails_unpatched(fork, proof_python, tmp_path):
     (fork / CPU_TEST).parent.mkdir(parents=True)
     (fork / CPU_TEST).write_text(render("registered_cpu"))
-    unpatched = run_generated(proof_python, fork)
+    patched_fork = make_fork(tmp_path / "patched-fork")
+    assert cli.main(["apply", str(patched_fork)]) == 0
+    unpatched, patched = run_generated(proof_python, fork, patched_fork)
     assert unpatched.returncode != 0, unpatched.stdout + unpatched.stderr
     assert re.search(r"(FAIL|ERROR): test_no_inline_draft_layout", unpatched.stderr)
     assert "flashinfer_backend.py" in unpatched.stderr and "AttributeError" in unpatched.stderr
-
-    assert cli.main(["apply", str(fork)]) == 0
-    patched = run_generated(proof_python, fork)
     assert patched.returncode == 0, patched.stdout + patched.stderr
     assert "Ran 7 tests" in patched.stderr and "\nOK" in patched.stderr
 
@@ -121,17 +128,19 @@ REVERTS = {
 }
 
 
-@pytest.mark.parametrize("form", sorted(REVERTS))
-def test_fails_with_one_site_reverted(fork, proof_python, form):
-    assert cli.main(["apply", str(fork)]) == 0
-    backend = fork / "python/sglang/srt/layers/attention/flashinfer_backend.py"
-    patched_text, reverted_text = REVERTS[form]
-    assert backend.read_text().count(patched_text) == 1
-    backend.write_text(backend.read_text().replace(patched_text, reverted_text))
-    reverted = run_generated(proof_python, fork)
-    assert reverted.returncode != 0, reverted.stdout + reverted.stderr
-    # CustomTestCase reports a failed assert as an error; only the call-site test fails
-    failures = re.split(r"(?:FAIL|ERROR): test_no_inline_draft_layout", reverted.stderr)[1]
-    assert "flashinfer_backend.py" in failures and "init_cuda_graph_state" in failures
-    assert "Ran 7 tests" in reverted.stderr
-    assert re.search(r"FAILED \((errors|failures)=1\)", reverted.stderr), reverted.stderr[-2000:]
+def test_fails_with_one_site_reverted(proof_python, tmp_path):
+    forks = []
+    for form, (patched_text, reverted_text) in sorted(REVERTS.items()):
+        fork = make_fork(tmp_path / f"reverted-{form}")
+        assert cli.main(["apply", str(fork)]) == 0
+        backend = fork / "python/sglang/srt/layers/attention/flashinfer_backend.py"
+        assert backend.read_text().count(patched_text) == 1
+        backend.write_text(backend.read_text().replace(patched_text, reverted_text))
+        forks.append(fork)
+    for form, reverted in zip(sorted(REVERTS), run_generated(proof_python, *forks)):
+        assert reverted.returncode != 0, (form, reverted.stdout + reverted.stderr)
+        # CustomTestCase reports a failed assert as an error; only the call-site test fails
+        failures = re.split(r"(?:FAIL|ERROR): test_no_inline_draft_layout", reverted.stderr)[1]
+        assert "flashinfer_backend.py" in failures and "init_cuda_graph_state" in failures, form
+        assert "Ran 7 tests" in reverted.stderr
+        assert re.search(r"FAILED \((errors|failures)=1\)", reverted.stderr), (form, reverted.stderr[-2000:])
