@@ -14,7 +14,9 @@ buffer's length.
 
 from __future__ import annotations
 
-from ..layout_patterns import PER_STEP_HELPER, called_name, in_order, out_cache_loc_layouts
+import ast
+
+from ..layout_patterns import PER_STEP_HELPER, called_name, nodes_of, out_cache_loc_layouts
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State, locate_method
 
 WORKERS = (
@@ -35,7 +37,7 @@ def _find(rule: Rule, source: Source) -> Finding:
     method = locate_method(rule, source)
     if isinstance(method, Finding):
         return method
-    helper_calls = [n for n in in_order(method) if called_name(n) == PER_STEP_HELPER]
+    helper_calls = [n for n in nodes_of(method, ast.Call) if called_name(n) == PER_STEP_HELPER]
     if helper_calls:
         return rule.report(State.PATCHED, helper_calls[0].lineno)
     for stmts, target, buffer, batch_size in out_cache_loc_layouts(method):

@@ -22,7 +22,7 @@ import ast
 from typing import Optional
 
 from ..layout_patterns import (
-    USED_LEN_HELPER, called_name, in_order, is_self_attr, kernel_launches, step_slices, used_len_operands,
+    USED_LEN_HELPER, called_name, in_order, is_self_attr, kernel_launches, nodes_of, step_slices, used_len_operands,
 )
 from .base import SPEC_UTILS, Edit, Finding, Rule, Source, State, locate_method, param_names
 from .draft_backends import DRAFT_BACKENDS
@@ -37,6 +37,11 @@ assert {required} <= {row}.shape[1], (
     "draft_kv_indices_buffer_width(num_seqs, topk, max_context_len)"
 )
 """
+
+
+def required_binding(name: str, seq_lens_sum: str, bs: str) -> str:
+    """``name = draft_kv_indices_used_len(..., self.speculative_num_steps)``, wrapped as black writes it."""
+    return f"{name} = {USED_LEN_HELPER}(\n    {seq_lens_sum}, self.topk, {bs}, self.speculative_num_steps\n)\n"
 
 
 def slice_operands(method: ast.FunctionDef) -> Optional[tuple[ast.expr, ast.expr, ast.expr]]:
@@ -55,8 +60,8 @@ def slice_operands(method: ast.FunctionDef) -> Optional[tuple[ast.expr, ast.expr
 def unbound_at(method: ast.FunctionDef, launch: ast.stmt, operands: tuple[ast.expr, ...]) -> list[str]:
     """Names the operands read that are neither parameters nor assigned before ``launch``."""
     bound = set(param_names(method))
-    for node in in_order(method):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.lineno < launch.lineno:
+    for node in nodes_of(method, ast.Name):
+        if isinstance(node.ctx, ast.Store) and node.lineno < launch.lineno:
             bound.add(node.id)
     read = {n.id for operand in operands for n in in_order(operand) if isinstance(n, ast.Name)}
     return sorted(read - bound - {"self"})
@@ -80,11 +85,11 @@ def inline_capacity_check(method: ast.FunctionDef) -> Optional[tuple[ast.AST, st
     ``name = <capacity length>`` then ``assert name <= row.shape[1]``, or the length
     written inside the assert.
     """
-    checked = [node.test.left for node in in_order(method) if isinstance(node, ast.Assert)
-               and isinstance(node.test, ast.Compare) and [type(op) for op in node.test.ops] == [ast.LtE]
+    checked = [node.test.left for node in nodes_of(method, ast.Assert)
+               if isinstance(node.test, ast.Compare) and [type(op) for op in node.test.ops] == [ast.LtE]
                and _is_row_width(node.test.comparators[0])]
-    for node in in_order(method):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+    for node in nodes_of(method, ast.Assign):
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             name = node.targets[0].id
             operands = _capacity_length(node.value)
             if operands and any(isinstance(left, ast.Name) and left.id == name for left in checked):
@@ -97,7 +102,7 @@ def inline_capacity_check(method: ast.FunctionDef) -> Optional[tuple[ast.AST, st
 
 def has_capacity_check(method: ast.FunctionDef) -> bool:
     """A ``draft_kv_indices_used_len(..., self.speculative_num_steps)`` or ``assert_buffer_fits`` call."""
-    for node in in_order(method):
+    for node in nodes_of(method, ast.Call):
         name = called_name(node)
         if name == "assert_buffer_fits":
             return True
@@ -117,8 +122,8 @@ def _find(rule: Rule, source: Source) -> Finding:
         node, name, operands = inline
         seq_lens_sum, bs = source.text(operands[0]), source.text(operands[1])
         length = f"{USED_LEN_HELPER}({seq_lens_sum}, self.topk, {bs}, self.speculative_num_steps)"
-        if name:  # upstream's binding, wrapped as black writes it
-            length = f"{name} = {USED_LEN_HELPER}(\n    {seq_lens_sum}, self.topk, {bs}, self.speculative_num_steps\n)\n"
+        if name:
+            length = required_binding(name, seq_lens_sum, bs)
         return rule.report(State.TO_PATCH, node.lineno, "the fork's own check (27338/27460): its length via the helper",
                            edits=[Edit(node, replace=length)], imports=[(SPEC_UTILS, USED_LEN_HELPER)])
     launches, operands = kernel_launches(method), slice_operands(method)
@@ -131,7 +136,7 @@ def _find(rule: Rule, source: Source) -> Finding:
         return rule.report(State.UNRECOGNISED, launch.lineno,
                            f"{', '.join(unbound)} not yet assigned at the kernel launch")
     row, seq_lens_sum, bs = (source.text(operand) for operand in operands)
-    required = f"{REQUIRED} = {USED_LEN_HELPER}(\n    {seq_lens_sum}, self.topk, {bs}, self.speculative_num_steps\n)\n"
+    required = required_binding(REQUIRED, seq_lens_sum, bs)
     check = CHECK.format(required=REQUIRED, row=row, bs=bs, seq_lens_sum=seq_lens_sum).lstrip()
     return rule.report(
         State.TO_PATCH, launch.lineno,

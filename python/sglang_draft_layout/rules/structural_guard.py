@@ -65,10 +65,6 @@ def may_hold_draft_layout(text: str) -> bool:
     return bool(_FORM_TEXT.search(text)) or ("speculative_num_steps" in text and "permute" in text)
 
 
-def _text(source: Source, node: ast.stmt) -> str:
-    return "".join(source.lines[node.lineno - 1 : node.end_lineno])
-
-
 def _row_width(rule: Rule, source: Source) -> Finding:
     """Rows counted by a batch's size or by the method's max_bs / max_num_tokens parameter."""
     return find_row_width(rule, source, lambda *args: batch_size_factor(*args) or max_bs_parameter(*args))
@@ -108,10 +104,10 @@ def guard_rules(relative: str, source: Source, named: Collection[str]) -> list[R
     """A rule per draft layout form of each class in the file that no rule names (``named``)."""
     rules = []
     for cls in source.definitions():
-        if not isinstance(cls, ast.ClassDef) or cls.name in named or not may_hold_draft_layout(_text(source, cls)):
+        if not isinstance(cls, ast.ClassDef) or cls.name in named or not may_hold_draft_layout(source.text(cls)):
             continue
         for method in methods(cls):
-            if not may_hold_draft_layout(_text(source, method)):
+            if not may_hold_draft_layout(source.text(method)):
                 continue
             for template in _templates(cls, draft_layout_forms(method)):
                 scope = f"{cls.name}.{method.name}"
