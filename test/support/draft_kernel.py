@@ -23,6 +23,7 @@ from pathlib import Path
 from sglang_draft_layout.releases import cache_dir
 
 from .sglang_release import pristine_tree
+from .wheel_source import wheel_source
 
 KERNEL_NAME = "generate_draft_decode_kv_indices"
 SPEC_UTILS = Path("sglang/srt/speculative/spec_utils.py")
@@ -213,18 +214,13 @@ class DraftLaunch:
 def kernel_source_in_wheel(version: str) -> str:
     """The kernel's source as shipped in the sglang==version wheel (0.5.13 moved it to
     speculative/triton_ops/cache_locs.py), read straight out of the cached wheel."""
-    import zipfile
-
-    from sglang_draft_layout.releases import release_wheel
-
-    with zipfile.ZipFile(release_wheel(version)) as wheel:
-        for name in ("sglang/srt/speculative/spec_utils.py",
-                     "sglang/srt/speculative/triton_ops/cache_locs.py"):
-            if name not in wheel.namelist():
-                continue
-            text = wheel.read(name).decode()
-            tree = ast.parse(text)
-            for node in tree.body:
-                if isinstance(node, ast.FunctionDef) and node.name == KERNEL_NAME:
-                    return ast.get_source_segment(text, node)
+    for name in ("sglang/srt/speculative/spec_utils.py",
+                 "sglang/srt/speculative/triton_ops/cache_locs.py"):
+        try:
+            text = wheel_source(version, name)
+        except KeyError:  # not in this release
+            continue
+        for node in ast.parse(text).body:
+            if isinstance(node, ast.FunctionDef) and node.name == KERNEL_NAME:
+                return ast.get_source_segment(text, node)
     raise LookupError(f"no {KERNEL_NAME} in sglang=={version}")
