@@ -1,54 +1,70 @@
 #!/usr/bin/env python3
-"""Interleaved A/B of unpatched (A) and patched (B) SGLang 0.5.12 with SGLang's own benchmark.
+"""Interleaved A/B of unpatched (A) and patched (B) SGLang 0.5.12 that resolves a few percent.
 
-For each configuration, one pair of servers is started (the same flags as serve_checks.py, one
-from each tree; no other server is compiling meanwhile), warmed up with one benchmark run each,
-then benchmarked in alternating rounds A B A B ... (``--rounds`` each) by
-``python -m sglang.bench_serving --backend sglang --dataset-name random-ids --tokenize-prompt``
-(random token ids, no download; the tiny models' own tokenizer) at a fixed seed, request rate
-and concurrency, so every round sends the same requests. Then the pair is stopped and the next
-configuration starts.
+Per configuration, one pair of servers (serve_checks.py's flags, one from each tree, nothing
+else on the GPU) goes through:
+
+1. start, both at once; the memory probe (trace/sitecustomize.py, SGL_DL_MEMPROBE) records the
+   draft kv_indices CUDA-graph rows each server allocates;
+2. exactness: serve_checks.py's request plan on each server in turn (outputs must equal the
+   model's rule; on the patched tree every accept length must be num_steps + 1);
+3. per concurrency: a warm-up run per tree (not counted), then a calibration run per tree whose
+   rate sets the prompts of a measured round (``--round-seconds`` of the faster tree, whole
+   waves of the concurrency; the same requests for both trees);
+4. ``--pairs`` pairs of measured rounds in the order of ab_stats.schedule (every concurrency
+   per pair, the first tree alternating), each round one
+   ``python -m sglang.bench_serving --backend sglang --dataset-name random-ids`` run at a fixed
+   seed, infinite request rate and the given ``--max-concurrency``;
+5. stop the pair.
 
 bench_serving runs in one long-lived client process (``--client``), which executes the module
-exactly as ``python -m`` does (``runpy``) once per round, so its imports are paid once.
+as ``python -m`` does (``runpy``) once per run, so its imports are paid once.
 
-Per configuration: the median output tokens/s of each tree, the patched / unpatched ratio of
-round k's pair (median, min, max over rounds), and the median accept length per tree as
-bench_serving reports it (the server's ``avg_spec_accept_length``: accepted tokens over verify
-steps since the server started, warm-up included). ``--max-seconds`` stops cleanly: rounds
-already run are kept and written. Output: OUT/ab_results.json, OUT/ab_summary.md, OUT/rounds/
-(bench_serving's JSONL per run), OUT/logs/.
+Per (configuration, concurrency): the patched / unpatched ratio of output tokens/s per pair, its
+median, a bootstrap 95% interval and the pairs ±2% would need (ab_stats.py); per tree the
+medians of tokens/s, TTFT and ITL (round medians and p99s) and of bench_serving's accept length
+(the server's average since start, warm-up included). A round starts only when its expected
+length fits before the deadline (``--max-seconds`` from start or ``--deadline-epoch``), so the
+run ends cleanly with whole pairs. Output: OUT/ab_results.json and OUT/ab_summary.md; rounds'
+JSONL and server logs under ``--work`` (default OUT).
 
-Usage (after ``bash benchmark/gpu/run_on_h200.sh --setup-only``):
-  python3 benchmark/gpu/ab_bench.py --models /tmp/sgl_dl/models --site /tmp/sgl_dl/site \\
-      --patched /tmp/sgl_dl/patched --out "$OUT" --max-seconds 450
+Usage (after ``MODEL_SHAPE=8b bash benchmark/gpu/run_on_h200.sh --setup-only``; or
+benchmark/gpu/ab_h200.sh, which does both):
+  python3 benchmark/gpu/ab_bench.py --models /tmp/sgl_dl/models8b --site /tmp/sgl_dl/site \\
+      --patched /tmp/sgl_dl/patched --out "$OUT" --configs flashinfer_cg_k8s5 --concurrencies 32
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import queue
 import signal
-import statistics
 import subprocess
 import sys
 import threading
 import time
+from types import SimpleNamespace
 
+import ab_stats
 import serve_checks
 
-# the configurations of issue 13: triton eager (both trees correct: parity expected), flashinfer
-# with CUDA graphs (max bs 8; the unpatched graph row lacks the topk factor)
-CONFIGS = ["triton_nocg_k4s3", "triton_nocg_k1s3", "flashinfer_cg_k4s3", "flashinfer_cg_k8s5"]
-TREES = ("unpatched", "patched")  # A, B
+# the configurations of issue 19. Parity: both trees are correct in 0.5.12; gain: FlashInfer's
+# CUDA-graph row lacks the topk factor in 0.5.12.
+PARITY = ["triton_nocg_k1s3", "triton_nocg_k4s3", "flashinfer_nocg_k4s3", "triton_cg_k4s3", "flashinfer_cg_k1s3"]
+GAIN = ["flashinfer_cg_k4s3", "flashinfer_cg_k8s5"]
+CONFIGS = PARITY + GAIN
+TREES = ab_stats.TREES
 #: a `datasets` that bench_serving's imports find on a machine without it (see its docstring)
 STANDIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "standin")
 DONE = "@@AB_ROUND_DONE@@"
+ROUND_KEYS = ("completed", "duration", "total_output_tokens", "output_throughput", "accept_length",
+              "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_tpot_ms")
 
 
-def bench_argv(a: argparse.Namespace, port: int, num_prompts: int, output_file: str) -> list[str]:
+def bench_argv(a: argparse.Namespace, port: int, num_prompts: int, concurrency: int, output_file: str) -> list[str]:
     """bench_serving's arguments for one run (every flag exists in 0.5.12's parser; see the test)."""
     return [
         "--backend", "sglang", "--dataset-name", "random-ids", "--tokenize-prompt",
@@ -57,10 +73,26 @@ def bench_argv(a: argparse.Namespace, port: int, num_prompts: int, output_file: 
         "--num-prompts", str(num_prompts),
         "--random-input-len", str(a.input_len), "--random-output-len", str(a.output_len),
         "--random-range-ratio", str(a.range_ratio),
-        "--request-rate", str(a.request_rate), "--max-concurrency", str(a.concurrency),
+        "--request-rate", "inf", "--max-concurrency", str(concurrency),
         "--seed", str(a.seed), "--warmup-requests", "1", "--ready-check-timeout-sec", "0",
         "--disable-tqdm", "--output-file", output_file,
     ]
+
+
+def server_extra_args(cfg: dict, max_concurrency: int, extra: str = "") -> str:
+    """Flags appended to serve_checks.py's (argparse keeps the last): room for the largest
+    concurrency, CUDA graphs up to that batch, no piecewise prefill graphs (both trees alike)."""
+    args = [f"--max-running-requests {max_concurrency}", "--disable-piecewise-cuda-graph"]
+    if cfg["cg"] == "cg":
+        args.append(f"--cuda-graph-max-bs {max_concurrency}")
+    return " ".join(args + ([extra] if extra else []))
+
+
+def prompts_for_round(rates: list[float], round_seconds: float, concurrency: int) -> int:
+    """Prompts of a measured round: ``round_seconds`` at the faster calibration rate (requests/s),
+    rounded up to whole waves of ``concurrency``."""
+    n = round_seconds * max(rates)
+    return max(concurrency, math.ceil(n / concurrency) * concurrency)
 
 
 def client_loop() -> int:
@@ -123,11 +155,14 @@ class Client:
         self.log.close()
 
 
-def start_server(name: str, port: int, a: argparse.Namespace) -> subprocess.Popen:
+def start_server(name: str, port: int, a: argparse.Namespace, extra_args: str) -> subprocess.Popen:
     cfg = serve_checks.parse(name)
     log = open(os.path.join(a.logdir, f"server_{name}.log"), "w")
-    env = serve_checks.server_env(cfg, a, os.path.join(a.logdir, f"trace_{name}.txt"))
-    proc = subprocess.Popen(serve_checks.server_cmd(cfg, a.models, port, a), stdout=log,
+    opts = SimpleNamespace(mem_fraction=a.mem_fraction, max_total_tokens=a.max_total_tokens, extra_args=extra_args,
+                           site=a.site, patched=a.patched)
+    env = serve_checks.server_env(cfg, opts, os.path.join(a.logdir, f"trace_{name}.txt"))
+    env["SGL_DL_MEMPROBE"] = os.path.join(a.logdir, f"memprobe_{name}.jsonl")
+    proc = subprocess.Popen(serve_checks.server_cmd(cfg, a.models, port, opts), stdout=log,
                             stderr=subprocess.STDOUT, env=env, start_new_session=True)
     serve_checks._SERVERS.append(proc)
     return proc
@@ -163,90 +198,175 @@ def read_round(path: str) -> dict | None:
     if not lines:
         return None
     r = json.loads(lines[-1])
-    return {k: r.get(k) for k in ("completed", "duration", "total_output_tokens", "output_throughput",
-                                  "accept_length", "median_tpot_ms", "median_ttft_ms")}
+    return {k: r.get(k) for k in ROUND_KEYS}
 
 
-def summarize(config: str, rounds: dict[str, list[dict]], expected_completed: int) -> dict:
-    """Medians per tree, and the ratio of each round's pair (round k of B over round k of A)."""
-    good = {tree: [r for r in rounds[tree] if r and r.get("completed") == expected_completed]
-            for tree in TREES}
-    out = {"config": config, "rounds": {tree: len(good[tree]) for tree in TREES}}
+def read_memprobe(path: str) -> list[dict]:
+    try:
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except OSError:
+        return []
+
+
+def exactness(name: str, port: int, proc: subprocess.Popen, a: argparse.Namespace, prompts: dict,
+              deadline: float) -> dict:
+    """serve_checks.py's request plan on one server: outputs against the rule, accept lengths."""
+    cfg = serve_checks.parse(name)
+    runner = serve_checks.Runner(SimpleNamespace(deadline_s=deadline - time.time(), stress=a.stress), prompts)
+    res: dict = {"config": name}
+    try:
+        runner.requests(res, cfg, port, proc)
+    except Exception as exc:  # keep the A/B going; the record says what failed
+        res["error"] = repr(exc)
+    keep = ("tag", "match_rule", "first_diff", "n_out", "accept_len", "batch_secs")
+    res["checks"] = [{k: c.get(k) for k in keep} for c in res.get("checks", [])]
+    return {k: res.get(k) for k in ("checks", "max_new_tokens", "all_match_rule", "accept_min", "accept_max",
+                                    "accept_mean", "accept_all_exact", "error", "truncated")}
+
+
+class Pair:
+    """One configuration's two servers and the bench_serving runs against them."""
+
+    def __init__(self, config: str, index: int, a: argparse.Namespace, client: Client, deadline: float) -> None:
+        self.config, self.a, self.client, self.deadline = config, a, client, deadline
+        self.cfg = serve_checks.parse(f"{config}_patched")
+        self.names = {tree: f"{config}_{tree}" for tree in TREES}
+        self.ports = {tree: a.base_port + (2 * index + j) * a.port_step for j, tree in enumerate(TREES)}
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.record: dict = {"config": config, "notes": [], "runs": [], "rounds": []}
+        self.record["server_extra_args"] = server_extra_args(self.cfg, max(a.concurrencies), a.extra_args)
+
+    def left(self) -> float:
+        return self.deadline - time.time()
+
+    def bench(self, tree: str, tag: str, prompts: int, concurrency: int, expected_s: float) -> dict | None:
+        """One bench_serving run; None (and a note) when it failed, timed out or did not fit."""
+        proc = self.procs[tree]
+        if proc.poll() is not None:
+            self.record["notes"].append(f"{tree} {tag}: server exited rc={proc.returncode}")
+            return None
+        if self.left() < expected_s + 5:
+            self.record["notes"].append(f"{tree} {tag}: not started, {self.left():.0f} s left, ~{expected_s:.0f} s needed")
+            return None
+        path = os.path.join(self.a.work, "rounds", f"{self.names[tree]}_c{concurrency}_{tag}.jsonl")
+        t0 = time.time()
+        status = self.client.run(bench_argv(self.a, self.ports[tree], prompts, concurrency, path),
+                                 min(self.left(), 3 * expected_s + 60))
+        result = read_round(path) if status == 0 else None
+        run = {"tree": tree, "tag": tag, "concurrency": concurrency, "prompts": prompts, "status": status,
+               "wall_s": round(time.time() - t0, 1), **(result or {})}
+        self.record["runs"].append(run)
+        if result is None or result.get("completed") != prompts:
+            self.record["notes"].append(f"{tree} {tag} c{concurrency}: bench_serving status {status}, "
+                                        f"completed {None if result is None else result.get('completed')}")
+            return None
+        return run
+
+    def run(self, prompts_json: dict) -> dict:
+        a = self.a
+        extra = self.record["server_extra_args"]
+        for tree in TREES:
+            self.procs[tree] = start_server(self.names[tree], self.ports[tree], a, extra)
+        try:
+            t0 = time.time()
+            errors = wait_healthy({self.names[t]: (self.procs[t], self.ports[t]) for t in TREES},
+                                  min(self.deadline, t0 + a.startup_timeout))
+            self.record["startup_s"] = round(time.time() - t0, 1)
+            self.record["memory"] = {t: read_memprobe(os.path.join(a.logdir, f"memprobe_{self.names[t]}.jsonl"))
+                                     for t in TREES}
+            if errors:
+                self.record["notes"] += [f"{n}: {e}" for n, e in errors.items()]
+                for name in errors:
+                    self.record["notes"] += serve_checks.error_lines(os.path.join(a.logdir, f"server_{name}.log"))
+                return self.record
+            if a.stress >= 0:
+                self.record["exactness"] = {t: exactness(self.names[t], self.ports[t], self.procs[t], a, prompts_json,
+                                                         self.deadline) for t in TREES}
+            round_prompts = {}
+            for c in a.concurrencies:
+                rates = []
+                for tag, n in (("warmup", 2 * c), ("calibration", 4 * c)):
+                    for tree in TREES:
+                        run = self.bench(tree, tag, n, c, 30)
+                        if run and tag == "calibration":
+                            rates.append(run["completed"] / run["duration"])
+                if len(rates) < 2:
+                    return self.record
+                round_prompts[c] = prompts_for_round(rates, a.round_seconds, c)
+            self.record["round_prompts"] = round_prompts
+            expected = {c: a.round_seconds * 1.3 + 5 for c in a.concurrencies}
+            for k, c, tree in ab_stats.schedule(a.pairs, a.concurrencies):
+                # a pair's second round needs its first: start a pair's first round only if both fit
+                first = not any(r["pair"] == k and r["concurrency"] == c for r in self.record["rounds"])
+                if first and self.left() < 2 * expected[c] + 10:
+                    self.record["notes"].append(f"pair {k} c{c}: not started, {self.left():.0f} s left")
+                    break
+                run = self.bench(tree, f"pair{k}", round_prompts[c], c, expected[c])
+                if run is None:
+                    break
+                self.record["rounds"].append({"pair": k, **run})
+                expected[c] = max(expected[c], run["wall_s"] * 1.1)
+            return self.record
+        finally:
+            for proc in self.procs.values():
+                serve_checks.kill_group(proc)
+
+
+def summarize(record: dict, concurrencies: list[int]) -> list[dict]:
+    """One summary per (configuration, concurrency) from a Pair record."""
+    out = []
+    backend = serve_checks.parse(f"{record['config']}_patched")["backend"]
+    for c in concurrencies:
+        rounds = [r for r in record.get("rounds", []) if r["concurrency"] == c]
+        by_pair: dict[int, dict] = {}
+        for r in rounds:
+            by_pair.setdefault(r["pair"], {})[r["tree"]] = r
+        pairs = [(p["unpatched"], p["patched"]) for _, p in sorted(by_pair.items()) if len(p) == 2]
+        durations = [r["duration"] for pair in pairs for r in pair]
+        s = {"config": record["config"], "concurrency": c,
+             **ab_stats.ratio_summary(pairs, min(durations) if durations else None),
+             **{tree: ab_stats.tree_summary([p[i] for p in pairs]) for i, tree in enumerate(TREES)}}
+        out.append(s)
+    mem = []
     for tree in TREES:
-        tps = [r["output_throughput"] for r in good[tree]]
-        acc = [r["accept_length"] for r in good[tree] if r.get("accept_length") is not None]
-        out[f"{tree}_tokens_per_s"] = statistics.median(tps) if tps else None
-        out[f"{tree}_accept_length"] = statistics.median(acc) if acc else None
-    pairs = [(a, b) for a, b in zip(rounds["unpatched"], rounds["patched"])
-             if a in good["unpatched"] and b in good["patched"]]
-    ratios = [b["output_throughput"] / a["output_throughput"] for a, b in pairs]
-    out["pairs"] = len(ratios)
-    out["ratio_median"] = statistics.median(ratios) if ratios else None
-    out["ratio_min"] = min(ratios) if ratios else None
-    out["ratio_max"] = max(ratios) if ratios else None
+        for rec in record.get("memory", {}).get(tree, []):
+            if backend in ab_stats.BACKENDS and rec.get("args"):
+                mem.append(ab_stats.memory_check(rec, backend, tree))
+    for s in out:
+        s["memory"] = mem
+        s["exactness"] = {t: {k: v for k, v in e.items() if k != "checks"}
+                          for t, e in record.get("exactness", {}).items()}
+        s["startup_s"] = record.get("startup_s")
+        s["notes"] = record["notes"]
     return out
 
 
+def fmt(x, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
 def markdown_table(summaries: list[dict]) -> str:
-    def num(x, fmt):
-        return "-" if x is None else format(x, fmt)
-
-    rows = ["| config | rounds A / B | unpatched tokens/s | patched tokens/s | patched / unpatched (min-max) "
-            "| accept length unpatched | accept length patched |",
-            "| --- | --- | --- | --- | --- | --- | --- |"]
+    rows = ["| config | conc | pairs | round s | unpatched tok/s | patched tok/s | patched / unpatched median "
+            "[95% CI] | verdict | pairs for ±2% (at 60 s rounds) | TTFT med / p99 ms A, B | ITL med / p99 ms A, B "
+            "| accept A / B |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in summaries:
-        ratio = "-" if s["ratio_median"] is None else \
-            f"{s['ratio_median']:.3f} ({s['ratio_min']:.3f}-{s['ratio_max']:.3f})"
-        rows.append(f"| {s['config']} | {s['rounds']['unpatched']} / {s['rounds']['patched']} | "
-                    f"{num(s['unpatched_tokens_per_s'], '.1f')} | {num(s['patched_tokens_per_s'], '.1f')} | "
-                    f"{ratio} | {num(s['unpatched_accept_length'], '.3f')} | "
-                    f"{num(s['patched_accept_length'], '.3f')} |")
+        A, B = s.get("unpatched", {}), s.get("patched", {})
+        ratio = "-" if "ratio_median" not in s else \
+            f"{s['ratio_median']:.3f} [{fmt(s.get('ci_low'), '.3f')}, {fmt(s.get('ci_high'), '.3f')}]"
+        need = "-" if "pairs_for_2pct" not in s else \
+            f"{s['pairs_for_2pct']} ({s.get('pairs_for_2pct_at_60s_rounds', '-')})"
+        rows.append(
+            f"| {s['config']} | {s['concurrency']} | {s['pairs']} | {fmt(s.get('round_seconds'), '.1f')} | "
+            f"{fmt(A.get('tokens_per_s'), '.0f')} | {fmt(B.get('tokens_per_s'), '.0f')} | {ratio} | "
+            f"{s.get('verdict', '-')} | {need} | "
+            f"{fmt(A.get('ttft_median_ms'), '.0f')} / {fmt(A.get('ttft_p99_ms'), '.0f')}, "
+            f"{fmt(B.get('ttft_median_ms'), '.0f')} / {fmt(B.get('ttft_p99_ms'), '.0f')} | "
+            f"{fmt(A.get('itl_median_ms'), '.1f')} / {fmt(A.get('itl_p99_ms'), '.1f')}, "
+            f"{fmt(B.get('itl_median_ms'), '.1f')} / {fmt(B.get('itl_p99_ms'), '.1f')} | "
+            f"{fmt(A.get('accept_length'), '.2f')} / {fmt(B.get('accept_length'), '.2f')} |")
     return "\n".join(rows) + "\n"
-
-
-def run_config(config: str, index: int, a: argparse.Namespace, client: Client, deadline: float) -> dict:
-    """One pair of servers: start, warm up, alternate rounds, stop. Returns raw rounds and notes."""
-    record = {"config": config, "rounds": {tree: [] for tree in TREES}, "notes": []}
-    servers = {}
-    for j, tree in enumerate(TREES):
-        name = f"{config}_{tree}"
-        port = a.base_port + 2 * index * a.port_step + j * a.port_step
-        servers[name] = (start_server(name, port, a), port)
-    try:
-        t0 = time.time()
-        errors = wait_healthy(servers, min(deadline, t0 + a.startup_timeout))
-        record["startup_s"] = round(time.time() - t0, 1)
-        if errors:
-            record["notes"] += [f"{n}: {e}" for n, e in errors.items()]
-            for name in errors:
-                record["notes"] += serve_checks.error_lines(os.path.join(a.logdir, f"server_{name}.log"))
-            return record
-        rounds_dir = os.path.join(a.out, "rounds")
-        for k in range(-1, a.rounds):  # round -1: warm-up, not counted
-            for tree in TREES:
-                name = f"{config}_{tree}"
-                proc, port = servers[name]
-                left = deadline - time.time()
-                if left < 5 or proc.poll() is not None:
-                    record["notes"].append(f"stopped before round {k} of {tree}: "
-                                           + ("deadline" if left < 5 else f"server exited rc={proc.returncode}"))
-                    return record
-                tag = "warmup" if k < 0 else f"round{k}"
-                path = os.path.join(rounds_dir, f"{name}_{tag}.jsonl")
-                prompts = a.warmup_prompts if k < 0 else a.num_prompts
-                status = client.run(bench_argv(a, port, prompts, path), min(a.round_timeout, left))
-                if status is None:
-                    record["notes"].append(f"{name} {tag}: bench_serving did not finish in time")
-                    return record
-                result = read_round(path)
-                if k >= 0:
-                    record["rounds"][tree].append(result if status == 0 else None)
-                if status != 0 or result is None:
-                    record["notes"].append(f"{name} {tag}: bench_serving exit {status}")
-        return record
-    finally:
-        for proc, _ in servers.values():
-            serve_checks.kill_group(proc)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -256,78 +376,85 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--site", help="folder holding the unpatched sglang/ (and its deps)")
     ap.add_argument("--patched", help="folder holding the patched copy sglang/")
     ap.add_argument("--out")
+    ap.add_argument("--work", help="rounds' JSONL and server logs (default: OUT)")
     ap.add_argument("--configs", nargs="+", default=CONFIGS, help="BACKEND_CG_MODE stems (serve_checks names)")
-    ap.add_argument("--rounds", type=int, default=5, help="measured rounds per tree (>= 5)")
-    ap.add_argument("--num-prompts", type=int, default=32)
-    ap.add_argument("--warmup-prompts", type=int, default=16)
+    ap.add_argument("--concurrencies", nargs="+", type=int, default=[1, 8, 32])
+    ap.add_argument("--pairs", type=int, default=6, help="measured pairs per concurrency (>= 6)")
+    ap.add_argument("--round-seconds", type=float, default=20, help="measured round length (>= 20)")
     ap.add_argument("--input-len", type=int, default=1024)
-    ap.add_argument("--output-len", type=int, default=128)
+    ap.add_argument("--output-len", type=int, default=512)
     ap.add_argument("--range-ratio", type=float, default=0.5, help="lengths drawn from [len * ratio, len]")
-    ap.add_argument("--request-rate", type=float, default=float("inf"))
-    ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--max-seconds", type=float, default=450, help="stop cleanly this long after start")
-    ap.add_argument("--min-config-seconds", type=float, default=120,
+    ap.add_argument("--stress", type=int, default=1,
+                    help="exactness: serve_checks.py's 8 x 1900-token batches (-1: no exactness check)")
+    ap.add_argument("--max-seconds", type=float, default=540, help="stop cleanly this long after start")
+    ap.add_argument("--deadline-epoch", type=float, help="stop cleanly at this time.time() (overrides --max-seconds)")
+    ap.add_argument("--min-config-seconds", type=float, default=150,
                     help="start a configuration only with this much time left")
-    ap.add_argument("--startup-timeout", type=float, default=240)
-    ap.add_argument("--round-timeout", type=float, default=90)
+    ap.add_argument("--startup-timeout", type=float, default=420)
     ap.add_argument("--base-port", type=int, default=20000)
     ap.add_argument("--port-step", type=int, default=1200, help="as serve_checks.py: SGLang takes ports above its own")
-    ap.add_argument("--mem-fraction", type=float, default=0.08)
-    ap.add_argument("--max-total-tokens", type=int, default=200000)
+    ap.add_argument("--mem-fraction", type=float, default=0.4)
+    ap.add_argument("--max-total-tokens", type=int, default=120000)
     ap.add_argument("--extra-args", default=os.environ.get("EXTRA_ARGS", ""))
     a = ap.parse_args(argv)
     if not a.client:
         missing = [f"--{k}" for k in ("models", "site", "patched", "out") if not getattr(a, k)]
         if missing:
             ap.error(f"required: {' '.join(missing)}")
-        if a.rounds < 5:
-            ap.error("--rounds must be at least 5")
+        if a.pairs < 6:
+            ap.error("--pairs must be at least 6")
+        if a.round_seconds < 20:
+            ap.error("--round-seconds must be at least 20")
+        if min(a.concurrencies) < 1:
+            ap.error("--concurrencies must be positive")
         for stem in a.configs:
             try:
                 serve_checks.parse(f"{stem}_patched")
-            except (AssertionError, ValueError):
+            except (AssertionError, ValueError, IndexError):
                 ap.error(f"not a serve_checks.py configuration: {stem} (BACKEND_CG_kTOPKsSTEPS)")
     return a
+
+
+def write_outputs(a: argparse.Namespace, records: list[dict], summaries: list[dict], t_start: float) -> None:
+    settings = {k: getattr(a, k) for k in ("configs", "concurrencies", "pairs", "round_seconds", "input_len",
+                                          "output_len", "range_ratio", "seed", "stress", "mem_fraction",
+                                          "max_total_tokens", "extra_args", "models")}
+    settings["elapsed_s"] = round(time.time() - t_start, 1)
+    with open(os.path.join(a.out, "ab_results.json"), "w") as f:
+        json.dump({"settings": settings, "summaries": summaries, "records": records}, f, indent=1)
+    with open(os.path.join(a.out, "ab_summary.md"), "w") as f:
+        f.write(markdown_table(summaries))
 
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     if a.client:
         return client_loop()
-    deadline = time.time() + a.max_seconds
-    a.logdir = os.path.join(a.out, "logs")
-    os.makedirs(os.path.join(a.out, "rounds"), exist_ok=True)
-    os.makedirs(a.logdir, exist_ok=True)
+    t_start = time.time()
+    deadline = a.deadline_epoch or t_start + a.max_seconds
+    a.work = a.work or a.out
+    a.logdir = os.path.join(a.work, "logs")
+    for d in (a.out, os.path.join(a.work, "rounds"), a.logdir):
+        os.makedirs(d, exist_ok=True)
+    with open(os.path.join(a.models, "prompts.json")) as f:
+        prompts_json = json.load(f)
     client = Client(a, os.path.join(a.logdir, "bench_serving.log"))
     records, summaries = [], []
     try:
         for index, config in enumerate(a.configs):
             if deadline - time.time() < a.min_config_seconds:
-                records.append({"config": config, "rounds": {t: [] for t in TREES},
-                                "notes": ["not started: deadline"]})
+                records.append({"config": config, "notes": ["not started: deadline"], "rounds": []})
             else:
-                records.append(run_config(config, index, a, client, deadline))
-            summaries = [dict(summarize(r["config"], r["rounds"], a.num_prompts),
-                              notes=r["notes"], startup_s=r.get("startup_s")) for r in records]
-            write_outputs(a, records, summaries)
-            print(f"[{a.max_seconds - (deadline - time.time()):.0f}s] {config}: "
-                  f"{json.dumps(summaries[-1])}", flush=True)
+                records.append(Pair(config, index, a, client, deadline).run(prompts_json))
+            summaries = [s for r in records for s in summarize(r, a.concurrencies)]
+            write_outputs(a, records, summaries, t_start)
+            print(f"[{time.time() - t_start:.0f}s] {config}: {records[-1]['notes']}", flush=True)
     finally:
         client.close()
         serve_checks.kill_all()
     print(markdown_table(summaries))
     return 0
-
-
-def write_outputs(a: argparse.Namespace, records: list[dict], summaries: list[dict]) -> None:
-    settings = {k: getattr(a, k) for k in ("rounds", "num_prompts", "warmup_prompts", "input_len", "output_len",
-                                          "range_ratio", "request_rate", "concurrency", "seed", "extra_args")}
-    settings["request_rate"] = str(settings["request_rate"])
-    with open(os.path.join(a.out, "ab_results.json"), "w") as f:
-        json.dump({"settings": settings, "summaries": summaries, "records": records}, f, indent=1)
-    with open(os.path.join(a.out, "ab_summary.md"), "w") as f:
-        f.write(markdown_table(summaries))
 
 
 if __name__ == "__main__":

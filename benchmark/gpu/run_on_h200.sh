@@ -16,13 +16,16 @@
 #  5. benchmark/gpu/serve_checks.py: the servers, requests and checks.
 # Output: $OUT (default benchmark/results/gpu-<UTC time>): setup.txt, patch.txt (apply and check
 # output), results.json, summary.md, trace.txt, logs.tar.gz.   Environment knobs: GPU_WORK (/tmp/sgl_dl), OUT, DEADLINE_S,
-# STRESS (2), MEM_FRACTION (0.08), EXTRA_ARGS (appended to every server).
+# STRESS (2), MEM_FRACTION (0.08), EXTRA_ARGS (appended to every server), MODEL_SHAPE (tiny | 8b:
+# make_models.py --shape, models in $GPU_WORK/models or $GPU_WORK/models8b).
 set -u
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$REPO"
 . benchmark/gpu/patch_copy.sh
 OUT=${OUT:-$REPO/benchmark/results/gpu-$(date -u +%Y%m%dT%H%M%SZ)}
 WORK=${GPU_WORK:-/tmp/sgl_dl}
+SHAPE=${MODEL_SHAPE:-tiny}
+MODELS=$WORK/models; [ "$SHAPE" = tiny ] || MODELS=$WORK/models$SHAPE
 mkdir -p "$OUT" "$WORK"
 T0=$(date +%s.%N)
 el() { python3 -c "print(round($(date +%s.%N)-$T0,1))"; }
@@ -67,12 +70,12 @@ print('[setup] PYTHONPATH=$pp -> sglang', sglang.__version__, sglang.__file__,
       '| eagle_utils has per_step_draft_out_cache_loc:', hasattr(eu, 'per_step_draft_out_cache_loc'))" 2>&1 | grep -v Warning | tail -2 &
   done
   # 4. models
-  if [ ! -f "$WORK/models/prompts.json" ]; then
-    python3 benchmark/gpu/make_models.py "$WORK/models" 2>&1 | grep -v Warning | tail -4
-    [ -f "$WORK/models/prompts.json" ] || { echo "[setup] make_models.py failed"; return 1; }
-    echo "[setup] models built at $(el) s"
+  if [ ! -f "$MODELS/prompts.json" ]; then
+    python3 benchmark/gpu/make_models.py --shape "$SHAPE" "$MODELS" 2>&1 | grep -v Warning | tail -4
+    [ -f "$MODELS/prompts.json" ] || { echo "[setup] make_models.py failed"; return 1; }
+    echo "[setup] models ($SHAPE) built at $(el) s: $(du -sh "$MODELS" | cut -f1)"
   else
-    echo "[setup] models already in $WORK/models"
+    echo "[setup] models already in $MODELS"
   fi
   wait
   echo "[setup] done at $(el) s"
@@ -93,7 +96,7 @@ for lib in .gpu/lib .gpu/recipe/lib; do
 done
 [ "${1:-}" = "--setup-only" ] && exit 0
 
-python3 benchmark/gpu/serve_checks.py --models "$WORK/models" --site "$SITE" --patched "$WORK/patched" \
+python3 benchmark/gpu/serve_checks.py --models "$MODELS" --site "$SITE" --patched "$WORK/patched" \
   --out "$OUT" --logdir "$WORK/logs-$(basename "$OUT")" --stress "${STRESS:-2}" \
   --mem-fraction "${MEM_FRACTION:-0.08}" --deadline-s "${DEADLINE_S:-1000000000}" "$@"
 rc=$?

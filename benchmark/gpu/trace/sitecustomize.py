@@ -14,6 +14,12 @@ DeepSeek-V4 backend calls flash_mla.flash_mla_with_kvcache without those argumen
 the V4.1, SM100-only kernel ("sparse_decode_fwd is only supported on SM100f architectures" on
 an H200). The adapter makes those two arguments default to (True, FORMAT) when `flash_mla` is
 imported; the unpatched and the patched trees get it alike.
+
+With SGL_DL_MEMPROBE=/path/to/file, it measures the draft kv_indices CUDA-graph rows from the
+running server: around each ``init_cuda_graph_state`` of FlashInfer's and Triton's multi-step
+draft backends (the call that allocates the rows once for the server's life) it appends one
+JSON line: the class, the tree's file, ``torch.cuda.memory_allocated()`` before and after (the
+allocation diff of the whole call), and the rows tensor's own shape, dtype and bytes.
 """
 import os
 import sys
@@ -85,6 +91,73 @@ if _FLASHMLA_FORMAT:
             pass
 
     sys.meta_path.insert(0, _FlashMLAFinder())
+
+_MEMPROBE = os.environ.get("SGL_DL_MEMPROBE")
+_PROBED = {
+    "sglang.srt.layers.attention.flashinfer_backend": "FlashInferMultiStepDraftBackend",
+    "sglang.srt.layers.attention.triton_backend": "TritonMultiStepDraftBackend",
+}
+
+if _MEMPROBE:
+    import functools
+    import json
+    from importlib.machinery import PathFinder
+
+    def _probe(module, class_name):
+        cls = getattr(module, class_name, None)
+        original = getattr(cls, "init_cuda_graph_state", None)
+        if original is None:
+            return
+
+        @functools.wraps(original)
+        def init_cuda_graph_state(self, *args, **kwargs):
+            import torch
+
+            torch.cuda.synchronize()
+            before = torch.cuda.memory_allocated()
+            result = original(self, *args, **kwargs)
+            torch.cuda.synchronize()
+            after = torch.cuda.memory_allocated()
+            rows = getattr(self, "cuda_graph_kv_indices", None)
+            record = {"pid": os.getpid(), "class": class_name, "file": module.__file__,
+                      "args": [a for a in args if isinstance(a, int)],
+                      "topk": getattr(self, "topk", None), "steps": getattr(self, "speculative_num_steps", None),
+                      "max_context_len": getattr(self, "max_context_len", None),
+                      "allocated_before": before, "allocated_after": after, "allocated_diff": after - before}
+            if isinstance(rows, torch.Tensor):
+                record.update(rows_shape=list(rows.shape), rows_dtype=str(rows.dtype),
+                              rows_bytes=rows.numel() * rows.element_size())
+            try:
+                with open(_MEMPROBE, "a") as f:
+                    f.write(json.dumps(record) + "\n")
+            except OSError:
+                pass
+            return result
+
+        cls.init_cuda_graph_state = init_cuda_graph_state
+
+    class _MemProbeFinder:
+        @classmethod
+        def find_spec(cls, name, path=None, target=None):
+            if name not in _PROBED:
+                return None
+            # the spec the finders after this one give (the import trace's included)
+            spec = None
+            for finder in sys.meta_path:
+                if finder is not cls and hasattr(finder, "find_spec"):
+                    spec = finder.find_spec(name, path, target)
+                    if spec is not None:
+                        break
+            if spec is not None and spec.loader is not None:
+                load = spec.loader.exec_module
+                spec.loader.exec_module = lambda module: (load(module), _probe(module, _PROBED[name]))
+            return spec
+
+        @staticmethod
+        def invalidate_caches():
+            pass
+
+    sys.meta_path.insert(0, _MemProbeFinder)
 
 # chain to the next sitecustomize on sys.path, if any
 for _p in sys.path:
