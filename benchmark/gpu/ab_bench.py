@@ -381,7 +381,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--concurrencies", nargs="+", type=int, default=[1, 8, 32])
     ap.add_argument("--pairs", type=int, default=6, help="measured pairs per concurrency (>= 6)")
     ap.add_argument("--round-seconds", type=float, default=20, help="measured round length (>= 20)")
-    ap.add_argument("--input-len", type=int, default=1024)
+    ap.add_argument("--input-len", type=int, default=512)
     ap.add_argument("--output-len", type=int, default=512)
     ap.add_argument("--range-ratio", type=float, default=0.5, help="lengths drawn from [len * ratio, len]")
     ap.add_argument("--seed", type=int, default=1)

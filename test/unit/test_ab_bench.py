@@ -39,7 +39,7 @@ def test_defaults_are_the_issue_configs_and_sizes():
     assert a.configs == ["triton_nocg_k1s3", "triton_nocg_k4s3", "flashinfer_nocg_k4s3", "triton_cg_k4s3",
                          "flashinfer_cg_k1s3", "flashinfer_cg_k4s3", "flashinfer_cg_k8s5"]
     assert (a.pairs, a.round_seconds, a.concurrencies) == (6, 20, [1, 8, 32])
-    assert (a.input_len * a.range_ratio, a.input_len, a.output_len) == (512, 1024, 512)
+    assert (a.input_len * a.range_ratio, a.input_len, a.output_len) == (256, 512, 512)
 
 
 @pytest.mark.parametrize("argv", [
