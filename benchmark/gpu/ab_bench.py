@@ -353,8 +353,12 @@ def markdown_table(summaries: list[dict]) -> str:
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in summaries:
         A, B = s.get("unpatched", {}), s.get("patched", {})
-        ratio = "-" if "ratio_median" not in s else \
-            f"{s['ratio_median']:.3f} [{fmt(s.get('ci_low'), '.3f')}, {fmt(s.get('ci_high'), '.3f')}]"
+        if "ratio_median" not in s:
+            ratio = "-"
+        elif "ci_low" in s:
+            ratio = f"{s['ratio_median']:.3f} [{s['ci_low']:.3f}, {s['ci_high']:.3f}]"
+        else:
+            ratio = f"{s['ratio_median']:.3f} (min-max {s['ratio_min']:.3f}-{s['ratio_max']:.3f})"
         need = "-" if "pairs_for_2pct" not in s else \
             f"{s['pairs_for_2pct']} ({s.get('pairs_for_2pct_at_60s_rounds', '-')})"
         rows.append(

@@ -5,7 +5,8 @@
   of the machine over a pair's minute does not favour one tree.
 * :func:`ratio_summary`: per (configuration, concurrency), the patched / unpatched ratio of
   output tokens/s of each pair, its median and a percentile-bootstrap 95% interval of that
-  median (seeded), the spread of log ratios and the pairs a ±2% interval would need.
+  median (seeded; only from MIN_PAIRS_FOR_CI pairs on), the spread of log ratios and the pairs a
+  ±2% interval would need.
 * :func:`pairs_needed`: from the measured spread, how many pairs (at this round length, and at
   a longer one) bring the 95% half-width of the median ratio to ±2%. Normal approximation:
   half-width = z * 1.2533 * sd(log ratio) / sqrt(pairs) (1.2533 = sqrt(pi / 2), the median's
@@ -34,6 +35,8 @@ TREES = ("unpatched", "patched")  # A, B
 Z95 = 1.959964
 MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)  # standard error of a median over that of a mean (normal data)
 PARITY_BAND = 0.02
+#: below this many pairs no interval is given: a bootstrap over 2-5 values only restates their range
+MIN_PAIRS_FOR_CI = 6
 
 
 def schedule(pairs: int, concurrencies: list[int]) -> list[tuple[int, int, str]]:
@@ -94,11 +97,14 @@ def ratio_summary(pairs: list[tuple[dict, dict]], round_seconds: float | None = 
     out["ratio_median"] = statistics.median(ratios)
     out["ratio_min"], out["ratio_max"] = min(ratios), max(ratios)
     if len(ratios) >= 2:
-        lo, hi = bootstrap_median_ci(ratios)
         logs = [math.log(r) for r in ratios]
         sd = statistics.stdev(logs)
-        out.update(ci_low=lo, ci_high=hi, verdict=verdict(lo, hi), sd_log_ratio=sd,
-                   pairs_for_2pct=pairs_needed(sd))
+        out.update(sd_log_ratio=sd, pairs_for_2pct=pairs_needed(sd))
+        if len(ratios) >= MIN_PAIRS_FOR_CI:
+            lo, hi = bootstrap_median_ci(ratios)
+            out.update(ci_low=lo, ci_high=hi, verdict=verdict(lo, hi))
+        else:
+            out["verdict"] = f"{len(ratios)} pairs: too few for a 95% interval (min-max given)"
         if round_seconds:
             out["round_seconds"] = round_seconds
             out["pairs_for_2pct_at_60s_rounds"] = pairs_needed(sd_at_round_seconds(sd, round_seconds, 60))

@@ -282,3 +282,13 @@ def test_one_config_end_to_end_with_stand_in_servers(tmp_path):
     assert s["pairs"] == 6 and s["ratio_median"] == pytest.approx(1.25) and s["verdict"] == "patched faster"
     assert s["patched"]["accept_length"] == 4.0 and s["unpatched"]["tokens_per_s"] == 100.0
     assert "| triton_nocg_k4s3 | 8 | 6 | 20.0 |" in (out / "ab_summary.md").read_text()
+
+
+def test_too_few_pairs_give_the_range_and_no_interval():
+    pairs = [({"output_throughput": 100.0}, {"output_throughput": 100.0 * r}) for r in (1.218, 1.258)]
+    s = ab_stats.ratio_summary(pairs, round_seconds=20)
+    assert "ci_low" not in s and s["verdict"].startswith("2 pairs: too few")
+    assert s["pairs_for_2pct"] >= 2 and s["sd_log_ratio"] > 0
+    record = pair_record([1.218, 1.258])
+    (summary,) = ab_bench.summarize(record, [32])
+    assert "1.238 (min-max 1.218-1.258)" in ab_bench.markdown_table([summary])
