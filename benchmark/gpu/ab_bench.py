@@ -8,7 +8,7 @@ else on the GPU) goes through:
    draft kv_indices CUDA-graph rows each server allocates;
 2. exactness: serve_checks.py's request plan on each server in turn (outputs must equal the
    model's rule; on the patched tree every accept length must be num_steps + 1);
-3. per concurrency: a warm-up run per tree (not counted), then a calibration run per tree whose
+3. per concurrency: a warm-up run per tree (``--warmup-waves``, not counted), then a calibration run per tree whose
    rate sets the prompts of a measured round (``--round-seconds`` of the faster tree, whole
    waves of the concurrency; the same requests for both trees);
 4. ``--pairs`` pairs of measured rounds in the order of ab_stats.schedule (every concurrency
@@ -81,8 +81,10 @@ def bench_argv(a: argparse.Namespace, port: int, num_prompts: int, concurrency: 
 
 def server_extra_args(cfg: dict, max_concurrency: int, extra: str = "") -> str:
     """Flags appended to serve_checks.py's (argparse keeps the last): room for the largest
-    concurrency, CUDA graphs up to that batch, no piecewise prefill graphs (both trees alike)."""
-    args = [f"--max-running-requests {max_concurrency}", "--disable-piecewise-cuda-graph"]
+    concurrency, CUDA graphs up to that batch, no piecewise prefill graphs, and no radix cache:
+    every round sends the same prompts (fixed seed), so with the cache on a round's prefill work
+    would depend on which prompts earlier runs cached (the 2026-12-01 runs had it on). Both trees alike."""
+    args = [f"--max-running-requests {max_concurrency}", "--disable-piecewise-cuda-graph", "--disable-radix-cache"]
     if cfg["cg"] == "cg":
         args.append(f"--cuda-graph-max-bs {max_concurrency}")
     return " ".join(args + ([extra] if extra else []))
@@ -286,7 +288,7 @@ class Pair:
             round_prompts = {}
             for c in a.concurrencies:
                 rates = []
-                for tag, n in (("warmup", 2 * c), ("calibration", 4 * c)):
+                for tag, n in (("warmup", a.warmup_waves * c), ("calibration", 4 * c)):
                     for tree in TREES:
                         run = self.bench(tree, tag, n, c, 30)
                         if run and tag == "calibration":
@@ -389,6 +391,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--output-len", type=int, default=512)
     ap.add_argument("--range-ratio", type=float, default=0.5, help="lengths drawn from [len * ratio, len]")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--warmup-waves", type=int, default=6,
+                    help="warm-up prompts per tree and concurrency, in waves of the concurrency (2 on 2026-12-01)")
     ap.add_argument("--stress", type=int, default=1,
                     help="exactness: serve_checks.py's 8 x 1900-token batches (-1: no exactness check)")
     ap.add_argument("--max-seconds", type=float, default=540, help="stop cleanly this long after start")

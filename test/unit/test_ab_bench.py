@@ -81,9 +81,9 @@ def test_server_flags_exist_in_launch_server_0_5_12():
         flags = [x for x in ab_bench.server_extra_args({"cg": cg}, 32).split() if x.startswith("--")]
         assert flags and not [f for f in flags if f not in options]
     assert ab_bench.server_extra_args({"cg": "cg"}, 32) == \
-        "--max-running-requests 32 --disable-piecewise-cuda-graph --cuda-graph-max-bs 32"
+        "--max-running-requests 32 --disable-piecewise-cuda-graph --disable-radix-cache --cuda-graph-max-bs 32"
     assert ab_bench.server_extra_args({"cg": "nocg"}, 8, "--foo 1") == \
-        "--max-running-requests 8 --disable-piecewise-cuda-graph --foo 1"
+        "--max-running-requests 8 --disable-piecewise-cuda-graph --disable-radix-cache --foo 1"
 
 
 def test_schedule_interleaves_and_alternates_the_first_tree():
@@ -274,8 +274,8 @@ def test_one_config_end_to_end_with_stand_in_servers(tmp_path):
     assert code == 0
     runs = [line.split() for line in (site / "sglang" / "runs.log").read_text().splitlines()]
     a, b = str(base), str(base + 1)
-    # warm-up (16) and calibration (32) per tree, then 6 pairs of 200 prompts (20 s at 10/s): A B, B A, ...
-    assert runs[:4] == [[a, "16", "8"], [b, "16", "8"], [a, "32", "8"], [b, "32", "8"]]
+    # warm-up (6 waves: 48) and calibration (32) per tree, then 6 pairs of 200 prompts (20 s at 10/s): A B, B A, ...
+    assert runs[:4] == [[a, "48", "8"], [b, "48", "8"], [a, "32", "8"], [b, "32", "8"]]
     assert [r[0] for r in runs[4:]] == [a, b, b, a] * 3 and {r[1] for r in runs[4:]} == {"200"}
     result = json.loads((out / "ab_results.json").read_text())
     (s,) = result["summaries"]
