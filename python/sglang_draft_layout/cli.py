@@ -62,9 +62,11 @@ def _plan_exit_code(plan: Plan) -> int:
 def check(path: Optional[str], tests: bool = True) -> int:
     plan = engine.plan(resolve(path), render_changes=False, tests=tests)
     print(table(plan))
+    for leftover in plan.leftovers:
+        print(f"leftover: {leftover}: a temp file of an interrupted apply (apply removes it)")
     for finding in plan.unrecognised:
         print(f"error: {engine.describe(finding, plan.target)}", file=sys.stderr)
-    return _plan_exit_code(plan)
+    return max(_plan_exit_code(plan), 1 if plan.leftovers else 0)
 
 
 def diff(path: Optional[str], tests: bool = True) -> int:
@@ -81,6 +83,11 @@ def apply(path: Optional[str], tests: bool = True) -> int:
     plan = engine.apply(target, tests=tests)
     print(table(plan, applied=True))
     print(f"wrote {len(plan.changes)} file(s)" if plan.changes else "nothing to do: every site already follows upstream")
+    for leftover in plan.leftovers:
+        if leftover in plan.removed:
+            print(f"removed {leftover}: a temp file of an interrupted apply")
+        else:
+            print(f"warning: kept {leftover}: not a version of the file beside it; remove it yourself", file=sys.stderr)
     return 0
 
 
@@ -125,6 +132,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command == "demo":
             return demo(args.release)
         return {"check": check, "diff": diff, "apply": apply}[args.command](args.target, args.tests)
+    except engine.Interrupted as interrupted:
+        print(interrupted, file=sys.stderr)
+        return interrupted.exit_code
+    except KeyboardInterrupt:  # check and diff write nothing
+        print("interrupted (SIGINT): nothing changed", file=sys.stderr)
+        return 130
     except TargetError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
