@@ -265,7 +265,7 @@ class _Transaction:
             with contextlib.suppress(OSError):  # one left is reported by check and removed by apply
                 os.unlink(kept)
         if self.gate.pending is not None:
-            raise Interrupted(self.gate.pending, f"after the last file: all {len(self.writes)} files patched")
+            raise Interrupted(self.gate.pending, f"all {len(self.writes)} files already patched")
 
     def _stop_if_signalled(self) -> None:
         if self.gate.pending is not None:
