@@ -19,7 +19,7 @@ from .rules.base import MODULE_SCOPE, Finding, Rule, Source, State
 from .rules.structural_guard import GUARDED_FOLDERS, guard_rules, may_hold_draft_layout, names_draft_layout
 from .stored import StoredText, lines
 from .target import Target, TargetError
-from .transaction import TEMP_NAME, FileWrite, Interrupted, SignalGate  # noqa: F401 (Interrupted: for callers)
+from .transaction import TEMP_NAME, FileWrite, Interrupted  # noqa: F401 (Interrupted: for callers)
 
 
 class PatchError(TargetError):
@@ -133,7 +133,8 @@ def _read(path: Path) -> StoredText:
         raise TargetError(f"{path}: reading: {error.strerror or error}; nothing written") from None
 
 
-def _sources(target: Target, rules: Sequence[Rule]) -> tuple[dict[str, Source], dict[str, StoredText]]:
+def _sources(target: Target, rules: Sequence[Rule],
+             gate: transaction.SignalGate) -> tuple[dict[str, Source], dict[str, StoredText]]:
     """Each file the rules read, and each other file of the structural guard's folders whose
     text names a draft layout, each read and parsed once: whole where a rule judges
     module-level definitions, else by the class blocks that matter (``_parse``); and each
@@ -141,6 +142,7 @@ def _sources(target: Target, rules: Sequence[Rule]) -> tuple[dict[str, Source], 
     sources, stored = {}, {}
     for relative, file_rules in _rules_by_file(rules).items():
         path = target.package / relative
+        gate.check()
         if path.is_file():
             whole = any(rule.scope == MODULE_SCOPE for rule in file_rules)
             stored[relative] = _read(path)
@@ -148,6 +150,7 @@ def _sources(target: Target, rules: Sequence[Rule]) -> tuple[dict[str, Source], 
     for folder in GUARDED_FOLDERS:
         for path in sorted((target.package / folder).rglob("*.py")):
             relative = path.relative_to(target.package).as_posix()
+            gate.check()
             if relative not in sources:
                 text = _read(path)
                 if names_draft_layout(text.text):
@@ -178,14 +181,22 @@ def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = T
     Besides ``rules``, the structural guard's rules for classes no rule names
     (``rules.structural_guard``). ``tests``: a fork checkout's own test files
     (``fork_tests``) are part of the plan. ``leftovers``: the tool's temp files beside
-    the files read or written.
+    the files read or written. SIGINT, SIGTERM and SIGHUP are held, and raise ``Interrupted``
+    between files (libcst must not be stopped halfway).
     """
+    with transaction.signal_gate() as gate:
+        return _plan(target, rules, render_changes, tests, gate)
+
+
+def _plan(target: Target, rules: Sequence[Rule], render_changes: bool, tests: bool,
+          gate: transaction.SignalGate) -> Plan:
     findings: list[Finding] = []
     changes: list[FileChange] = []
-    sources, stored = _sources(target, rules)
+    sources, stored = _sources(target, rules, gate)
     guarded = [rule for relative, source in sources.items()
                for rule in guard_rules(relative, source, _named_classes(relative))]
     for relative, file_rules in _rules_by_file([*rules, *guarded]).items():
+        gate.check()
         if relative not in sources:
             findings += [rule.report(State.ABSENT, detail=f"no {relative}") for rule in file_rules]
             continue
@@ -262,29 +273,30 @@ def tree_lock(target: Target) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def write(changes: Sequence[FileChange], gate: Optional[SignalGate] = None) -> None:
+def write(changes: Sequence[FileChange]) -> None:
     """Write every change or none (``transaction.write``: SIGINT, SIGTERM and SIGHUP are held and
     the tree restored on any of them or on any error; ``Interrupted`` says what the tree holds)."""
-    transaction.write([change.as_write() for change in changes], gate)
+    transaction.write([change.as_write() for change in changes])
 
 
 def _is_a_version(leftover: Path, plan_: Plan) -> bool:
     """The leftover's bytes are a version of the file beside it: its current bytes, the plan's
     old or new bytes of it, or its old bytes of a run that patched it since (the patch of the
     leftover is the file now), or the start of one of these (a temp file's write cut short)."""
-    name = TEMP_NAME.match(leftover.name).group("name")
-    beside = leftover.with_name(name)
+    beside = leftover.with_name(TEMP_NAME.match(leftover.name).group("name"))
     try:
-        data, current = leftover.read_bytes(), beside.read_bytes()
+        data = leftover.read_bytes()
     except OSError:
         return False
-    versions = [current]
-    for change in plan_.changes:
-        if (change.real or change.path) == beside.resolve():
-            versions += [v for v in (change.before, change.after) if v is not None]
-    if any(version.startswith(data) for version in versions):
+    versions = [version for change in plan_.changes if (change.real or change.path) == beside.resolve()
+                for version in (change.before, change.after) if version is not None]
+    try:
+        current: Optional[bytes] = beside.read_bytes()
+    except OSError:
+        current = None
+    if any(version.startswith(data) for version in [*versions, *([current] if current is not None else [])]):
         return True
-    return _patched_bytes(plan_.target, beside, data) == current
+    return current is not None and _patched_bytes(plan_.target, beside, data) == current
 
 
 def _patched_bytes(target: Target, path: Path, data: bytes) -> Optional[bytes]:
@@ -323,11 +335,15 @@ def _remove_leftovers(plan_: Plan) -> Plan:
 def apply(target: Target, tests: bool = True) -> Plan:
     """Patch the tree: plan, refuse on anything unrecognised, remove the tool's own leftovers,
     write all files or none (``tests``: with a fork checkout's own test files). SIGINT, SIGTERM
-    and SIGHUP raise ``Interrupted``: before the writes at once, during them between files."""
-    with transaction.signal_gate() as gate, tree_lock(target):
-        result = plan(target, tests=tests)
-        if result.unrecognised:
-            raise PatchError(describe(result.unrecognised[0], target) + "; nothing written")
-        result = _remove_leftovers(result)
-        write(result.changes, gate)
+    and SIGHUP raise ``Interrupted``: held, and acted on between files (``plan``, ``write``)."""
+    with transaction.signal_gate() as gate:
+        gate.holding = False  # waiting for another apply's lock: a signal ends the wait at once
+        with tree_lock(target):
+            gate.holding = True
+            result = plan(target, tests=tests)
+            if result.unrecognised:
+                raise PatchError(describe(result.unrecognised[0], target) + "; nothing written")
+            result = _remove_leftovers(result)
+            gate.check()
+            write(result.changes)
     return result

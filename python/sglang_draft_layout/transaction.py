@@ -83,23 +83,33 @@ def leftovers(folders: Sequence[Path]) -> list[Path]:
 
 
 class SignalGate:
-    """SIGINT, SIGTERM and SIGHUP: raised as ``Interrupted`` at once, or (``holding``) only noted."""
+    """SIGINT, SIGTERM and SIGHUP: noted while ``holding`` (acted on at ``check``), else raised at once."""
 
     def __init__(self) -> None:
-        self.holding = False
+        self.holding = True
         self.pending: Optional[int] = None
 
     def __call__(self, signum: int, _frame: object) -> None:
-        if not self.holding:
-            raise Interrupted(signum, "nothing changed")
         if self.pending is None:
             self.pending = signum
+        if not self.holding:
+            raise Interrupted(signum, "nothing changed")
+
+    def check(self) -> None:
+        """Raise ``Interrupted`` for a signal noted (where nothing has been written)."""
+        if self.pending is not None:
+            raise Interrupted(self.pending, "nothing changed")
 
 
 @contextlib.contextmanager
 def signal_gate() -> Iterator[SignalGate]:
-    """A SignalGate handling the three signals while inside (in the main thread: Python sets
-    handlers only there; in another thread the signals keep their handlers)."""
+    """The SignalGate handling the three signals while inside: the one installed already, or a
+    new one, holding (in the main thread: Python sets handlers only there; in another thread
+    the signals keep their handlers)."""
+    installed = signal.getsignal(signal.SIGTERM)
+    if isinstance(installed, SignalGate):
+        yield installed
+        return
     gate = SignalGate()
     if threading.current_thread() is not threading.main_thread():
         yield gate
@@ -235,7 +245,7 @@ class _Transaction:
     def run(self) -> None:
         try:
             for write in self.writes:
-                self._stop_if_signalled()
+                self.gate.check()  # caught below: the files written are put back
                 self.started.append(write)
                 if write.before is None:
                     _create(write.real, write.after, self.created_folders)
@@ -266,10 +276,6 @@ class _Transaction:
                 os.unlink(kept)
         if self.gate.pending is not None:
             raise Interrupted(self.gate.pending, f"all {len(self.writes)} files already patched")
-
-    def _stop_if_signalled(self) -> None:
-        if self.gate.pending is not None:
-            raise Interrupted(self.gate.pending, "")
 
     def _restore(self, unchanged: str = "nothing written") -> str:
         """Put back every file started (signals stay held); what the tree now holds, in words."""
@@ -309,11 +315,9 @@ class _Transaction:
         return 1
 
 
-def write(writes: Sequence[FileWrite], gate: Optional[SignalGate] = None) -> None:
-    """Write every file or none (see the module's docstring); ``gate``: the caller's, already installed."""
-    with contextlib.ExitStack() as stack:
-        if gate is None:
-            gate = stack.enter_context(signal_gate())
+def write(writes: Sequence[FileWrite]) -> None:
+    """Write every file or none (see the module's docstring)."""
+    with signal_gate() as gate:
         gate.holding = True
         preflight(writes)
         _Transaction(writes, gate).run()

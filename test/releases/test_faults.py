@@ -131,6 +131,20 @@ def test_a_signal_while_a_file_is_written_waits_for_its_rename_then_restores(tre
     assert snapshot(root) == before
 
 
+def test_without_hard_links_the_originals_are_written_back(tree, monkeypatch, capsys):
+    """A filesystem without hard links: no original is kept aside; restoring writes the old bytes."""
+    before = snapshot(tree)
+
+    def no_link(source, dest, **kwargs):
+        raise PermissionError(1, "Operation not permitted", str(source))
+
+    monkeypatch.setattr(os, "link", no_link)
+    signal_at(monkeypatch, "renamed", 2, signal.SIGTERM)
+    code, _out, err = run(capsys, "apply", str(tree))
+    assert (code, err) == (143, "interrupted (SIGTERM): 2 files restored, nothing changed\n")
+    assert snapshot(tree) == before
+
+
 def test_a_second_signal_does_not_stop_the_restore(tree, monkeypatch, capsys):
     root = tree
     before = snapshot(root)
