@@ -1,13 +1,16 @@
-"""Signal `apply` at random moments of its write phase on the 0.5.12 tree; say what each trial left.
+"""Signal `apply` at random moments on the 0.5.12 tree; say what each trial left.
 
-Each trial runs ``python -m sglang_draft_layout apply`` on a fresh copy of the 0.5.12 files the
-patch reads, in a child whose test hook (``transaction.fault_hook``) sleeps 20 ms at each point
-of the write phase, so that a signal sent from this process after a random delay lands in it
-(or in the planning before it). It records the exit code, the lines on stderr, whether the tree
-is the original, the clean patched result or neither (mixed), and the tool's temp files left.
-A SIGKILL trial then runs ``apply`` again and records the same for that second run.
+Each trial runs ``sglang_draft_layout.cli`` ``apply`` on a fresh copy of the 0.5.12 files the
+patch reads, in a child whose test hook (``transaction.fault_hook``) prints the first point of
+the write phase and sleeps 20 ms at each (9 files: about 0.4 s of writing). Half the trials send
+the signal while planning (a random 0 to 0.4 s after the child, its imports done, calls
+``cli.main``), half while writing (a random 0 to 0.4 s after the first point). Each records the exit code, the lines on stderr,
+whether the tree is the original, the clean patched result or neither (mixed), and the tool's
+temp files left. A SIGKILL trial then runs ``apply`` again and records the same for that run.
 
     PYTHONPATH=python python benchmark/fault_trial.py --trials 8 > benchmark/results/fault_trial.txt
+
+Columns: signal | sent while | exit code | tree | temp files left | stderr lines | stderr.
 """
 
 from __future__ import annotations
@@ -32,7 +35,11 @@ PARTS = ("sglang/_version.py", "sglang/srt/speculative", "sglang/srt/layers/atte
 CHILD = (
     "import sys, time\n"
     "from sglang_draft_layout import cli, transaction\n"
-    "transaction.fault_hook = lambda point, path: time.sleep(0.02)\n"
+    "def hook(point, path):\n"
+    "    print(point, flush=True)\n"
+    "    time.sleep(0.02)\n"
+    "transaction.fault_hook = hook\n"
+    "print('started', flush=True)\n"
     "sys.exit(cli.main(['apply', sys.argv[1]]))\n"
 )
 
@@ -69,21 +76,20 @@ def main() -> None:
         clean = copy(pristine, Path(scratch) / "clean")
         engine.apply(resolve(str(clean)))
         original, patched = digest(pristine), digest(clean)
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", CHILD, str(copy(pristine, Path(scratch) / "timing"))], check=True,
-                       capture_output=True)
-        whole = time.perf_counter() - start
-        print(f"one undisturbed run (with the 20 ms sleeps): {whole:.2f} s; delays drawn from [0.75, 1.05] x that")
         tally: Counter = Counter()
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL):
             for trial in range(args.trials):
                 root = copy(pristine, Path(scratch) / f"{signum.name}-{trial}")
-                child = subprocess.Popen([sys.executable, "-c", CHILD, str(root)], stdout=subprocess.DEVNULL,
+                child = subprocess.Popen([sys.executable, "-c", CHILD, str(root)], stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, text=True)
-                time.sleep(rng.uniform(0.75, 1.05) * whole)
+                phase = "writing" if trial % 2 else "planning"
+                child.stdout.readline()  # started: the tool is imported, cli.main begins
+                if phase == "writing":
+                    child.stdout.readline()
+                time.sleep(rng.uniform(0, 0.4))
                 child.send_signal(signum)
                 _, err = child.communicate(timeout=120)
-                row = (signum.name, child.returncode, outcome(root, original, patched),
+                row = (signum.name, phase, child.returncode, outcome(root, original, patched),
                        len(list(root.rglob("*.sglang-draft-layout-*.tmp"))), len(err.splitlines()),
                        err.strip().split(": ", 1)[-1] if err.strip() else "")
                 if signum is signal.SIGKILL:
@@ -92,11 +98,11 @@ def main() -> None:
                     row += (f"re-run apply: exit {again.returncode}, {outcome(root, original, patched)}, "
                             f"{len(list(root.rglob('*.sglang-draft-layout-*.tmp')))} temp files",)
                 print(" | ".join(str(cell) for cell in row), flush=True)
-                tally[row[0], row[2], row[3]] += 1
+                tally[row[0], row[1], row[3], row[4]] += 1
                 shutil.rmtree(root)
-        print("\nsignal, tree, temp files left: trials")
+        print("\nsignal, sent while, tree, temp files left: trials")
         for key, count in sorted(tally.items()):
-            print(f"{key[0]}, {key[1]}, {key[2]}: {count}")
+            print(f"{', '.join(map(str, key))}: {count}")
 
 
 if __name__ == "__main__":

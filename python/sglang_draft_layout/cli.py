@@ -8,7 +8,7 @@ import tempfile
 from importlib import metadata
 from typing import Optional, Sequence
 
-from . import __version__, engine, releases
+from . import __version__, engine, releases, transaction
 from .engine import Plan
 from .fork_tests import FileState
 from .rules.base import State
@@ -127,17 +127,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              help="leave out the test files written into a fork checkout's test/registered/")
     command = commands.add_parser("demo", help=f"patch a scratch copy of sglang=={DEMO_RELEASE} from PyPI")
     command.add_argument("--release", default=DEMO_RELEASE)
-    args = parser.parse_args(argv)
     try:
-        if args.command == "demo":
-            return demo(args.release)
-        return {"check": check, "diff": diff, "apply": apply}[args.command](args.target, args.tests)
-    except engine.Interrupted as interrupted:
+        with transaction.signal_gate() as gate:
+            gate.holding = False  # until planning starts, a signal stops the command at once
+            args = parser.parse_args(argv)
+            if args.command == "demo":
+                return demo(args.release)
+            return {"check": check, "diff": diff, "apply": apply}[args.command](args.target, args.tests)
+    except engine.Interrupted as interrupted:  # SIGINT, SIGTERM, SIGHUP (see transaction.py)
         print(interrupted, file=sys.stderr)
         return interrupted.exit_code
-    except KeyboardInterrupt:  # check and diff write nothing
-        print("interrupted (SIGINT): nothing changed", file=sys.stderr)
-        return 130
     except TargetError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

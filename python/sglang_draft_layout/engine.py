@@ -185,6 +185,7 @@ def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = T
     between files (libcst must not be stopped halfway).
     """
     with transaction.signal_gate() as gate:
+        gate.holding = True  # and on after planning: the command's output is not cut short
         return _plan(target, rules, render_changes, tests, gate)
 
 
