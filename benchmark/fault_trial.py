@@ -10,7 +10,7 @@ temp files left. A SIGKILL trial then runs ``apply`` again and records the same 
 
     PYTHONPATH=python python benchmark/fault_trial.py --trials 8 > benchmark/results/fault_trial.txt
 
-Columns: signal | sent while | exit code | tree | temp files left | stderr lines | stderr.
+Columns: signal | sent while | exit code | tree | temp files left | stderr lines | stderr | apply's report.
 """
 
 from __future__ import annotations
@@ -88,10 +88,11 @@ def main() -> None:
                     child.stdout.readline()
                 time.sleep(rng.uniform(0, 0.4))
                 child.send_signal(signum)
-                _, err = child.communicate(timeout=120)
+                out, err = child.communicate(timeout=120)
                 row = (signum.name, phase, child.returncode, outcome(root, original, patched),
                        len(list(root.rglob("*.sglang-draft-layout-*.tmp"))), len(err.splitlines()),
-                       err.strip().split(": ", 1)[-1] if err.strip() else "")
+                       err.strip().split(": ", 1)[-1] if err.strip() else "",
+                       "report printed" if "wrote 9 file(s)" in out else "")
                 if signum is signal.SIGKILL:
                     again = subprocess.run([sys.executable, "-m", "sglang_draft_layout", "apply", str(root)],
                                            capture_output=True, text=True)
