@@ -234,12 +234,17 @@ def _generated_change(generated: fork_tests.GeneratedFile) -> FileChange:
 
 
 def _refuse_links_out_of_tree(target: Target, changes: Sequence[FileChange]) -> None:
-    """A file reached through a symlink is written where the link leads, which must lie in the tree."""
+    """A file reached through a symlink is written where the link leads, which must lie in the
+    tree and be no other file of the plan."""
     trees = {target.root.resolve(), target.package.resolve()}
+    seen: dict[Path, Path] = {}
     for change in changes:
         real = change.real or change.path
         if not any(real.is_relative_to(tree) for tree in trees):
             raise PatchError(f"{change.path}: a symlink to {real}, outside the tree {target.root}; nothing written")
+        if real in seen:
+            raise PatchError(f"{change.path}: the same file as {seen[real]} (a symlink); nothing written")
+        seen[real] = change.path
 
 
 def _check_rendered(path: Path, relative: str, new: str, rules: Sequence[Rule]) -> None:

@@ -38,7 +38,7 @@ class StoredText:
     raw: bytes
     encoding: str  # a codec name; "utf-8-sig" for a file that starts with a UTF-8 BOM
     text: str  # decoded, with "\n" line ends
-    ends: tuple[str, ...]  # each line's end in the file ("" for a last line without one)
+    ends: tuple[str, ...]  # each line's end in the file ("" for a last line without one); () if all are "\n"
 
     @classmethod
     def read(cls, path: Path) -> "StoredText":
@@ -58,6 +58,8 @@ class StoredText:
         except UnicodeDecodeError as error:
             line = raw[: error.start].count(b"\n") + 1
             raise TargetError(f"{path}:{line}: not valid {encoding} (byte 0x{raw[error.start]:02x}); nothing written") from None
+        if "\r" not in decoded:  # every line ends "\n" (most files): nothing to map
+            return cls(path, raw, encoding, decoded, ())
         text_lines = lines(decoded)
         ends = tuple(found.group() if (found := _LINE_END.search(line)) else "" for line in text_lines)
         text = "".join(line[: len(line) - len(end)] + ("\n" if end else "") for line, end in zip(text_lines, ends))
