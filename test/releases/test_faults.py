@@ -1,8 +1,9 @@
 """Faults while `apply` writes a real 0.5.12 tree: signals, a killed process, a full disk, unusual files.
 
-Each case ends with the tree as it was, or exactly the clean patched result (``patched``: apply
-on the release as published, UTF-8 with LF line ends) mapped into the case's form, byte for
-byte; with one line saying what happened, and no temp file left.
+Each case ends with the tree as it was, or exactly the clean patched result (``patched_parts``:
+apply on the release as published, UTF-8 with LF line ends) put into the case's form, byte for
+byte; with one line saying what happened, and no temp file left. The trees hold the part of the
+release the patch reads (``PARTS``), which keeps these tests fast.
 """
 
 from __future__ import annotations
