@@ -127,7 +127,7 @@ def _breakdown(pristine: Path, workdir: Path, reps: int, check, apply) -> dict:
     import libcst as cst
     from libcst.metadata import MetadataWrapper
 
-    from sglang_draft_layout import engine
+    from sglang_draft_layout import engine, transaction
     from sglang_draft_layout.rules import RULES, base
 
     stack: list[tuple[str, str]] = []
@@ -164,7 +164,7 @@ def _breakdown(pristine: Path, workdir: Path, reps: int, check, apply) -> dict:
     patch(engine, "write", "phase", "write")
     patch(engine, "apply", "phase", "apply (lock, other)")
     # components
-    patch(_Path, "read_text", "comp", "read files")
+    patch(_Path, "read_bytes", "comp", "read files")
     patch(ast, "parse", "comp", "ast index (ast.parse)")
     for name in ("parse_module", "parse_statement", "parse_expression"):
         patch(cst, name, "comp", "libcst parse (segments)")
@@ -176,7 +176,7 @@ def _breakdown(pristine: Path, workdir: Path, reps: int, check, apply) -> dict:
     if hasattr(engine, "add_imports"):  # AddImportsVisitor run on the header's import block only
         patch(engine, "add_imports", "comp", "AddImportsVisitor")
     engine.compile = wrap(compile, "comp", "compile")
-    patch(engine, "_replace", "comp", "write + fsync")
+    patch(transaction, "_replace", "comp", "write + fsync")
     for rule in RULES:
         object.__setattr__(rule, "find", wrap(rule.find, "comp", "rule matching, edits"))
 

@@ -8,7 +8,7 @@ import tempfile
 from importlib import metadata
 from typing import Optional, Sequence
 
-from . import __version__, engine, releases
+from . import __version__, engine, releases, transaction
 from .engine import Plan
 from .fork_tests import FileState
 from .rules.base import State
@@ -62,9 +62,11 @@ def _plan_exit_code(plan: Plan) -> int:
 def check(path: Optional[str], tests: bool = True) -> int:
     plan = engine.plan(resolve(path), render_changes=False, tests=tests)
     print(table(plan))
+    for leftover in plan.leftovers:
+        print(f"leftover: {leftover}: a temp file of an interrupted apply (apply removes it)")
     for finding in plan.unrecognised:
         print(f"error: {engine.describe(finding, plan.target)}", file=sys.stderr)
-    return _plan_exit_code(plan)
+    return max(_plan_exit_code(plan), 1 if plan.leftovers else 0)
 
 
 def diff(path: Optional[str], tests: bool = True) -> int:
@@ -81,6 +83,11 @@ def apply(path: Optional[str], tests: bool = True) -> int:
     plan = engine.apply(target, tests=tests)
     print(table(plan, applied=True))
     print(f"wrote {len(plan.changes)} file(s)" if plan.changes else "nothing to do: every site already follows upstream")
+    for leftover in plan.leftovers:
+        if leftover in plan.removed:
+            print(f"removed {leftover}: a temp file of an interrupted apply")
+        else:
+            print(f"warning: kept {leftover}: not a version of the file beside it; remove it yourself", file=sys.stderr)
     return 0
 
 
@@ -120,11 +127,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              help="leave out the test files written into a fork checkout's test/registered/")
     command = commands.add_parser("demo", help=f"patch a scratch copy of sglang=={DEMO_RELEASE} from PyPI")
     command.add_argument("--release", default=DEMO_RELEASE)
-    args = parser.parse_args(argv)
     try:
-        if args.command == "demo":
-            return demo(args.release)
-        return {"check": check, "diff": diff, "apply": apply}[args.command](args.target, args.tests)
+        with transaction.signal_gate() as gate:
+            gate.holding = False  # until planning starts, a signal stops the command at once
+            args = parser.parse_args(argv)
+            if args.command == "demo":
+                return demo(args.release)
+            return {"check": check, "diff": diff, "apply": apply}[args.command](args.target, args.tests)
+    except engine.Interrupted as interrupted:  # SIGINT, SIGTERM, SIGHUP (see transaction.py)
+        print(interrupted, file=sys.stderr)
+        return interrupted.exit_code
     except TargetError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

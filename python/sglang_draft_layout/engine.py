@@ -6,20 +6,20 @@ import contextlib
 import difflib
 import fcntl
 import hashlib
-import os
-import stat
 import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Collection, Iterator, Optional, Sequence
 
-from . import fork_tests
+from . import fork_tests, transaction
 from .imports import add_imports
 from .rules import RULES
 from .rules.base import MODULE_SCOPE, Finding, Rule, Source, State
 from .rules.structural_guard import GUARDED_FOLDERS, guard_rules, may_hold_draft_layout, names_draft_layout
+from .stored import StoredText, lines
 from .target import Target, TargetError
+from .transaction import TEMP_NAME, FileWrite, Interrupted  # noqa: F401 (Interrupted: for callers)
 
 
 class PatchError(TargetError):
@@ -28,9 +28,25 @@ class PatchError(TargetError):
 
 @dataclass(frozen=True)
 class FileChange:
+    """One file the plan writes: its text as the rules read and wrote it (``\\n`` line ends), and its bytes."""
+
     path: Path
     old: Optional[str]  # None: a file the patch creates
     new: str
+    before: Optional[bytes] = None  # the file's bytes as read (None: created)
+    after: bytes = b""  # the bytes written: ``new`` in the file's encoding, BOM and line ends
+    real: Optional[Path] = None  # where the bytes go: ``path`` with its symlinks resolved
+    encoding: str = "utf-8"
+
+    @classmethod
+    def of(cls, path: Path, stored: Optional[StoredText], new: str) -> "FileChange":
+        """The change of ``path`` (read as ``stored``; None: a file the patch creates) to ``new``."""
+        if stored is None:
+            return cls(path, None, new, None, new.encode("utf-8"), path.parent.resolve() / path.name)
+        return cls(path, stored.text, new, stored.raw, stored.encode(new), path.resolve(), stored.encoding)
+
+    def as_write(self) -> FileWrite:
+        return FileWrite(self.path, self.real or self.path, self.before, self.after)
 
 
 @dataclass(frozen=True)
@@ -39,6 +55,8 @@ class Plan:
     findings: tuple[Finding, ...]
     changes: tuple[FileChange, ...]
     generated: tuple[fork_tests.GeneratedFile, ...] = ()  # a fork's own test files (fork_tests)
+    leftovers: tuple[Path, ...] = ()  # the tool's own temp files found beside the files it reads
+    removed: tuple[Path, ...] = ()  # those ``apply`` removed: each a version of the file beside it
 
     def count(self, state: State) -> int:
         return sum(f.state is state for f in self.findings)
@@ -54,13 +72,14 @@ class Plan:
 
 
 def _git_diff(change: FileChange, path: str) -> str:
-    """One file's ``diff --git`` section; a file that does not exist yet (``old`` None) is created."""
-    old = change.old
+    """One file's ``diff --git`` section (the file's own line ends); a file that does not exist yet is created."""
+    old = None if change.before is None else change.before.decode(change.encoding)
+    new = change.after.decode(change.encoding)
     header = f"diff --git a/{path} b/{path}\n"
     if old is None:
         header += "new file mode 100644\n"
     body = "".join(difflib.unified_diff(
-        (old or "").splitlines(keepends=True), change.new.splitlines(keepends=True),
+        lines(old or ""), lines(new),
         "/dev/null" if old is None else f"a/{path}", f"b/{path}",
     ))
     return header + body
@@ -107,25 +126,37 @@ def _rules_by_file(rules: Sequence[Rule]) -> dict[str, list[Rule]]:
     return grouped
 
 
-def _sources(target: Target, rules: Sequence[Rule]) -> dict[str, Source]:
+def _read(path: Path) -> StoredText:
+    try:
+        return StoredText.read(path)
+    except OSError as error:
+        raise TargetError(f"{path}: reading: {error.strerror or error}; nothing written") from None
+
+
+def _sources(target: Target, rules: Sequence[Rule],
+             gate: transaction.SignalGate) -> tuple[dict[str, Source], dict[str, StoredText]]:
     """Each file the rules read, and each other file of the structural guard's folders whose
     text names a draft layout, each read and parsed once: whole where a rule judges
-    module-level definitions, else by the class blocks that matter (``_parse``)."""
-    sources = {}
+    module-level definitions, else by the class blocks that matter (``_parse``); and each
+    one's bytes (``StoredText``). A file that cannot be decoded is a TargetError naming it."""
+    sources, stored = {}, {}
     for relative, file_rules in _rules_by_file(rules).items():
         path = target.package / relative
+        gate.check()
         if path.is_file():
             whole = any(rule.scope == MODULE_SCOPE for rule in file_rules)
-            sources[relative] = _parse(path, relative, path.read_text(encoding="utf-8"),
-                                       None if whole else _named_classes(relative))
+            stored[relative] = _read(path)
+            sources[relative] = _parse(path, relative, stored[relative].text, None if whole else _named_classes(relative))
     for folder in GUARDED_FOLDERS:
         for path in sorted((target.package / folder).rglob("*.py")):
             relative = path.relative_to(target.package).as_posix()
+            gate.check()
             if relative not in sources:
-                code = path.read_text(encoding="utf-8")
-                if names_draft_layout(code):
-                    sources[relative] = _parse(path, relative, code, _named_classes(relative))
-    return sources
+                text = _read(path)
+                if names_draft_layout(text.text):
+                    stored[relative] = text
+                    sources[relative] = _parse(path, relative, text.text, _named_classes(relative))
+    return sources, stored
 
 
 def _named_classes(relative: str) -> set[str]:
@@ -149,33 +180,71 @@ def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = T
 
     Besides ``rules``, the structural guard's rules for classes no rule names
     (``rules.structural_guard``). ``tests``: a fork checkout's own test files
-    (``fork_tests``) are part of the plan.
+    (``fork_tests``) are part of the plan. ``leftovers``: the tool's temp files beside
+    the files read or written. SIGINT, SIGTERM and SIGHUP are held, and raise ``Interrupted``
+    between files (libcst must not be stopped halfway).
     """
+    with transaction.signal_gate() as gate:
+        gate.holding = True  # and on after planning: the command's output is not cut short
+        return _plan(target, rules, render_changes, tests, gate)
+
+
+def _plan(target: Target, rules: Sequence[Rule], render_changes: bool, tests: bool,
+          gate: transaction.SignalGate) -> Plan:
     findings: list[Finding] = []
     changes: list[FileChange] = []
-    sources = _sources(target, rules)
+    sources, stored = _sources(target, rules, gate)
     guarded = [rule for relative, source in sources.items()
                for rule in guard_rules(relative, source, _named_classes(relative))]
     for relative, file_rules in _rules_by_file([*rules, *guarded]).items():
-        path = target.package / relative
+        gate.check()
         if relative not in sources:
             findings += [rule.report(State.ABSENT, detail=f"no {relative}") for rule in file_rules]
             continue
-        source = sources[relative]
-        old = source.code
-        file_findings = [_helper_module_missing(rule.find(rule, source), target) for rule in file_rules]
+        file_findings, change = _file_plan(target, relative, stored[relative], sources[relative], file_rules,
+                                           render_changes)
         findings += file_findings
-        if render_changes and any(f.state is State.TO_PATCH for f in file_findings) and not any(
-            f.state is State.UNRECOGNISED for f in file_findings
-        ):
-            _parse(path, relative, old)  # a file written must be valid Python as a whole, not only its classes
-            new = render(path, source, file_findings, target.line_length)
-            _check_rendered(path, relative, new, file_rules)
-            changes.append(FileChange(path, old, new))
+        changes += [change] if change else []
     generated = tuple(fork_tests.generated_files(target)) if tests else ()
     if render_changes:
-        changes += [FileChange(g.path, g.old, g.text) for g in generated if g.state is not fork_tests.FileState.PRESENT]
-    return Plan(target, tuple(findings), tuple(changes), generated)
+        changes += [_generated_change(g) for g in generated if g.state is not fork_tests.FileState.PRESENT]
+        _refuse_links_out_of_tree(target, changes)
+    folders = [text.path.resolve().parent for text in stored.values()] + [g.path.parent for g in generated]
+    return Plan(target, tuple(findings), tuple(changes), generated, tuple(transaction.leftovers(folders)))
+
+
+def _file_plan(target: Target, relative: str, stored: StoredText, source: Source, file_rules: Sequence[Rule],
+               render_changes: bool) -> tuple[list[Finding], Optional[FileChange]]:
+    """One file's findings, and (``render_changes``) its change when it has sites to patch and none unrecognised."""
+    path = target.package / relative
+    findings = [_helper_module_missing(rule.find(rule, source), target) for rule in file_rules]
+    if not render_changes or not any(f.state is State.TO_PATCH for f in findings) or any(
+        f.state is State.UNRECOGNISED for f in findings
+    ):
+        return findings, None
+    _parse(path, relative, stored.text)  # a file written must be valid Python as a whole, not only its classes
+    new = render(path, source, findings, target.line_length)
+    _check_rendered(path, relative, new, file_rules)
+    return findings, FileChange.of(path, stored, new)
+
+
+def _generated_change(generated: fork_tests.GeneratedFile) -> FileChange:
+    """A fork test file written whole, in the form of the file it replaces if there is one."""
+    return FileChange.of(generated.path, None if generated.old is None else _read(generated.path), generated.text)
+
+
+def _refuse_links_out_of_tree(target: Target, changes: Sequence[FileChange]) -> None:
+    """A file reached through a symlink is written where the link leads, which must lie in the
+    tree and be no other file of the plan."""
+    trees = {target.root.resolve(), target.package.resolve()}
+    seen: dict[Path, Path] = {}
+    for change in changes:
+        real = change.real or change.path
+        if not any(real.is_relative_to(tree) for tree in trees):
+            raise PatchError(f"{change.path}: a symlink to {real}, outside the tree {target.root}; nothing written")
+        if real in seen:
+            raise PatchError(f"{change.path}: the same file as {seen[real]} (a symlink); nothing written")
+        seen[real] = change.path
 
 
 def _check_rendered(path: Path, relative: str, new: str, rules: Sequence[Rule]) -> None:
@@ -210,92 +279,77 @@ def tree_lock(target: Target) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _writable(path: Path) -> bool:
-    mode = path.stat().st_mode
-    return bool(mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)) and os.access(path, os.W_OK) \
-        and os.access(path.parent, os.W_OK)
-
-
-def _replace(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file and rename, keeping its mode."""
-    mode = stat.S_IMODE(path.stat().st_mode)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(temp, mode)
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
-
-
-def _existing_ancestor(path: Path) -> Path:
-    while not path.exists():
-        path = path.parent
-    return path
-
-
-def _create(path: Path, text: str, created_dirs: list[Path]) -> None:
-    """Write the new file ``path`` (mode 0666 less the umask), making its missing folders."""
-    missing = [folder for folder in reversed(path.parents) if not folder.exists()]
-    for folder in missing:
-        folder.mkdir()
-        created_dirs.append(folder)
-    umask = os.umask(0)
-    os.umask(umask)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    os.chmod(temp, 0o666 & ~umask)
-    Path(temp).write_text(text, encoding="utf-8")
-    os.replace(temp, path)
-
-
 def write(changes: Sequence[FileChange]) -> None:
-    """Write every change or none: on any failure the files already written are restored
-    (files and folders created are removed)."""
-    for change in changes:
-        if change.old is None:
-            if change.path.exists():
-                raise PatchError(f"{change.path}: changed while planning; nothing written")
-            if not os.access(_existing_ancestor(change.path.parent), os.W_OK):
-                raise PatchError(f"{change.path}: read-only folder; nothing written")
-            continue
-        if not _writable(change.path):
-            raise PatchError(f"{change.path}: read-only; nothing written")
-        if change.path.read_text(encoding="utf-8") != change.old:
-            raise PatchError(f"{change.path}: changed while planning; nothing written")
-    written: list[FileChange] = []
-    created_dirs: list[Path] = []
+    """Write every change or none (``transaction.write``: SIGINT, SIGTERM and SIGHUP are held and
+    the tree restored on any of them or on any error; ``Interrupted`` says what the tree holds)."""
+    transaction.write([change.as_write() for change in changes])
+
+
+def _is_a_version(leftover: Path, plan_: Plan) -> bool:
+    """The leftover's bytes are a version of the file beside it: its current bytes, the plan's
+    old or new bytes of it, or its old bytes of a run that patched it since (the patch of the
+    leftover is the file now), or the start of one of these (a temp file's write cut short)."""
+    beside = leftover.with_name(TEMP_NAME.match(leftover.name).group("name"))
     try:
-        for change in changes:
-            if change.old is None:
-                _create(change.path, change.new, created_dirs)
-            else:
-                _replace(change.path, change.new)
-            written.append(change)
-        for change in written:
-            compile(change.path.read_text(encoding="utf-8"), str(change.path), "exec")
-    except BaseException:
-        for change in reversed(written):
-            if change.old is None:
-                change.path.unlink()
-            else:
-                _replace(change.path, change.old)
-        for folder in reversed(created_dirs):
-            folder.rmdir()
-        raise
+        data = leftover.read_bytes()
+    except OSError:
+        return False
+    versions = [version for change in plan_.changes if (change.real or change.path) == beside.resolve()
+                for version in (change.before, change.after) if version is not None]
+    try:
+        current: Optional[bytes] = beside.read_bytes()
+    except OSError:
+        current = None
+    if any(version.startswith(data) for version in [*versions, *([current] if current is not None else [])]):
+        return True
+    return current is not None and _patched_bytes(plan_.target, beside, data) == current
+
+
+def _patched_bytes(target: Target, path: Path, data: bytes) -> Optional[bytes]:
+    """The bytes ``apply`` would write for ``path`` if it held ``data`` (None: no change, or no rule reads it)."""
+    real_package = target.package.resolve()
+    if not path.resolve().is_relative_to(real_package):
+        return None
+    relative = path.resolve().relative_to(real_package).as_posix()
+    try:
+        stored = StoredText.decode(path, data)
+        whole = any(rule.scope == MODULE_SCOPE for rule in RULES if rule.file == relative)
+        source = _parse(path, relative, stored.text, None if whole else _named_classes(relative))
+        file_rules = [rule for rule in RULES if rule.file == relative]
+        file_rules += guard_rules(relative, source, _named_classes(relative))
+        _findings, change = _file_plan(target, relative, stored, source, file_rules, True)
+    except TargetError:
+        return None
+    return change.after if change else None
+
+
+def _remove_leftovers(plan_: Plan) -> Plan:
+    """The plan with the leftovers removed that are versions of the file beside them (``_is_a_version``)."""
+    removed = []
+    for leftover in plan_.leftovers:
+        if _is_a_version(leftover, plan_):
+            try:
+                leftover.unlink()
+            except FileNotFoundError:
+                continue
+            except OSError as error:
+                raise TargetError(f"{leftover}: removing: {error.strerror or error}; nothing written") from None
+            removed.append(leftover)
+    return replace(plan_, removed=tuple(removed))
 
 
 def apply(target: Target, tests: bool = True) -> Plan:
-    """Patch the tree: plan, refuse on anything unrecognised, write all files or none
-    (``tests``: with a fork checkout's own test files)."""
-    with tree_lock(target):
-        result = plan(target, tests=tests)
-        if result.unrecognised:
-            raise PatchError(describe(result.unrecognised[0], target) + "; nothing written")
-        write(result.changes)
+    """Patch the tree: plan, refuse on anything unrecognised, remove the tool's own leftovers,
+    write all files or none (``tests``: with a fork checkout's own test files). SIGINT, SIGTERM
+    and SIGHUP raise ``Interrupted``: held, and acted on between files (``plan``, ``write``)."""
+    with transaction.signal_gate() as gate:
+        gate.holding = False  # waiting for another apply's lock: a signal ends the wait at once
+        with tree_lock(target):
+            gate.holding = True
+            result = plan(target, tests=tests)
+            if result.unrecognised:
+                raise PatchError(describe(result.unrecognised[0], target) + "; nothing written")
+            result = _remove_leftovers(result)
+            gate.check()
+            write(result.changes)
     return result

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -11,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_draft_layout import cli, engine
+from sglang_draft_layout import cli, engine, transaction
 from sglang_draft_layout.rules import RULES
-from sglang_draft_layout.target import resolve
+from sglang_draft_layout.target import TargetError, resolve
 
 pytestmark = pytest.mark.releases
 
@@ -97,19 +98,22 @@ def test_two_applies_at_once_patch_once(scratch, patched):
 def test_failure_while_writing_restores_every_file(scratch, monkeypatch):
     root = scratch("0.5.12")
     before = digest(root)
-    real_replace, calls = engine._replace, []
+    real_replace, calls = transaction._replace, []
 
-    def failing_replace(path, text):
+    def failing_replace(path, data):
         calls.append(path)
         if len(calls) == 4:
             raise OSError(28, "No space left on device", str(path))
-        real_replace(path, text)
+        real_replace(path, data)
 
-    monkeypatch.setattr(engine, "_replace", failing_replace)
-    with pytest.raises(OSError):
+    monkeypatch.setattr(transaction, "_replace", failing_replace)
+    fourth = engine.plan(resolve(str(root))).changes[3].path
+    with pytest.raises(TargetError, match=f"^{re.escape(str(fourth))}: writing: No space left on device; "
+                                          "3 files restored, nothing changed$"):
         engine.apply(resolve(str(root)))
-    assert len(calls) > 4  # three files written, then restored
+    assert len(calls) == 4  # three files written, then put back by renaming their originals (kept aside)
     assert digest(root) == before
+    assert not list(root.rglob("*.tmp"))
 
 
 def test_fork_checkout_layout_is_found(scratch):

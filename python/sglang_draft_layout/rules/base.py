@@ -87,13 +87,20 @@ class Rule:
         return Finding(self, state, line, detail, tuple(edits), tuple(imports))
 
 
+def code_lines(code: str) -> list[str]:
+    """The lines of ``code`` (``\\n`` line ends) as Python numbers them: a form feed or other
+    character ``str.splitlines`` breaks at does not end a line."""
+    *ended, last = code.split("\n")
+    return [line + "\n" for line in ended] + ([last] if last else [])
+
+
 class Source:
-    """One file: its lines and Python's ast of it."""
+    """One file (its text with ``\\n`` line ends: ``stored.StoredText``): its lines and Python's ast of it."""
 
     def __init__(self, path: str, code: str) -> None:
         self.path = path
         self.code = code
-        self.lines = code.splitlines(keepends=True)
+        self.lines = code_lines(code)
         self.tree = ast.parse(code, filename=path)
 
     @classmethod
@@ -104,7 +111,7 @@ class Source:
         each wanted class block is parsed alone, at its lines of the file. If a block does not parse on its own, the whole file is parsed.
         """
         source = cls.__new__(cls)
-        source.path, source.code, source.lines = path, code, code.splitlines(keepends=True)
+        source.path, source.code, source.lines = path, code, code_lines(code)
         starts = [i for i, line in enumerate(source.lines) if _TOP_LEVEL_START.match(line)]
         starts = [s for i, s in enumerate(starts) if i == 0 or not source.lines[starts[i - 1]].startswith("@")]
         body: list[ast.stmt] = []
