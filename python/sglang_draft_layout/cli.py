@@ -130,7 +130,7 @@ def header(report: Report, verbose: bool, width: int) -> str:
     elif verbose:
         described = f"SGLang {target.version} ({target.version_source})"
     lead = f"{described}, at "
-    return lead + fit_left(where(target), max(width - len(lead), 16))
+    return lead + fit_left(where(target), max(width - len(lead), 8))
 
 
 def _state_code(item: Item, applied: bool) -> str:
