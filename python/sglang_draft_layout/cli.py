@@ -16,7 +16,6 @@ import shlex
 import shutil
 import sys
 import tempfile
-from importlib import metadata
 from pathlib import Path
 from typing import Optional, Sequence, TextIO, Union
 
@@ -33,11 +32,9 @@ _PLURALS = {api.HELPER: "helpers", api.CALL_SITE: "call sites", api.TEST: "tests
 
 
 def package_version() -> str:
-    """This tool's version, from its package metadata (the source tree's when not installed)."""
-    try:
-        return metadata.version(PROG)
-    except metadata.PackageNotFoundError:
-        return f"{__version__} (not installed)"
+    """This tool's version: the package's ``__version__`` (pyproject.toml reads it from there,
+    so an editable install's stale metadata cannot disagree with the code that runs)."""
+    return __version__
 
 
 def color_wanted(stream: TextIO, environ: Optional[dict[str, str]] = None) -> bool:
