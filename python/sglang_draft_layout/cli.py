@@ -293,8 +293,8 @@ def demo(release: str, verbosity: int) -> int:
         after = api.check(scratch)
         out.line(f"check after apply: {summary(after)}")
         if after.exit_code == 0:
-            out.line("next: patch your own tree; review first with")
-            out.command(f"{PROG} diff PATH")
+            out.line("next: check your own tree (PATH: any folder of a fork checkout or an SGLang install)")
+            out.command(f"{PROG} check PATH")
         return after.exit_code
 
 
