@@ -76,6 +76,7 @@ def test_no_tests_leaves_it_out(fork, capsys):
     assert cli.main(["apply", "--no-tests", str(fork)]) == 0
     assert not (fork / "test/registered/unit/speculative").exists()
     assert cli.main(["check", "--no-tests", str(fork)]) == 0
+    capsys.readouterr()
     assert cli.main(["check", "--format", "json", str(fork)]) == 1
     assert cpu_test_state(capsys) == "to write"
     assert cli.main(["diff", str(fork)]) == 0
