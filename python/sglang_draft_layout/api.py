@@ -49,6 +49,22 @@ class Options:
     def engine_kwargs(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
+    def cli_flags(self) -> list[str]:
+        """The command-line flags that give these options (those left at their default are left
+        out): ``tests=False`` is ``--no-tests``, ``x_y=True`` ``--x-y``, ``x_y="v"`` ``--x-y v``,
+        a tuple one flag per value."""
+        flags = []
+        for option in dataclasses.fields(self):
+            value, flag = getattr(self, option.name), "--" + option.name.replace("_", "-")
+            if value == option.default:
+                continue
+            if isinstance(value, bool):
+                flags.append(flag if value else flag.replace("--", "--no-", 1))
+            else:
+                for each in value if isinstance(value, (tuple, list)) else (value,):
+                    flags += [flag, str(each)]
+        return flags
+
 
 @dataclass(frozen=True)
 class Item:

@@ -16,6 +16,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 from typing import Optional, Sequence, TextIO, Union
 
@@ -55,14 +56,18 @@ class Printer:
     def line(self, *segments: Union[str, tuple[str, str]]) -> None:
         """One line of ``segments`` (text, or (text, colour)), cut to the width with an ellipsis."""
         parts = [(part, "") if isinstance(part, str) else part for part in segments]
-        room = self.width
-        whole = fit("".join(text for text, _code in parts), room)
+        whole = fit("".join(text for text, _code in parts), self.width)
         shown, position = [], 0
         for text, code in parts:
             piece = whole[position: position + len(text)]
             position += len(text)
             shown.append(self.paint(piece, code) if code else piece)
         print("".join(shown) + whole[position:], file=self.stream)
+
+    def wrapped(self, text: str, code: str = "") -> None:
+        """A line never cut (a summary): wrapped at spaces to the width, continued indented."""
+        for part in textwrap.wrap(text, self.width, subsequent_indent="  ", break_long_words=False):
+            print(self.paint(part, code), file=self.stream)
 
     def command(self, text: str) -> None:
         """A command to run, whole however wide (wrapped at its arguments, with ``\\``)."""
@@ -84,7 +89,7 @@ def wrap_command(command: str, width: int, indent: str = "  ") -> str:
     if len(indent + command) <= width:
         return indent + command
     lines, current = [], indent
-    for word in command.split(" "):
+    for word in map(shlex.quote, shlex.split(command)):
         if current.strip() and len(current) + 1 + len(word) + 2 > width:
             lines.append(current + " \\")
             current = indent * 2 + word
@@ -175,9 +180,7 @@ def next_step(report: Report, argv_target: Optional[str]) -> Optional[str]:
 
 
 def command_line(command: str, report: Report, argv_target: Optional[str]) -> str:
-    words = [PROG, command]
-    if not report.options.tests:
-        words.append("--no-tests")
+    words = [PROG, command, *map(shlex.quote, report.options.cli_flags())]
     if argv_target is not None:
         words.append(shlex.quote(argv_target))
     return " ".join(words)
@@ -187,13 +190,13 @@ def print_check(report: Report, argv_target: Optional[str], verbosity: int, out:
     if verbosity >= 0:
         out.line(header(report, verbosity > 0, out.width))
         print_items(out, report.items if verbosity > 0 else [i for i in report.items if i.needs_action or i.error])
-    out.line((summary(report), _BOLD))
+    out.wrapped(summary(report), _BOLD)
     for item in report.errors:
         print(f"error: {error_line(report, item)}", file=sys.stderr)
     following = next_step(report, argv_target)
     if following:
-        out.line("next: run" if report.exit_code == 1 else
-                 "next: bring the site(s) above to a form docs/sites.md lists, then run")
+        out.wrapped("next: run" if report.exit_code == 1 else
+                    "next: bring the site(s) above to a form docs/sites.md lists, then run")
         out.command(following)
 
 
@@ -239,7 +242,7 @@ def print_apply(report: Report, verbosity: int, out: Printer) -> None:
             print_items(out, report.items, applied=True)
         for written in report.files:
             out.line(("new      ", _GREEN) if written.new else "patched  ", fit_left(written.path, out.width - 9))
-    out.line((summary(report), _BOLD))
+    out.wrapped(summary(report), _BOLD)
     new = [f.path for f in report.files if f.new]
     if not report.files:
         out.line("nothing to do: every site already follows upstream")
@@ -291,9 +294,9 @@ def demo(release: str, verbosity: int) -> int:
         applied = api.apply(scratch)
         print_apply(applied, verbosity, out)
         after = api.check(scratch)
-        out.line(f"check after apply: {summary(after)}")
+        out.wrapped(f"check after apply: {summary(after)}")
         if after.exit_code == 0:
-            out.line("next: check your own tree (PATH: any folder of a fork checkout or an SGLang install)")
+            out.wrapped("next: check your own tree (PATH: any folder of a fork checkout or an SGLang install)")
             out.command(f"{PROG} check PATH")
         return after.exit_code
 

@@ -4,6 +4,7 @@ new files with their ``git add``, discovery from subfolders."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pty
@@ -11,6 +12,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -296,3 +298,33 @@ def test_api_options_and_overrides(tmp_path, capsys):
     assert api.check(fork.root.parent, tests=False).exit_code == 0
     with pytest.raises(api.TargetError, match="no such path"):
         api.check(tmp_path / "nope")
+
+
+def test_summary_and_next_step_wrap_but_are_never_cut(tree, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "40")
+    monkeypatch.chdir(tree.root)
+    out = run(capsys, "check", "-q", ".")[1]
+    summary = cli.summary(api.check(tree.root))
+    assert len(summary) > 40 and max(map(len, out.splitlines())) <= 40
+    assert " ".join(line.strip() for line in out.splitlines()[:-2]) == summary
+
+
+def test_a_command_wraps_at_its_arguments_and_still_runs(tmp_path):
+    folder = tmp_path / "a folder with spaces"
+    command = f"git -C {cli.shlex.quote(str(folder))} add test/registered/unit/speculative/test_draft_layout.py"
+    wrapped = cli.wrap_command(command, 30)
+    assert len(wrapped.splitlines()) > 1
+    assert cli.shlex.split(wrapped.replace("\\\n", "")) == cli.shlex.split(command)
+
+
+def test_options_give_the_flags_of_the_next_command():
+    @dataclasses.dataclass(frozen=True)
+    class Grown(api.Options):  # the fields other options add look like these
+        gpu_test: bool = False
+        cpu_suite: Optional[str] = None
+        keep: tuple[str, ...] = ()
+
+    assert api.Options().cli_flags() == [] and api.Options(tests=False).cli_flags() == ["--no-tests"]
+    assert Grown(gpu_test=True, cpu_suite="stage-a-test-cpu", keep=("a.py:C.m", "b.py:D.n")).cli_flags() == \
+        ["--gpu-test", "--cpu-suite", "stage-a-test-cpu", "--keep", "a.py:C.m", "--keep", "b.py:D.n"]
+    assert cli._options(cli.parser().parse_args(["apply", "--no-tests", "x"])) == api.Options(tests=False)
