@@ -123,16 +123,19 @@ def where(target: Target, cwd: Optional[Path] = None) -> str:
     return str(root)
 
 
-def header(report: Report, verbose: bool, width: int) -> str:
+def header(report: Report, width: int) -> str:
     """``SGLang 0.5.12 (_version.py), at ROOT``: the root cut from the left where it does not fit."""
-    target = report.target
-    described = target.describe()
-    if verbose and target.version is None:
-        described = f"SGLang, release not stated ({target.version_source})"
-    elif verbose:
-        described = f"SGLang {target.version} ({target.version_source})"
-    lead = f"{described}, at "
-    return lead + fit_left(where(target), max(width - len(lead), 8))
+    lead = f"{report.target.describe()}, at "
+    return lead + fit_left(where(report.target), max(width - len(lead), 8))
+
+
+def print_header(report: Report, verbose: bool, out: Printer) -> None:
+    """The header; ``verbose``: and where the release was read (or why none is stated), wrapped."""
+    out.line(header(report, out.width))
+    if verbose:
+        target = report.target
+        out.wrapped(f"  release read from {target.version_source}" if target.version else
+                    f"  no release stated ({target.version_source}): every site is judged by its code")
 
 
 def _state_code(item: Item, applied: bool) -> str:
@@ -188,7 +191,7 @@ def command_line(command: str, report: Report, argv_target: Optional[str]) -> st
 
 def print_check(report: Report, argv_target: Optional[str], verbosity: int, out: Printer) -> None:
     if verbosity >= 0:
-        out.line(header(report, verbosity > 0, out.width))
+        print_header(report, verbosity > 0, out)
         print_items(out, report.items if verbosity > 0 else [i for i in report.items if i.needs_action or i.error])
     out.wrapped(summary(report), _BOLD)
     for item in report.errors:
@@ -237,7 +240,7 @@ def print_json(report: Report, argv_target: Optional[str]) -> None:
 
 def print_apply(report: Report, verbosity: int, out: Printer) -> None:
     if verbosity >= 0:
-        out.line(header(report, verbosity > 0, out.width))
+        print_header(report, verbosity > 0, out)
         if verbosity > 0:
             print_items(out, report.items, applied=True)
         for written in report.files:
