@@ -230,6 +230,9 @@ def print_github(report: Report, argv_target: Optional[str]) -> None:
         message += "; no rule knows this form (docs/sites.md)" if item.error else f"; run `{fix}`"
         print(f"::error {properties}::{github_escape(message)}")
     print(summary(report))
+    following = next_step(report, argv_target)
+    if following:
+        print(f"next: {following}")
 
 
 def print_json(report: Report, argv_target: Optional[str]) -> None:

@@ -143,7 +143,7 @@ def test_github_annotations(tree, capsys):
         assert line.startswith(f"::error file=sglang/{site.file.removeprefix('sglang/')},line={site.line},"
                                "title=sglang-draft-layout::")
         assert f"{site.scope} ({site.site}): to patch; upstream {site.upstream}; run `sglang-draft-layout apply" in line
-    assert out.splitlines()[-1] == cli.summary(api.check(tree.root))
+    assert out.splitlines()[-2:] == [cli.summary(api.check(tree.root)), f"next: sglang-draft-layout apply {tree.root}"]
 
 
 def test_github_escapes_newlines_and_property_separators():
