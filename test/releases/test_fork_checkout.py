@@ -126,3 +126,15 @@ def test_found_from_any_folder_of_the_checkout(fork):
         assert run_cli(fork / sub, "diff", ".").stdout == from_root.stdout, sub
         checked = run_cli(fork / sub, "check", "--format", "json", ".")
         assert (checked.returncode, json.loads(checked.stdout)["target"]["root"]) == (1, str(fork)), sub
+
+
+@pytest.mark.parametrize("columns", [80, 120, 200])
+def test_output_on_a_real_fork_fits_the_terminal(fork, capsys, monkeypatch, columns):
+    (fork / "test" / "registered").mkdir(parents=True)
+    monkeypatch.setenv("COLUMNS", str(columns))
+    monkeypatch.chdir(fork / "python")
+    for argv in (["check", "."], ["check", "-v", "."], ["apply", "-v", "."], ["check", "-v", "."]):
+        cli.main(argv)
+        lines = capsys.readouterr().out.splitlines()
+        assert max(map(len, lines)) <= columns, (argv, [line for line in lines if len(line) > columns])
+    assert lines[-1] == "3 helpers, 17 call sites, 2 tests: 20 patched, 2 present"
