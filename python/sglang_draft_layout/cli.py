@@ -147,9 +147,10 @@ def _state_code(item: Item, applied: bool) -> str:
     return _GREEN if item.state == State.PATCHED.value else ""
 
 
-def print_items(out: Printer, items: Sequence[Item], applied: bool = False) -> None:
+def print_items(out: Printer, items: Sequence[Item], applied: bool = False, verbose: bool = False) -> None:
     """Items grouped by file: the file on its own line, then ``line  state  Class.method  site``,
-    and a detail beside them, or on a line of its own where it does not fit."""
+    and a detail beside them, or on a line of its own where it does not fit. The site column
+    is left out where it does not fit (``verbose``: the site goes with the detail)."""
     if not items:
         return
     line_width = max(len(str(item.line or "")) for item in items)
@@ -165,13 +166,14 @@ def print_items(out: Printer, items: Sequence[Item], applied: bool = False) -> N
         lead = f"  {str(item.line or ''):>{line_width}}  "
         state = (f"{item.state:<{state_width}}", _state_code(item, applied))
         rest = f"  {item.scope:<{scope_width}}  {item.site}".rstrip() if with_site else f"  {item.scope}"
-        detail = f" ({item.detail})" if item.detail else ""
+        extra = "; ".join(part for part in (item.site if verbose and not with_site else "", item.detail) if part)
+        detail = f" ({extra})" if extra else ""
         if len(lead) + state_width + len(rest) + len(detail) <= out.width:
             out.line(lead, state, rest + detail)
         else:
             out.line(lead, state, rest)
-            if detail:
-                out.line(" " * len(lead), detail.strip())
+            if extra:
+                out.line(" " * len(lead), extra)
 
 
 def next_step(report: Report, argv_target: Optional[str]) -> Optional[str]:
@@ -192,7 +194,8 @@ def command_line(command: str, report: Report, argv_target: Optional[str]) -> st
 def print_check(report: Report, argv_target: Optional[str], verbosity: int, out: Printer) -> None:
     if verbosity >= 0:
         print_header(report, verbosity > 0, out)
-        print_items(out, report.items if verbosity > 0 else [i for i in report.items if i.needs_action or i.error])
+        print_items(out, report.items if verbosity > 0 else [i for i in report.items if i.needs_action or i.error],
+                    verbose=verbosity > 0)
     out.wrapped(summary(report), _BOLD)
     for item in report.errors:
         print(f"error: {error_line(report, item)}", file=sys.stderr)
@@ -245,7 +248,7 @@ def print_apply(report: Report, verbosity: int, out: Printer) -> None:
     if verbosity >= 0:
         print_header(report, verbosity > 0, out)
         if verbosity > 0:
-            print_items(out, report.items, applied=True)
+            print_items(out, report.items, applied=True, verbose=True)
         for written in report.files:
             out.line(("new      ", _GREEN) if written.new else "patched  ", fit_left(written.path, out.width - 9))
     out.wrapped(summary(report), _BOLD)

@@ -137,4 +137,7 @@ def test_output_on_a_real_fork_fits_the_terminal(fork, capsys, monkeypatch, colu
         cli.main(argv)
         lines = capsys.readouterr().out.splitlines()
         assert max(map(len, lines)) <= columns, (argv, [line for line in lines if len(line) > columns])
+        if "-v" in argv:  # the full table: every site named, however narrow
+            assert all(site in "\n".join(lines) for site in ("kv_indices capacity check", "per-step kv_indices slice",
+                                                              "CUDA-graph kv_indices row width", "helper definition"))
     assert lines[-1] == "3 helpers, 17 call sites, 2 tests: 20 patched, 2 present"
