@@ -1,145 +1,383 @@
-"""sglang-draft-layout check | apply | diff | demo."""
+"""sglang-draft-layout check | diff | apply | demo: print the reports of ``api``.
+
+Text output fits the terminal (``shutil.get_terminal_size``; ``COLUMNS`` wins): a short
+header, one line per item that needs action (``-v``: every item), one summary line, and
+the command to run next. Colour only on a terminal, never with ``NO_COLOR``. Commands
+printed for the user to run are never cut.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import os
+import shlex
+import shutil
 import sys
 import tempfile
-from importlib import metadata
-from typing import Optional, Sequence
+import textwrap
+from pathlib import Path
+from typing import Optional, Sequence, TextIO, Union
 
-from . import __version__, engine, releases, transaction
-from .engine import Plan
-from .fork_tests import FileState
+from . import __version__, api, engine, releases, transaction
+from .api import Item, Report
 from .rules.base import State
-from .target import TargetError, resolve
+from .target import Target, TargetError
 
+PROG = "sglang-draft-layout"
 DEMO_RELEASE = "0.5.12"
+#: ANSI colours of a state, by what it means for the user
+_RED, _YELLOW, _GREEN, _BOLD, _RESET = "\033[31m", "\033[33m", "\033[32m", "\033[1m", "\033[0m"
+_PLURALS = {api.HELPER: "helpers", api.CALL_SITE: "call sites", api.TEST: "tests"}
 
 
 def package_version() -> str:
-    """This tool's version, from its package metadata (the source tree's when not installed)."""
-    try:
-        return metadata.version("sglang-draft-layout")
-    except metadata.PackageNotFoundError:
-        return f"{__version__} (not installed)"
+    """This tool's version: the package's ``__version__`` (pyproject.toml reads it from there,
+    so an editable install's stale metadata cannot disagree with the code that runs)."""
+    return __version__
 
 
-def table(plan: Plan, applied: bool = False) -> str:
-    """One row per site: file, Class.method, site, state (``applied``: the plan was just written)."""
-    rows = [("file", "class.method", "site", "state")]
-    for finding in plan.findings:
-        rule = finding.rule
-        where = rule.file + (f":{finding.line}" if finding.line and finding.state is not State.ABSENT else "")
-        state = "patched now" if applied and finding.state is State.TO_PATCH else finding.state.value
-        if finding.state is State.UNRECOGNISED or (finding.state is State.TO_PATCH and finding.detail):
-            state += f" ({finding.detail})"  # what is unknown, or what a site in between releases keeps
-        rows.append((where, rule.scope, rule.site, state))
-    for generated in plan.generated:  # a fork's own test files
-        state = generated.state.value
-        if applied and generated.state is not FileState.PRESENT:
-            state = "written now"
-        rows.append((generated.path.relative_to(plan.target.root).as_posix(), "-", generated.what, state))
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3] for row in rows]
-    sites = [f for f in plan.findings if f.rule.counts_as_site]
-    summary = ", ".join(
-        f"{sum(f.state is state for f in sites)} "
-        f"{'patched now' if applied and state is State.TO_PATCH else state.value}"
-        for state in State if any(f.state is state for f in sites)
-    )
-    target = plan.target
-    return "\n".join([f"{target.describe()} at {target.package}", *lines, f"sites: {summary}"])
+def color_wanted(stream: TextIO, environ: Optional[dict[str, str]] = None) -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set to anything (no-color.org)."""
+    environ = os.environ if environ is None else environ
+    return bool(stream.isatty()) and not environ.get("NO_COLOR")
 
 
-def _plan_exit_code(plan: Plan) -> int:
-    if plan.unrecognised:
-        return 2
-    to_write = any(g.state is not FileState.PRESENT for g in plan.generated)
-    return 1 if plan.count(State.TO_PATCH) or to_write else 0
+class Printer:
+    """Lines to one stream, each cut to the terminal's width (``fit``) and coloured if wanted."""
+
+    def __init__(self, stream: TextIO, width: int, color: bool) -> None:
+        self.stream, self.width, self.color = stream, width, color
+
+    def paint(self, text: str, code: str) -> str:
+        return f"{code}{text}{_RESET}" if self.color and text else text
+
+    def line(self, *segments: Union[str, tuple[str, str]]) -> None:
+        """One line of ``segments`` (text, or (text, colour)), cut to the width with an ellipsis."""
+        parts = [(part, "") if isinstance(part, str) else part for part in segments]
+        whole = fit("".join(text for text, _code in parts), self.width)
+        shown, position = [], 0
+        for text, code in parts:
+            piece = whole[position: position + len(text)]
+            position += len(text)
+            shown.append(self.paint(piece, code) if code else piece)
+        print("".join(shown) + whole[position:], file=self.stream)
+
+    def wrapped(self, text: str, code: str = "") -> None:
+        """A line never cut (a summary): wrapped at spaces to the width, continued indented."""
+        for part in textwrap.wrap(text, self.width, subsequent_indent="  ", break_long_words=False):
+            print(self.paint(part, code), file=self.stream)
+
+    def command(self, text: str) -> None:
+        """A command to run, whole however wide (wrapped at its arguments, with ``\\``)."""
+        print(wrap_command(text, self.width), file=self.stream)
 
 
-def check(path: Optional[str], tests: bool = True) -> int:
-    plan = engine.plan(resolve(path), render_changes=False, tests=tests)
-    print(table(plan))
-    for leftover in plan.leftovers:
-        print(f"leftover: {leftover}: a temp file of an interrupted apply (apply removes it)")
-    for finding in plan.unrecognised:
-        print(f"error: {engine.describe(finding, plan.target)}", file=sys.stderr)
-    return max(_plan_exit_code(plan), 1 if plan.leftovers else 0)
+def fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` columns, ending in an ellipsis when cut."""
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
-def diff(path: Optional[str], tests: bool = True) -> int:
-    plan = engine.plan(resolve(path), tests=tests)
-    for finding in plan.unrecognised:
-        print(f"error: {engine.describe(finding, plan.target)}", file=sys.stderr)
-        return 2
-    sys.stdout.write(plan.diff())
-    return _plan_exit_code(plan)
+def fit_left(text: str, width: int) -> str:
+    """``text`` cut from the left (a path keeps its file name), starting with an ellipsis when cut."""
+    return text if len(text) <= width else "…" + text[len(text) - width + 1:]
 
 
-def apply(path: Optional[str], tests: bool = True) -> int:
-    target = resolve(path)
-    plan = engine.apply(target, tests=tests)
-    print(table(plan, applied=True))
-    print(f"wrote {len(plan.changes)} file(s)" if plan.changes else "nothing to do: every site already follows upstream")
-    for leftover in plan.leftovers:
-        if leftover in plan.removed:
-            print(f"removed {leftover}: a temp file of an interrupted apply")
+def wrap_command(command: str, width: int, indent: str = "  ") -> str:
+    """The command on one line, or broken at spaces with ``\\`` continuations to fit ``width``."""
+    if len(indent + command) <= width:
+        return indent + command
+    lines, current = [], indent
+    for word in map(shlex.quote, shlex.split(command)):
+        if current.strip() and len(current) + 1 + len(word) + 2 > width:
+            lines.append(current + " \\")
+            current = indent * 2 + word
         else:
-            print(f"warning: kept {leftover}: not a version of the file beside it; remove it yourself", file=sys.stderr)
-    return 0
+            current = f"{current} {word}" if current.strip() else current + word
+    return "\n".join([*lines, current])
 
 
-def demo(release: str) -> int:
-    """Fetch sglang==release from PyPI (cached), patch a scratch copy, show what changed."""
-    with tempfile.TemporaryDirectory(prefix="sglang-draft-layout-demo-") as scratch:
-        print(f"unpacking sglang=={release} (wheel cached in {releases.cache_dir() / 'wheels'}) into {scratch}")
+def terminal_width() -> int:
+    return shutil.get_terminal_size().columns
+
+
+def plural(count: int, kind: str) -> str:
+    return f"{count} {kind if count == 1 else _PLURALS.get(kind, kind + 's')}"
+
+
+def summary(report: Report) -> str:
+    """``3 helpers, 17 call sites, 2 tests: 2 patched, 18 to patch, 2 to write``: one count for
+    every command, each item counted once in its kind and once in its state."""
+    kinds = ", ".join(plural(count, kind) for kind, count in report.kinds().items())
+    states = ", ".join(f"{count} {state}" for state, count in report.states().items())
+    return f"{kinds}: {states}" if report.items else "no sites"
+
+
+def where(target: Target, cwd: Optional[Path] = None) -> str:
+    """The target root as the user would name it: relative when it holds or is under the working folder."""
+    cwd = (cwd or Path.cwd()).resolve()
+    root = target.root
+    if root == cwd or root in cwd.parents or cwd in root.parents:
+        return os.path.relpath(root, cwd)
+    return str(root)
+
+
+def header(report: Report, width: int) -> str:
+    """``SGLang 0.5.12 (_version.py), at ROOT``: the root cut from the left where it does not fit."""
+    lead = f"{report.target.describe()}, at "
+    return lead + fit_left(where(report.target), max(width - len(lead), 8))
+
+
+def print_header(report: Report, verbose: bool, out: Printer) -> None:
+    """The header; ``verbose``: and where the release was read (or why none is stated), wrapped."""
+    out.line(header(report, out.width))
+    if verbose:
+        target = report.target
+        out.wrapped(f"  release read from {target.version_source}" if target.version else
+                    f"  no release stated ({target.version_source}): every site is judged by its code")
+
+
+def _state_code(item: Item, applied: bool) -> str:
+    """Red: no rule knows it; yellow: left to do; green: done (now or before); plain: the rest."""
+    if item.error:
+        return _RED
+    if item.needs_action:
+        return _GREEN if applied else _YELLOW
+    return _GREEN if item.state == State.PATCHED.value else ""
+
+
+def print_items(out: Printer, items: Sequence[Item], applied: bool = False, verbose: bool = False) -> None:
+    """Items grouped by file: the file on its own line, then ``line  state  Class.method  site``,
+    and a detail beside them, or on a line of its own where it does not fit. The site column
+    is left out where it does not fit (``verbose``: the site goes with the detail)."""
+    if not items:
+        return
+    line_width = max(len(str(item.line or "")) for item in items)
+    state_width = max(len(item.state) for item in items)
+    scope_width = max(len(item.scope) for item in items)
+    site_width = max(len(item.site) for item in items)
+    with_site = 2 + line_width + 2 + state_width + 2 + scope_width + 2 + site_width <= out.width
+    current = None
+    for item in items:
+        if item.file != current:
+            current = item.file
+            out.line(fit_left(item.file, out.width))
+        lead = f"  {str(item.line or ''):>{line_width}}  "
+        state = (f"{item.state:<{state_width}}", _state_code(item, applied))
+        rest = f"  {item.scope:<{scope_width}}  {item.site}".rstrip() if with_site else f"  {item.scope}"
+        extra = "; ".join(part for part in (item.site if verbose and not with_site else "", item.detail) if part)
+        detail = f" ({extra})" if extra else ""
+        if len(lead) + state_width + len(rest) + len(detail) <= out.width:
+            out.line(lead, state, rest + detail)
+        else:
+            out.line(lead, state, rest)
+            if extra:
+                out.line(" " * len(lead), extra)
+
+
+def next_step(report: Report, argv_target: Optional[str]) -> Optional[str]:
+    """The command to run after a check that did not exit 0: apply, or (a site no rule knows,
+    to be brought to a known form by hand) check again."""
+    if report.exit_code == 0:
+        return None
+    return command_line("apply" if report.exit_code == 1 else "check", report, argv_target)
+
+
+def command_line(command: str, report: Report, argv_target: Optional[str]) -> str:
+    words = [PROG, command, *map(shlex.quote, report.options.cli_flags())]
+    if argv_target is not None:
+        words.append(shlex.quote(argv_target))
+    return " ".join(words)
+
+
+def print_check(report: Report, argv_target: Optional[str], verbosity: int, out: Printer) -> None:
+    if verbosity >= 0:
+        print_header(report, verbosity > 0, out)
+        print_items(out, report.items if verbosity > 0 else [i for i in report.items if i.needs_action or i.error],
+                    verbose=verbosity > 0)
+    out.wrapped(summary(report), _BOLD)
+    for item in report.errors:
+        print(f"error: {error_line(report, item)}", file=sys.stderr)
+    following = next_step(report, argv_target)
+    if following:
+        out.wrapped("next: run" if report.exit_code == 1 else
+                    "next: bring the site(s) above to a form docs/sites.md lists, then run")
+        out.command(following)
+
+
+def error_line(report: Report, item: Item) -> str:
+    where_ = str(report.target.root / item.file) + (f":{item.line}" if item.line else "")
+    return f"{where_}: {item.scope}: {item.site}: {item.detail or item.state}"
+
+
+def github_escape(text: str, property_value: bool = False) -> str:
+    """GitHub workflow command escaping (data; and ``:``/``,`` in a property value)."""
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if property_value else text
+
+
+def print_github(report: Report, argv_target: Optional[str]) -> None:
+    """One ``::error`` workflow annotation per item to act on, then the summary and next step."""
+    fix = command_line("apply", report, argv_target)
+    for item in report.items:
+        if not (item.needs_action or item.error):
+            continue
+        properties = f"file={github_escape(item.file, True)}"
+        if item.line:
+            properties += f",line={item.line}"
+        properties += f",title={PROG}"
+        message = f"{item.scope}" + (f" ({item.site})" if item.site else "") + f": {item.state}"
+        message += f" ({item.detail})" if item.detail else ""
+        message += f"; upstream {item.upstream}" if item.upstream else ""
+        message += "; no rule knows this form (docs/sites.md)" if item.error else f"; run `{fix}`"
+        print(f"::error {properties}::{github_escape(message)}")
+    print(summary(report))
+    following = next_step(report, argv_target)
+    if following:
+        print(f"next: {following}")
+
+
+def print_json(report: Report, argv_target: Optional[str]) -> None:
+    data = report.to_json()
+    data["next"] = next_step(report, argv_target)
+    print(json.dumps(data, indent=2))
+
+
+def print_apply(report: Report, verbosity: int, out: Printer) -> None:
+    for item in report.items:
+        if item.kind == api.TEMP_FILE and not item.needs_action:
+            print(f"warning: kept {report.target.root / item.file}: {item.detail}", file=sys.stderr)
+    if verbosity >= 0:
+        print_header(report, verbosity > 0, out)
+        if verbosity > 0:
+            print_items(out, report.items, applied=True, verbose=True)
+        for written in report.files:
+            out.line(("new      ", _GREEN) if written.new else "patched  ", fit_left(written.path, out.width - 9))
+    out.wrapped(summary(report), _BOLD)
+    new = [f.path for f in report.files if f.new]
+    if not report.files:
+        out.line("nothing to do: every site already follows upstream")
+        return
+    out.line(f"wrote {plural(len(report.files), 'file')}" + (f" ({len(new)} new)" if new else ""))
+    if new and (report.target.root / ".git").exists():
+        out.line(f"next: the new {'file is' if len(new) == 1 else 'files are'} untracked; add them")
+        root = where(report.target)
+        git = "git add" if root == "." else f"git -C {shlex.quote(root)} add"
+        out.command(" ".join([git, *map(shlex.quote, new)]))
+
+
+def run(command: str, argv_target: Optional[str], options: api.Options, args: argparse.Namespace) -> int:
+    fmt = getattr(args, "format", "text")
+    verbosity = getattr(args, "verbose", 0) - getattr(args, "quiet", 0)
+    out = Printer(sys.stdout, terminal_width(), color_wanted(sys.stdout))
+    if command == "check":
+        report = api.check(argv_target, options)
+        {"json": lambda: print_json(report, argv_target), "github": lambda: print_github(report, argv_target),
+         "text": lambda: print_check(report, argv_target, verbosity, out)}[fmt]()
+        if fmt != "text":
+            for item in report.errors:
+                print(f"error: {error_line(report, item)}", file=sys.stderr)
+        return report.exit_code
+    if command == "diff":
+        report = api.diff(argv_target, options)
+        if report.errors:
+            for item in report.errors:
+                print(f"error: {error_line(report, item)}", file=sys.stderr)
+            return 2
+        sys.stdout.write(report.patch)
+        return 1 if args.exit_code and report.patch else 0
+    report = api.apply(argv_target, options)
+    if fmt == "json":
+        print_json(report, argv_target)
+    else:
+        print_apply(report, verbosity, out)
+    return 1 if args.exit_non_zero_on_fix and report.files else 0
+
+
+def demo(release: str, verbosity: int) -> int:
+    """Fetch sglang==release from PyPI (cached), patch a scratch copy, show what changed and check it."""
+    out = Printer(sys.stdout, terminal_width(), color_wanted(sys.stdout))
+    with tempfile.TemporaryDirectory(prefix=f"{PROG}-demo-") as scratch:
+        out.line(f"unpacking sglang=={release} from PyPI into a scratch folder")
+        if verbosity > 0:
+            out.line(f"  wheel cache: {releases.cache_dir() / 'wheels'}; scratch: {scratch}")
         releases.unpack_release(release, scratch)
-        target = resolve(scratch)
-        plan = engine.apply(target)
-        print(table(plan, applied=True))
-        for change in plan.changes:
-            old, new = change.old.splitlines(), change.new.splitlines()
-            print(f"  {change.path.relative_to(target.package.parent)}: {len(old)} -> {len(new)} lines")
-        after = engine.plan(target, render_changes=False)
-        print(f"check after apply: {after.count(State.PATCHED)} sites and helpers patched, "
-              f"{after.count(State.TO_PATCH)} to patch")
-        return 0 if after.count(State.TO_PATCH) == 0 else 1
+        applied = api.apply(scratch)
+        print_apply(applied, verbosity, out)
+        after = api.check(scratch)
+        out.wrapped(f"check after apply: {summary(after)}")
+        if after.exit_code == 0:
+            out.wrapped("next: check your own tree (PATH: any folder of a fork checkout or an SGLang install)")
+            out.command(f"{PROG} check PATH")
+        return after.exit_code
+
+
+def _add_target(command: argparse.ArgumentParser) -> None:
+    command.add_argument("target", nargs="?", help="any folder inside a fork checkout or an SGLang tree, or the "
+                                                   "sglang package (default: the SGLang installed in this Python)")
+    command.add_argument("--no-tests", dest="tests", action="store_false",
+                         help="leave out the test files written into a fork checkout's test/registered/")
+
+
+def _add_verbosity(command: argparse.ArgumentParser) -> None:
+    command.add_argument("-v", "--verbose", action="count", default=0, help="every site, not only those to act on")
+    command.add_argument("-q", "--quiet", action="count", default=0, help="the summary (and next step) only")
+
+
+def parser() -> argparse.ArgumentParser:
+    main_parser = argparse.ArgumentParser(
+        prog=PROG, description="Bring an SGLang tree to upstream's multi-step EAGLE draft layout helpers.",
+    )
+    main_parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    commands = main_parser.add_subparsers(dest="command", required=True)
+    check = commands.add_parser(
+        "check", help="report what is left to patch; exit 0 nothing, 1 something (the next command is printed), "
+                      "2 a site no rule knows", description="Report every site's state; write nothing.")
+    _add_target(check)
+    _add_verbosity(check)
+    check.add_argument("--format", choices=("text", "json", "github"), default="text",
+                       help="json: docs/json.md's schema; github: workflow annotations (::error file=...,line=...)")
+    diff = commands.add_parser("diff", help="print the patch as a git diff (paths from the tree's root); write "
+                                            "nothing; exit 0", description="Print the patch; write nothing.")
+    _add_target(diff)
+    diff.add_argument("--exit-code", action="store_true", help="exit 1 when there is a patch, like git diff --exit-code")
+    apply = commands.add_parser("apply", help="patch the tree: every file or none",
+                                description="Patch the tree: every file or none.")
+    _add_target(apply)
+    _add_verbosity(apply)
+    apply.add_argument("--format", choices=("text", "json"), default="text", help="json: docs/json.md's schema")
+    apply.add_argument("--exit-non-zero-on-fix", action="store_true",
+                       help="exit 1 when files were written (the fixing pre-commit hook)")
+    demo_parser = commands.add_parser("demo", help=f"patch a scratch copy of sglang=={DEMO_RELEASE} from PyPI")
+    demo_parser.add_argument("--release", default=DEMO_RELEASE)
+    _add_verbosity(demo_parser)
+    return main_parser
+
+
+def _options(args: argparse.Namespace) -> api.Options:
+    """The api Options named by the command's flags (a flag's dest is the field's name)."""
+    names = {f.name for f in dataclasses.fields(api.Options)}
+    return api.Options(**{name: value for name, value in vars(args).items() if name in names})
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="sglang-draft-layout",
-        description="Bring an SGLang tree to upstream's multi-step EAGLE draft layout helpers.",
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
-    commands = parser.add_subparsers(dest="command", required=True)
-    for name, text in (
-        ("check", "report every site's state; exit 0 if nothing is left to do, 1 if something is, 2 on error"),
-        ("diff", "print the patch as a unified diff; write nothing"),
-        ("apply", "patch the tree: every file or none"),
-    ):
-        command = commands.add_parser(name, help=text, description=text)
-        command.add_argument("target", nargs="?", help="fork checkout, folder holding sglang/, or the sglang package "
-                                                       "(default: the SGLang installed in this Python)")
-        command.add_argument("--no-tests", dest="tests", action="store_false",
-                             help="leave out the test files written into a fork checkout's test/registered/")
-    command = commands.add_parser("demo", help=f"patch a scratch copy of sglang=={DEMO_RELEASE} from PyPI")
-    command.add_argument("--release", default=DEMO_RELEASE)
+    args = parser().parse_args(argv)
     try:
         with transaction.signal_gate() as gate:
             gate.holding = False  # until planning starts, a signal stops the command at once
-            args = parser.parse_args(argv)
             if args.command == "demo":
-                return demo(args.release)
-            return {"check": check, "diff": diff, "apply": apply}[args.command](args.target, args.tests)
+                return demo(args.release, args.verbose - args.quiet)
+            return run(args.command, args.target, _options(args), args)
     except engine.Interrupted as interrupted:  # SIGINT, SIGTERM, SIGHUP (see transaction.py)
         print(interrupted, file=sys.stderr)
         return interrupted.exit_code
     except TargetError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader left (`| head`): say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except OSError as error:
         print(f"error: {error.filename or ''}: {error.strerror or error}; nothing written", file=sys.stderr)
         return 2

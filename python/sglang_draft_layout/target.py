@@ -33,26 +33,64 @@ class Target:
     version_source: str  # where ``version`` was read, or why there is none
     line_length: int = BLACK_LINE_LENGTH  # the fork's black line length
 
-    def describe(self) -> str:
-        """``SGLang 0.5.12 (sglang/_version.py)``, or what the tree says instead of a release."""
+    @property
+    def release_source(self) -> str:
+        """Where the stated release was read, in one word (``none`` when the tree states none)."""
         if self.version is None:
-            return f"SGLang (release not stated: {self.version_source}; sites judged by their code)"
-        return f"SGLang {self.version} ({self.version_source})"
+            return "none"
+        return _SOURCE_WORDS.get(self.version_source, self.version_source)
+
+    def describe(self) -> str:
+        """``SGLang 0.5.12 (_version.py)``, or ``SGLang, release not stated``."""
+        if self.version is None:
+            return "SGLang, release not stated"
+        return f"SGLang {self.version} ({self.release_source})"
+
+
+#: read_version's sources, each in one word
+_SOURCE_WORDS = {"sglang/_version.py": "_version.py", "pyproject.toml": "pyproject", "dist-info": "dist-info",
+                 "git describe": "git-tag"}
+
+
+def _package_of(folder: Path) -> Optional[tuple[Path, Path]]:
+    """(root, package) when ``folder`` is a fork checkout, a folder holding sglang/, or the package."""
+    for candidate in (folder / "python" / "sglang", folder / "sglang", folder):
+        if (candidate / "srt" / "speculative").is_dir():
+            return folder, candidate
+    return None
 
 
 def find_package(path: Optional[str]) -> tuple[Path, Path]:
-    """(root, the `sglang` folder) of a fork checkout, a folder holding sglang/, the package, or the installed one."""
+    """(root, the `sglang` folder): the installed SGLang when ``path`` is None, else the tree
+    holding ``path``, found upward as git and black find their root.
+
+    A fork checkout (a folder holding ``python/sglang``) that holds ``path`` wins, so a
+    command run from ``python/`` or ``python/sglang/srt`` of a checkout patches the whole
+    checkout (its tests included); otherwise the nearest folder that is an SGLang tree.
+    """
     if path is None:
         spec = importlib.util.find_spec("sglang")
         if spec is None or not spec.submodule_search_locations:
             raise TargetError("no SGLang installed in this Python; name a tree: sglang-draft-layout check PATH")
         package = Path(list(spec.submodule_search_locations)[0]).resolve()
         return package.parent, package
-    root = Path(path).resolve()
-    for candidate in (root, root / "sglang", root / "python" / "sglang"):
-        if (candidate / "srt" / "speculative").is_dir():
-            return root, candidate
-    raise TargetError(f"{root}: not an SGLang tree (no sglang/srt/speculative/ under it)")
+    named = Path(path)
+    if not named.exists():
+        raise TargetError(f"{path}: no such path")
+    start = named.resolve()
+    if not start.is_dir():
+        start = start.parent
+    folders = [start, *start.parents]
+    for folder in folders:
+        if (folder / "python" / "sglang" / "srt" / "speculative").is_dir():
+            return folder, folder / "python" / "sglang"
+    for folder in folders:
+        found = _package_of(folder)
+        if found and found[1] == folder and folder != start:
+            return folder.parent, folder  # found upward from inside the package: its parent is the root
+        if found:
+            return found
+    raise TargetError(f"{start}: not in an SGLang tree (no sglang/srt/speculative/ in it or any folder above it)")
 
 
 def _assigned_string(file: Path, names: tuple[str, ...]) -> Optional[str]:

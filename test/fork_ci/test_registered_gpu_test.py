@@ -52,8 +52,8 @@ def probe(proof_python, tmp_path_factory):
 
 
 def test_apply_writes_it_and_check_reports_it(fork, capsys):
-    assert cli.main(["check", str(fork)]) == 1
-    assert f"{GPU_TEST}  -" in capsys.readouterr().out
+    assert cli.main(["check", "--format", "json", str(fork)]) == 1
+    assert [s["state"] for s in json.loads(capsys.readouterr().out)["sites"] if s["file"] == GPU_TEST] == ["to write"]
     assert cli.main(["apply", str(fork)]) == 0
     assert (fork / GPU_TEST).read_text() == render("registered_gpu")
     assert cli.main(["check", str(fork)]) == 0

@@ -37,7 +37,12 @@ def one_line_error(capsys) -> str:
 def test_not_an_sglang_tree(tmp_path, capsys):
     (tmp_path / "setup.py").write_text("")
     assert cli.main(["apply", str(tmp_path)]) == 2
-    assert f"{tmp_path}: not an SGLang tree" in one_line_error(capsys)
+    assert f"{tmp_path}: not in an SGLang tree" in one_line_error(capsys)
+
+
+def test_no_such_path(tmp_path, capsys):
+    assert cli.main(["check", str(tmp_path / "nope")]) == 2
+    assert one_line_error(capsys) == f"error: {tmp_path / 'nope'}: no such path"
 
 
 def test_syntax_error_in_a_target_file(scratch, capsys):

@@ -9,6 +9,7 @@ release the patch reads (``PARTS``), which keeps these tests fast.
 from __future__ import annotations
 
 import codecs
+import json
 import os
 import re
 import shutil
@@ -232,6 +233,12 @@ def test_a_signal_from_outside_restores_the_tree_in_one_line(tree, signum):
     assert snapshot(root) == before
 
 
+def temp_items(report_json: str, root: Path) -> dict[Path, str]:
+    """The leftover temp files a JSON report lists, each with its state."""
+    sites = json.loads(report_json)["sites"]
+    return {root / site["file"]: site["state"] for site in sites if site["kind"] == "temp file"}
+
+
 def test_after_sigkill_check_names_the_leftovers_and_apply_finishes_and_removes_them(tree, clean, capsys):
     root = tree
     process = child(root, "temp written", 3, "kill")
@@ -239,14 +246,12 @@ def test_after_sigkill_check_names_the_leftovers_and_apply_finishes_and_removes_
     assert process.returncode == -signal.SIGKILL
     left = temps(root)
     assert len(left) == 4  # the originals of files 1 to 3 kept aside, and file 3's new text
-    code, out, _err = run(capsys, "check", str(root))
+    code, out, _err = run(capsys, "check", "--format", "json", str(root))
     assert code == 1
-    assert sorted(line for line in out.splitlines() if line.startswith("leftover: ")) == sorted(
-        f"leftover: {path}: a temp file of an interrupted apply (apply removes it)" for path in left)
-    code, out, _err = run(capsys, "apply", str(root))
+    assert temp_items(out, root) == {path: "to remove" for path in left}
+    code, out, _err = run(capsys, "apply", "--format", "json", str(root))
     assert code == 0
-    assert sorted(line for line in out.splitlines() if line.startswith("removed ")) == sorted(
-        f"removed {path}: a temp file of an interrupted apply" for path in left)
+    assert temp_items(out, root) == {path: "removed now" for path in left}
     assert snapshot(root) == snapshot(clean)
     assert run(capsys, "check", str(root))[0] == 0
 
@@ -258,10 +263,9 @@ def test_apply_keeps_a_file_of_the_pattern_that_is_no_version_of_its_neighbour(t
     foreign.write_text("my notes\n")
     old_pattern = folder / ".spec_utils.py.0a1b2c3d.tmp"  # not the tool's own pattern
     old_pattern.write_bytes((root / SPEC_UTILS).read_bytes())
-    code, out, _err = run(capsys, "check", str(root))
+    code, out, _err = run(capsys, "check", "--format", "json", str(root))
     assert code == 1
-    assert [line for line in out.splitlines() if line.startswith("leftover: ")] == [
-        f"leftover: {foreign}: a temp file of an interrupted apply (apply removes it)"]
+    assert temp_items(out, root) == {foreign: "to remove"}
     code, _out, err = run(capsys, "apply", str(root))
     assert code == 0
     assert err == f"warning: kept {foreign}: not a version of the file beside it; remove it yourself\n"

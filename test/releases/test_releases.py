@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import re
+import json
 from pathlib import Path
 
 import pytest
@@ -184,9 +184,9 @@ def test_inserted_helper_behaves_as_0_5_13s(patched, pristine, name, relative):
 def test_demo_patches_a_scratch_copy_of_0_5_12(capsys):
     assert cli.main(["demo"]) == 0
     out = capsys.readouterr().out
-    assert "SGLang 0.5.12" in out
-    assert "sites: 17 patched now" in out
-    assert "check after apply: 20 sites and helpers patched, 0 to patch" in out
+    assert "SGLang 0.5.12 (_version.py), at " in out
+    assert "\n3 helpers, 17 call sites: 20 patched now\n" in out
+    assert "\ncheck after apply: 3 helpers, 17 call sites: 20 patched\n" in out
 
 
 def test_code_older_than_the_rules_is_refused(pristine, capsys):
@@ -195,10 +195,11 @@ def test_code_older_than_the_rules_is_refused(pristine, capsys):
     spec_utils = root / "sglang/srt/speculative/spec_utils.py"
     assert not spec_utils.exists()
     before = tree_digest(root)
-    assert cli.main(["check", str(root)]) == 2
-    out = capsys.readouterr().out
-    assert re.search(r"FlashInferMultiStepDraftBackend\.init_cuda_graph_state .* unrecognised "
-                     rf"\(its helper's module {re.escape(str(spec_utils))} is absent", out)
+    assert cli.main(["check", "--format", "json", str(root)]) == 2
+    sites = json.loads(capsys.readouterr().out)["sites"]
+    assert {"class_method": "FlashInferMultiStepDraftBackend.init_cuda_graph_state", "state": "unrecognised",
+            "detail": f"its helper's module {spec_utils} is absent (code older than these rules)"}.items() \
+        <= next(s for s in sites if s["rule"] == "graph-width:flashinfer").items()
     assert cli.main(["apply", str(root)]) == 2
     [error] = capsys.readouterr().err.splitlines()
     assert str(spec_utils) in error and "FlashInferMultiStepDraftBackend.common_template" in error

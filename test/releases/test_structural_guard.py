@@ -10,7 +10,7 @@ delegates per step, (e) a patched tree whose width local is reverted to 0.5.12's
 from __future__ import annotations
 
 import ast
-import re
+import json
 from pathlib import Path
 
 import pytest
@@ -94,8 +94,9 @@ def assert_lint_clean(code: str) -> None:
         assert not lint_changes(code, lint), name
 
 
-def rows(out: str, cls: str) -> list[str]:
-    return [line for line in out.splitlines() if f" {cls}." in line]
+def rows(capsys, cls: str) -> list[dict]:
+    """The sites of class ``cls`` in the JSON report just printed (check --format json)."""
+    return [site for site in json.loads(capsys.readouterr().out)["sites"] if site["class_method"].startswith(f"{cls}.")]
 
 
 @pytest.mark.parametrize("version", OLD_RELEASES)
@@ -111,14 +112,14 @@ def test_copied_backend_is_flagged_then_patched_lint_clean(scratch, capsys):
     fork = root / "sglang" / FORK_FILE
     fork.write_text(copied_backend(root))
     assert_lint_clean(fork.read_text())
-    assert cli.main(["check", str(root)]) == 1
-    flagged = rows(capsys.readouterr().out, "ForkMultiStepDraftBackend")
+    assert cli.main(["check", "--format", "json", str(root)]) == 1
+    flagged = rows(capsys, "ForkMultiStepDraftBackend")
     text = fork.read_text()
-    graph = next(line for line in flagged if ".init_cuda_graph_state" in line)
+    graph = next(site for site in flagged if site["class_method"].endswith(".init_cuda_graph_state"))
     line = text.splitlines().index("        self.cuda_graph_kv_indices = torch.zeros(") + 1
-    assert graph.startswith(f"{FORK_FILE}:{line} ")
-    assert "to patch (found by structure: use draft_kv_indices_buffer_width)" in graph
-    assert {re.search(r"\.(\w+) ", f).group(1) for f in flagged} == \
+    assert (graph["file"], graph["line"]) == (f"sglang/{FORK_FILE}", line)
+    assert (graph["state"], graph["detail"]) == ("to patch", "found by structure: use draft_kv_indices_buffer_width")
+    assert {site["class_method"].split(".")[1] for site in flagged} == \
         {"common_template", "init_forward_metadata", "init_cuda_graph_state"}
 
     assert cli.main(["apply", str(root)]) == 0
@@ -134,9 +135,9 @@ def test_subclass_overriding_graph_state_is_flagged_then_patched(scratch, capsys
     fork = root / "sglang" / FORK_FILE
     fork.write_text(subclass_module(root))
     assert_lint_clean(fork.read_text())
-    assert cli.main(["check", "--no-tests", str(root)]) == 1
-    [flagged] = rows(capsys.readouterr().out, "ForkDraftBackend")
-    assert "ForkDraftBackend.init_cuda_graph_state" in flagged and "to patch" in flagged
+    assert cli.main(["check", "--no-tests", "--format", "json", str(root)]) == 1
+    [flagged] = rows(capsys, "ForkDraftBackend")
+    assert (flagged["class_method"], flagged["state"]) == ("ForkDraftBackend.init_cuda_graph_state", "to patch")
     assert cli.main(["apply", "--no-tests", str(root)]) == 0
     assert cli.main(["check", "--no-tests", str(root)]) == 0
     after = fork.read_text()
@@ -164,8 +165,8 @@ def test_delegating_class_is_not_flagged(scratch, capsys):
     fork = root / "sglang" / FORK_FILE
     fork.write_text('"""A fork\'s own draft backend."""\n' + DELEGATING)
     capsys.readouterr()
-    assert cli.main(["check", "--no-tests", str(root)]) == 0
-    assert rows(capsys.readouterr().out, "ForkDelegatingDraftBackend") == []
+    assert cli.main(["check", "--no-tests", "--format", "json", str(root)]) == 0
+    assert rows(capsys, "ForkDelegatingDraftBackend") == []
     assert guard_findings(root) == []
 
 
@@ -178,8 +179,8 @@ def test_width_reverted_through_its_local_is_flagged_and_restored(scratch, capsy
     assert patched_text.count("kv_indices_width = " + helper) == 1
     backend.write_text(patched_text.replace("kv_indices_width = " + helper, "kv_indices_width = max_bs * self.max_context_len"))
     capsys.readouterr()
-    assert cli.main(["check", "--no-tests", str(root)]) == 1
-    [flagged] = [r for r in rows(capsys.readouterr().out, UPSTREAM_CLASS) if "to patch" in r]
-    assert f"{UPSTREAM_CLASS}.init_cuda_graph_state" in flagged
+    assert cli.main(["check", "--no-tests", "--format", "json", str(root)]) == 1
+    [flagged] = [site for site in rows(capsys, UPSTREAM_CLASS) if site["state"] == "to patch"]
+    assert flagged["class_method"] == f"{UPSTREAM_CLASS}.init_cuda_graph_state"
     assert cli.main(["apply", "--no-tests", str(root)]) == 0
     assert backend.read_text() == patched_text

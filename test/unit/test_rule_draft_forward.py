@@ -220,7 +220,7 @@ def test_apply_through_the_cli_then_nothing_to_do(sglang_tree):
     sglang_tree.write(WORKER_V2, worker_module(CLS))
     code, out, err = sglang_tree.cli("apply")
     assert (code, err) == (0, "")
-    assert "wrote 1 file(s)" in out
+    assert "\nwrote 1 file\n" in out
     assert sglang_tree.read(WORKER_V2) == worker_module(CLS, AFTER, header=HEADER_AFTER)
     code, out, _ = sglang_tree.cli("apply")
     assert code == 0

@@ -226,3 +226,23 @@ def test_class_absent(sglang_tree):
 def test_file_absent(sglang_tree):
     [finding] = sglang_tree.plan([RULE]).findings
     assert finding.state is State.ABSENT
+
+
+def test_a_fork_value_is_kept_and_said(sglang_tree):
+    """A fork that slices `i + 2` entries keeps its value; check and apply say so."""
+    line = "            rows = kv_indices_buffer[i][: seq_lens_sum * self.topk + bs * (i + 2)]\n"
+    sglang_tree.write(FLASHINFER, backend_module(CLS, INIT, _common_template(line)))
+    kept = "keeps the fork's value `i + 2` (upstream: `i + 1`)"
+    [before] = sglang_tree.plan([RULE]).findings
+    assert (before.state, before.detail) == (State.TO_PATCH, kept)
+    sglang_tree.apply([RULE])
+    assert "draft_kv_indices_used_len(seq_lens_sum, self.topk, bs, i + 2)" in sglang_tree.read(FLASHINFER)
+    [after] = sglang_tree.plan([RULE]).findings
+    assert (after.state, after.detail) == (State.PATCHED, kept)
+
+
+def test_upstream_value_says_nothing_more(sglang_tree):
+    sglang_tree.write(FLASHINFER, backend_module(CLS))
+    assert [f.detail for f in sglang_tree.plan([RULE]).findings] == [""]
+    sglang_tree.apply([RULE])
+    assert [(f.state, f.detail) for f in sglang_tree.plan([RULE]).findings] == [(State.PATCHED, "")]

@@ -11,9 +11,20 @@ checks the row's capacity.
 
 from __future__ import annotations
 
+import ast
+
 from ..layout_patterns import USED_LEN_HELPER, called_name, step_slices, used_len_operands
 from .base import SPEC_UTILS, Edit, Finding, Rule, Source, State, locate_method
 from .draft_backends import DRAFT_BACKENDS
+
+
+def _kept_value(source: Source, row: ast.Subscript, steps: ast.expr) -> str:
+    """The detail of a step count other than upstream's ``i + 1`` (``i``: the row's index),
+    which the patch keeps: a fork's own value is the fork's call."""
+    upstream = f"{source.text(row.slice)} + 1"
+    if ast.dump(steps) == ast.dump(ast.parse(upstream, mode="eval").body):
+        return ""
+    return f"keeps the fork's value `{source.text(steps)}` (upstream: `{upstream}`)"
 
 
 def _find(rule: Rule, source: Source) -> Finding:
@@ -24,12 +35,14 @@ def _find(rule: Rule, source: Source) -> Finding:
     for subscript in candidates:
         end = subscript.slice.upper
         if called_name(end) == USED_LEN_HELPER:
-            return rule.report(State.PATCHED, subscript.lineno)
+            steps = end.args[3] if isinstance(end, ast.Call) and len(end.args) == 4 else None
+            detail = _kept_value(source, subscript.value, steps) if steps is not None else ""
+            return rule.report(State.PATCHED, subscript.lineno, detail)
         operands = used_len_operands(end)
         if operands:
             seq_lens_sum, bs, steps = (source.text(operand) for operand in operands)
             return rule.report(
-                State.TO_PATCH, subscript.lineno,
+                State.TO_PATCH, subscript.lineno, _kept_value(source, subscript.value, operands[2]),
                 edits=[Edit(end, replace=f"{USED_LEN_HELPER}({seq_lens_sum}, self.topk, {bs}, {steps})")],
                 imports=[(SPEC_UTILS, USED_LEN_HELPER)],
             )
