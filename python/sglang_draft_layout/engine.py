@@ -16,8 +16,9 @@ from typing import Collection, Iterator, Optional, Sequence
 
 from . import fork_tests
 from .imports import add_imports
-from .rules import RULES
+from .rules import RULES, helper_definitions
 from .rules.base import MODULE_SCOPE, Finding, Rule, Source, State
+from .rules.kv_indices_graph_width import one_parameter_frame
 from .rules.structural_guard import GUARDED_FOLDERS, guard_rules, may_hold_draft_layout, names_draft_layout
 from .target import Target, TargetError
 
@@ -133,12 +134,24 @@ def _named_classes(relative: str) -> set[str]:
     return {rule.scope.split(".")[0] for rule in RULES if rule.file == relative and rule.scope != MODULE_SCOPE}
 
 
-def _helper_module_missing(finding: Finding, target: Target) -> Finding:
-    """A site to patch whose helper's module file is absent (code older than these rules) is unrecognised."""
+def _module_file(module: str) -> Optional[str]:
+    """``srt/speculative/spec_utils.py`` for ``sglang.srt.speculative.spec_utils``; None for a third-party module."""
+    return module.removeprefix("sglang.").replace(".", "/") + ".py" if module.startswith("sglang.") else None
+
+
+def _modules_to_create(findings: Sequence[Finding], target: Target) -> set[str]:
+    """The helper modules (files relative to the package) that sites to patch import but the tree lacks."""
+    needed = {_module_file(module) for f in findings if f.state is State.TO_PATCH for module, _name in f.imports}
+    return {relative for relative in needed if relative in helper_definitions.MODULES
+            and not (target.package / relative).is_file()}
+
+
+def _helper_module_missing(finding: Finding, target: Target, created: Collection[str]) -> Finding:
+    """A site to patch whose helper's module file is absent (and not created) is unrecognised."""
     for module, _name in finding.imports:
-        relative = module.removeprefix("sglang.").replace(".", "/") + ".py"
-        first_party = module.startswith("sglang.")
-        if finding.state is State.TO_PATCH and first_party and not (target.package / relative).is_file():
+        relative = _module_file(module)
+        if finding.state is State.TO_PATCH and relative and relative not in created \
+                and not (target.package / relative).is_file():
             return replace(finding, state=State.UNRECOGNISED, edits=(),
                            detail=f"its helper's module {target.package / relative} is absent (code older than these rules)")
     return finding
@@ -151,27 +164,38 @@ def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = T
     (``rules.structural_guard``). ``tests``: a fork checkout's own test files
     (``fork_tests``) are part of the plan.
     """
-    findings: list[Finding] = []
     changes: list[FileChange] = []
     sources = _sources(target, rules)
     guarded = [rule for relative, source in sources.items()
                for rule in guard_rules(relative, source, _named_classes(relative))]
-    for relative, file_rules in _rules_by_file([*rules, *guarded]).items():
+    by_file = _rules_by_file([*rules, *guarded])
+    findings = one_parameter_frame([
+        rule.find(rule, sources[relative]) if relative in sources else rule.report(State.ABSENT, detail=f"no {relative}")
+        for relative, file_rules in by_file.items() for rule in file_rules
+    ])
+    created = _modules_to_create(findings, target)
+    findings = [
+        replace(f, state=State.TO_PATCH, detail=helper_definitions.TO_CREATE.format(file=f.rule.file))
+        if f.rule.file in created else _helper_module_missing(f, target, created)
+        for f in findings
+    ]
+    for relative, file_rules in by_file.items():
         path = target.package / relative
-        if relative not in sources:
-            findings += [rule.report(State.ABSENT, detail=f"no {relative}") for rule in file_rules]
+        file_findings = [f for f in findings if f.rule.file == relative]
+        if not render_changes or any(f.state is State.UNRECOGNISED for f in file_findings) or not any(
+            f.state is State.TO_PATCH for f in file_findings
+        ):
+            continue
+        if relative in created:
+            new = helper_definitions.new_module(relative, target.line_length)
+            _check_rendered(path, relative, new, file_rules)
+            changes.append(FileChange(path, None, new))
             continue
         source = sources[relative]
-        old = source.code
-        file_findings = [_helper_module_missing(rule.find(rule, source), target) for rule in file_rules]
-        findings += file_findings
-        if render_changes and any(f.state is State.TO_PATCH for f in file_findings) and not any(
-            f.state is State.UNRECOGNISED for f in file_findings
-        ):
-            _parse(path, relative, old)  # a file written must be valid Python as a whole, not only its classes
-            new = render(path, source, file_findings, target.line_length)
-            _check_rendered(path, relative, new, file_rules)
-            changes.append(FileChange(path, old, new))
+        _parse(path, relative, source.code)  # a file written must be valid Python as a whole, not only its classes
+        new = render(path, source, file_findings, target.line_length)
+        _check_rendered(path, relative, new, file_rules)
+        changes.append(FileChange(path, source.code, new))
     generated = tuple(fork_tests.generated_files(target)) if tests else ()
     if render_changes:
         changes += [FileChange(g.path, g.old, g.text) for g in generated if g.state is not fork_tests.FileState.PRESENT]
