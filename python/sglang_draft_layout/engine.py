@@ -143,7 +143,7 @@ def _modules_to_create(findings: Sequence[Finding], target: Target) -> set[str]:
     """The helper modules (files relative to the package) that sites to patch import but the tree lacks."""
     needed = {_module_file(module) for f in findings if f.state is State.TO_PATCH for module, _name in f.imports}
     return {relative for relative in needed if relative in helper_definitions.MODULES
-            and not (target.package / relative).is_file()}
+            and not (target.package / relative).exists() and not (target.package / relative[:-3]).exists()}
 
 
 def _helper_module_missing(finding: Finding, target: Target, created: Collection[str]) -> Finding:
@@ -152,8 +152,10 @@ def _helper_module_missing(finding: Finding, target: Target, created: Collection
         relative = _module_file(module)
         if finding.state is State.TO_PATCH and relative and relative not in created \
                 and not (target.package / relative).is_file():
-            return replace(finding, state=State.UNRECOGNISED, edits=(),
-                           detail=f"its helper's module {target.package / relative} is absent (code older than these rules)")
+            package = target.package / relative[:-3]
+            why = f"is the package {package}, which no rule edits" if package.is_dir() \
+                else f"{target.package / relative} is absent and no rule creates it"
+            return replace(finding, state=State.UNRECOGNISED, edits=(), detail=f"its helper's module {why}")
     return finding
 
 

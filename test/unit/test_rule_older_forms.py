@@ -114,3 +114,15 @@ def test_no_site_no_module_created(sglang_tree):
     plan = engine.plan(sglang_tree.target())
     assert {f.state for f in plan.findings if f.rule.file == SPEC_UTILS} == {State.ABSENT}
     assert not any(c.path == sglang_tree.path(SPEC_UTILS) for c in plan.changes)
+
+
+def test_helper_module_that_is_a_package_is_refused(sglang_tree):
+    sglang_tree.path(SPEC_UTILS).unlink()
+    sglang_tree.write("srt/speculative/spec_utils/__init__.py", '"""A fork\'s package."""\n')
+    sglang_tree.write(FLASHINFER, backend_module(CLS))
+    before = sglang_tree.snapshot()
+    plan = engine.plan(sglang_tree.target())
+    assert {f.detail for f in plan.unrecognised} == {
+        f"its helper's module is the package {sglang_tree.path('srt/speculative/spec_utils')}, which no rule edits"}
+    assert sglang_tree.cli("apply")[0] == 2
+    assert sglang_tree.snapshot() == before
