@@ -39,6 +39,7 @@ EAGLE_UTILS = "srt/speculative/eagle_utils.py"
 
 class Family(NamedTuple):
     releases: tuple[str, ...]
+    sites: int  # the sites check reports (present ones)
     absent: set[str]  # rule ids whose class or file the release lacks
     created: Optional[str] = None  # the helper module apply creates
     guarded: int = 0  # sites only the structural guard finds
@@ -58,22 +59,22 @@ PYPI_RELEASES = (
 TESTED_ELSEWHERE = ("0.5.8", "0.5.9", "0.5.10", "0.5.11", "0.5.12")
 FAMILIES = (
     # one-parameter init_cuda_graph_state(self, max_bs), called with max_bs * topk: rows per branch
-    Family(("0.4.6.post5", "0.4.7", "0.4.7.post1"), AITER | DSV4 | V2_WORKER, affected=False),
+    Family(("0.4.6.post5", "0.4.7", "0.4.7.post1"), 12, AITER | DSV4 | V2_WORKER, affected=False),
     # the narrow FlashInfer / FlashInfer-MLA graph row; no spec_utils.py (kernel in eagle_utils.py)
     Family(("0.4.8", "0.4.8.post1", "0.4.9", "0.4.9.post1", "0.4.9.post2", "0.4.9.post3", "0.4.9.post4",
             "0.4.9.post5", "0.4.9.post6", "0.4.10", "0.4.10.post1", "0.4.10.post2", "0.5.0rc0"),
-           AITER | DSV4 | V2_WORKER, created=SPEC_UTILS),
+           12, AITER | DSV4 | V2_WORKER, created=SPEC_UTILS),
     # the Aiter draft backend appears
     Family(("0.5.0rc1", "0.5.0rc2", "0.5.1", "0.5.1.post1", "0.5.1.post2", "0.5.1.post3", "0.5.2"),
-           DSV4 | V2_WORKER, created=SPEC_UTILS),
+           15, DSV4 | V2_WORKER, created=SPEC_UTILS),
     # spec_utils.py holds the kernel; eagle_utils.py split into eagle_info.py and spec_utils.py
-    Family(("0.5.3", "0.5.3.post1"), DSV4 | V2_WORKER, created=EAGLE_UTILS),
+    Family(("0.5.3", "0.5.3.post1"), 15, DSV4 | V2_WORKER, created=EAGLE_UTILS),
     # the V2 worker's first form: class EAGLEWorkerV2 (found by the structural guard)
-    Family(("0.5.3.post2", "0.5.3.post3"), DSV4 | V2_WORKER, guarded=1),
+    Family(("0.5.3.post2", "0.5.3.post3"), 16, DSV4 | V2_WORKER, guarded=1),
     # 0.5.8's forms
     Family(("0.5.4", "0.5.4.post1", "0.5.4.post2", "0.5.4.post3", "0.5.5", "0.5.5.post1", "0.5.5.post2",
-            "0.5.5.post3", "0.5.6", "0.5.6.post1", "0.5.6.post2", "0.5.7", "0.5.8.post1", "0.5.10.post1"), DSV4),
-    Family(("0.5.12.post1",), set()),  # 0.5.12's forms, DeepSeek-V4 included
+            "0.5.5.post3", "0.5.6", "0.5.6.post1", "0.5.6.post2", "0.5.7", "0.5.8.post1", "0.5.10.post1"), 16, DSV4),
+    Family(("0.5.12.post1",), 17, set()),  # 0.5.12's forms, DeepSeek-V4 included
 )
 FAMILY_OF = {version: family for family in FAMILIES for version in family.releases}
 LINTERS: dict[str, Callable[[str], str]] = {
@@ -118,6 +119,7 @@ def test_release(version, tmp_path, capsys):
     assert len(guarded) == family.guarded, sorted(guarded)
     assert {rule for rule, f in sites.items() if f.state is State.ABSENT} == family.absent
     present = set(sites) - family.absent
+    assert len(present) == family.sites
     before = tree_digest(tmp_path)
 
     if not family.affected:
