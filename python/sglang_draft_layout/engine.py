@@ -164,7 +164,9 @@ def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = T
 
     Besides ``rules``, the structural guard's rules for classes no rule names
     (``rules.structural_guard``). ``tests``: a fork checkout's own test files
-    (``fork_tests``) are part of the plan.
+    (``fork_tests``) are part of the plan. A helper module the tree lacks is created
+    (``FileChange.old`` None) when a site to patch imports from it; a tree whose draft
+    CUDA-graph rows count branches is not affected (``one_parameter_frame``).
     """
     changes: list[FileChange] = []
     sources = _sources(target, rules)
