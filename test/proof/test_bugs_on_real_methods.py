@@ -4,9 +4,10 @@ The methods run as the release wrote them (see test/support/real_methods.py): th
 FlashInfer draft backend's real __init__, init_cuda_graph_state, common_template and
 replay path with SGLang's own kernel under TRITON_INTERPRET, on one release of each
 family whose methods and kernel differ (0.4.8 to 0.5.12; every other release from
-0.4.7.post1 on is shown to have one family's methods and kernel, by their ast); the
-one-parameter ``init_cuda_graph_state`` of 0.4.7.post1 holding every step unpatched (not
-affected); DeepSeek-V4's real init_forward_metadata and init_forward_metadata_decode (0.5.12).
+0.4.6.post5 on is shown to have one family's methods and kernel, by their ast); the
+one-parameter ``init_cuda_graph_state`` of 0.4.6.post5 to 0.4.7.post1 holding every step
+unpatched (not affected); DeepSeek-V4's real init_forward_metadata and
+init_forward_metadata_decode (0.5.12).
 """
 
 from __future__ import annotations
@@ -48,7 +49,11 @@ DRAFT_METHODS = ("__init__", "common_template", "init_cuda_graph_state",
 #: one release per family of FlashInfer draft-backend methods (the ast of DRAFT_METHODS and
 #: of the kernel), and the releases of that family (test_every_release_has_a_proven_familys_code)
 FAMILIES = {
-    "0.4.7.post1": ["0.4.7.post1"],  # init_cuda_graph_state(self, max_bs): rows per branch
+    # init_cuda_graph_state(self, max_bs): rows per branch; 0.4.6.post5 and 0.4.7 each with a
+    # kernel of its own (draft slots step-major, as their draft_forward splits out_cache_loc)
+    "0.4.6.post5": ["0.4.6.post5"],
+    "0.4.7": ["0.4.7"],
+    "0.4.7.post1": ["0.4.7.post1"],
     "0.4.8": ["0.4.8", "0.4.8.post1", "0.4.9", "0.4.9.post1", "0.4.9.post2", "0.4.9.post3", "0.4.9.post4",
               "0.4.9.post5", "0.4.9.post6", "0.4.10", "0.4.10.post1", "0.4.10.post2", "0.5.0rc0"],
     "0.5.2": ["0.5.0rc1", "0.5.0rc2", "0.5.1", "0.5.1.post1", "0.5.1.post2", "0.5.1.post3", "0.5.2"],
@@ -57,7 +62,8 @@ FAMILIES = {
               "0.5.5.post1", "0.5.5.post2", "0.5.5.post3", "0.5.6", "0.5.6.post1", "0.5.6.post2", "0.5.7", "0.5.8",
               "0.5.8.post1", "0.5.9", "0.5.10", "0.5.10.post1", "0.5.11", "0.5.12", "0.5.12.post1"],
 }
-NARROW_ROW = [version for version in FAMILIES if version != "0.4.7.post1"]
+PER_BRANCH = ["0.4.6.post5", "0.4.7", "0.4.7.post1"]
+NARROW_ROW = [version for version in FAMILIES if version not in PER_BRANCH]
 
 
 @pytest.fixture(scope="module")
@@ -181,20 +187,38 @@ def test_patched_flashinfer_graph_rows_hold_every_step(release_trees, monkeypatc
     assert seen == [launch.expected_row(0), launch.expected_row(1)]
 
 
-def test_one_parameter_graph_rows_hold_every_step_unpatched(release_trees, monkeypatch):
-    """0.4.7.post1's init_cuda_graph_state(self, max_bs) gets max_bs * topk branches from the
-    draft graph runner: its max_bs * max_context_len rows already fit (not affected), and
-    apply leaves the tree as it is."""
-    trees = release_trees("0.4.7.post1")
+@pytest.mark.parametrize("version", PER_BRANCH)
+def test_one_parameter_graph_rows_hold_every_step_unpatched(release_trees, monkeypatch, version):
+    """init_cuda_graph_state(self, max_bs) gets max_bs * topk branches from the draft graph
+    runner: its max_bs * max_context_len rows already fit (not affected), and apply leaves
+    the tree as it is. 0.4.7.post1 writes 0.5.8's layout; the two before it their own
+    (step-major draft slots), of the same lengths."""
+    trees = release_trees(version)
     assert all((trees["patched"] / f).read_bytes() == (trees["unpatched"] / f).read_bytes()
                for f in (FLASHINFER, FLASHINFER_MLA))
     assert not (trees["patched"] / SPEC_UTILS).exists()
     launch, rows, seen, overflow = run_graph_replay(
         trees["unpatched"], FLASHINFER, "FlashInferMultiStepDraftBackend",
-        monkeypatch=monkeypatch, version="0.4.7.post1", **LONG)
+        monkeypatch=monkeypatch, version=version, **LONG)
     assert rows.shape == (3, 90)  # (max_bs * topk) * max_context_len
     assert overflow == 0
-    assert seen == [launch.expected_row(0), launch.expected_row(1)]
+    assert [len(s) for s in seen] == [42, 48]  # draft_kv_indices_used_len(18, 2, 6, i + 1): not cut short
+    expected = launch.expected_row if version == "0.4.7.post1" else step_major_row(launch)
+    assert seen == [expected(0), expected(1)]
+
+
+def step_major_row(launch: DraftLaunch):
+    """Row i as 0.4.6.post5's and 0.4.7's kernel fills it: per branch the prefix, then the
+    draft slots of steps 0..i, step-major in the pool (seq_len + step * topk + branch)."""
+    def row(step: int) -> list[int]:
+        out = []
+        for bid, seq_len in enumerate(launch.seq_lens_list):
+            pool = launch.req_to_token[int(launch.req_pool_indices[bid])].tolist()
+            for t in range(launch.topk):
+                out += pool[:seq_len] + [pool[seq_len + j * launch.topk + t] for j in range(step + 1)]
+        return out
+
+    return row
 
 
 def family_code(version: str) -> tuple[str, str]:
@@ -213,7 +237,7 @@ def family_code(version: str) -> tuple[str, str]:
 
 
 def test_every_release_has_a_proven_familys_code():
-    """Each release from 0.4.7.post1 to 0.5.12.post1 runs the kernel and FlashInfer draft
+    """Each release from 0.4.6.post5 to 0.5.12.post1 runs the kernel and FlashInfer draft
     methods of the release its family's proof above ran (the same ast), and the families differ."""
     codes = {version: family_code(version) for version in FAMILIES}
     assert len(set(codes.values())) == len(FAMILIES)
