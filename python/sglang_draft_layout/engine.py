@@ -14,8 +14,9 @@ from typing import Collection, Iterator, Optional, Sequence
 
 from . import fork_tests, transaction
 from .imports import add_imports
-from .rules import RULES
+from .rules import RULES, helper_definitions
 from .rules.base import MODULE_SCOPE, Finding, Rule, Source, State
+from .rules.kv_indices_graph_width import one_parameter_frame
 from .rules.structural_guard import GUARDED_FOLDERS, guard_rules, may_hold_draft_layout, names_draft_layout
 from .stored import StoredText, lines
 from .target import Target, TargetError
@@ -164,14 +165,28 @@ def _named_classes(relative: str) -> set[str]:
     return {rule.scope.split(".")[0] for rule in RULES if rule.file == relative and rule.scope != MODULE_SCOPE}
 
 
-def _helper_module_missing(finding: Finding, target: Target) -> Finding:
-    """A site to patch whose helper's module file is absent (code older than these rules) is unrecognised."""
+def _module_file(module: str) -> Optional[str]:
+    """``srt/speculative/spec_utils.py`` for ``sglang.srt.speculative.spec_utils``; None for a third-party module."""
+    return module.removeprefix("sglang.").replace(".", "/") + ".py" if module.startswith("sglang.") else None
+
+
+def _modules_to_create(findings: Sequence[Finding], target: Target) -> set[str]:
+    """The helper modules (files relative to the package) that sites to patch import but the tree lacks."""
+    needed = {_module_file(module) for f in findings if f.state is State.TO_PATCH for module, _name in f.imports}
+    return {relative for relative in needed if relative in helper_definitions.MODULES
+            and not (target.package / relative).exists() and not (target.package / relative[:-3]).exists()}
+
+
+def _helper_module_missing(finding: Finding, target: Target, created: Collection[str]) -> Finding:
+    """A site to patch whose helper's module file is absent (and not created) is unrecognised."""
     for module, _name in finding.imports:
-        relative = module.removeprefix("sglang.").replace(".", "/") + ".py"
-        first_party = module.startswith("sglang.")
-        if finding.state is State.TO_PATCH and first_party and not (target.package / relative).is_file():
-            return replace(finding, state=State.UNRECOGNISED, edits=(),
-                           detail=f"its helper's module {target.package / relative} is absent (code older than these rules)")
+        relative = _module_file(module)
+        if finding.state is State.TO_PATCH and relative and relative not in created \
+                and not (target.package / relative).is_file():
+            package = target.package / relative[:-3]
+            why = f"is the package {package}, which no rule edits" if package.is_dir() \
+                else f"{target.package / relative} is absent and no rule creates it"
+            return replace(finding, state=State.UNRECOGNISED, edits=(), detail=f"its helper's module {why}")
     return finding
 
 
@@ -180,9 +195,12 @@ def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = T
 
     Besides ``rules``, the structural guard's rules for classes no rule names
     (``rules.structural_guard``). ``tests``: a fork checkout's own test files
-    (``fork_tests``) are part of the plan. ``leftovers``: the tool's temp files beside
-    the files read or written. SIGINT, SIGTERM and SIGHUP are held, and raise ``Interrupted``
-    between files (libcst must not be stopped halfway).
+    (``fork_tests``) are part of the plan. A helper module the tree lacks is created
+    (``FileChange.old`` None) when a site to patch imports from it; a tree whose draft
+    CUDA-graph rows count branches is not affected (``one_parameter_frame``).
+    ``leftovers``: the tool's temp files beside the files read or written. SIGINT, SIGTERM
+    and SIGHUP are held, and raise ``Interrupted`` between files (libcst must not be
+    stopped halfway).
     """
     with transaction.signal_gate() as gate:
         gate.holding = True  # and on after planning: the command's output is not cut short
@@ -191,20 +209,36 @@ def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = T
 
 def _plan(target: Target, rules: Sequence[Rule], render_changes: bool, tests: bool,
           gate: transaction.SignalGate) -> Plan:
-    findings: list[Finding] = []
     changes: list[FileChange] = []
     sources, stored = _sources(target, rules, gate)
     guarded = [rule for relative, source in sources.items()
                for rule in guard_rules(relative, source, _named_classes(relative))]
-    for relative, file_rules in _rules_by_file([*rules, *guarded]).items():
+    by_file = _rules_by_file([*rules, *guarded])
+    findings = one_parameter_frame([
+        rule.find(rule, sources[relative]) if relative in sources else rule.report(State.ABSENT, detail=f"no {relative}")
+        for relative, file_rules in by_file.items() for rule in file_rules
+    ])
+    created = _modules_to_create(findings, target)
+    findings = [
+        replace(f, state=State.TO_PATCH, detail=helper_definitions.TO_CREATE.format(file=f.rule.file))
+        if f.rule.file in created else _helper_module_missing(f, target, created)
+        for f in findings
+    ]
+    for relative, file_rules in by_file.items():
         gate.check()
-        if relative not in sources:
-            findings += [rule.report(State.ABSENT, detail=f"no {relative}") for rule in file_rules]
+        path = target.package / relative
+        file_findings = [f for f in findings if f.rule.file == relative]
+        if not render_changes or any(f.state is State.UNRECOGNISED for f in file_findings) or not any(
+            f.state is State.TO_PATCH for f in file_findings
+        ):
             continue
-        file_findings, change = _file_plan(target, relative, stored[relative], sources[relative], file_rules,
-                                           render_changes)
-        findings += file_findings
-        changes += [change] if change else []
+        if relative in created:
+            new = helper_definitions.new_module(relative, target.line_length)
+            _check_rendered(path, relative, new, file_rules)
+            changes.append(FileChange.of(path, None, new))
+            continue
+        changes.append(_file_change(path, relative, stored[relative], sources[relative], file_findings, file_rules,
+                                    target.line_length))
     generated = tuple(fork_tests.generated_files(target)) if tests else ()
     if render_changes:
         changes += [_generated_change(g) for g in generated if g.state is not fork_tests.FileState.PRESENT]
@@ -213,19 +247,13 @@ def _plan(target: Target, rules: Sequence[Rule], render_changes: bool, tests: bo
     return Plan(target, tuple(findings), tuple(changes), generated, tuple(transaction.leftovers(folders)))
 
 
-def _file_plan(target: Target, relative: str, stored: StoredText, source: Source, file_rules: Sequence[Rule],
-               render_changes: bool) -> tuple[list[Finding], Optional[FileChange]]:
-    """One file's findings, and (``render_changes``) its change when it has sites to patch and none unrecognised."""
-    path = target.package / relative
-    findings = [_helper_module_missing(rule.find(rule, source), target) for rule in file_rules]
-    if not render_changes or not any(f.state is State.TO_PATCH for f in findings) or any(
-        f.state is State.UNRECOGNISED for f in findings
-    ):
-        return findings, None
+def _file_change(path: Path, relative: str, stored: StoredText, source: Source, findings: Sequence[Finding],
+                 file_rules: Sequence[Rule], line_length: int) -> FileChange:
+    """The change of one file with sites to patch and none unrecognised."""
     _parse(path, relative, stored.text)  # a file written must be valid Python as a whole, not only its classes
-    new = render(path, source, findings, target.line_length)
+    new = render(path, source, findings, line_length)
     _check_rendered(path, relative, new, file_rules)
-    return findings, FileChange.of(path, stored, new)
+    return FileChange.of(path, stored, new)
 
 
 def _generated_change(generated: fork_tests.GeneratedFile) -> FileChange:
@@ -317,10 +345,12 @@ def _patched_bytes(target: Target, path: Path, data: bytes) -> Optional[bytes]:
         source = _parse(path, relative, stored.text, None if whole else _named_classes(relative))
         file_rules = [rule for rule in RULES if rule.file == relative]
         file_rules += guard_rules(relative, source, _named_classes(relative))
-        _findings, change = _file_plan(target, relative, stored, source, file_rules, True)
+        findings = [rule.find(rule, source) for rule in file_rules]
+        if any(f.state is State.UNRECOGNISED for f in findings) or not any(f.state is State.TO_PATCH for f in findings):
+            return None
+        return _file_change(path, relative, stored, source, findings, file_rules, target.line_length).after
     except TargetError:
         return None
-    return change.after if change else None
 
 
 def _remove_leftovers(plan_: Plan) -> Plan:

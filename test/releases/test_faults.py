@@ -177,13 +177,13 @@ def test_a_signal_after_the_last_rename_keeps_the_tree_patched(tree, clean, writ
 def test_a_signal_while_planning_changes_nothing(tree, monkeypatch, capsys):
     root = tree
     before = snapshot(root)
-    real_file_plan = engine._file_plan
+    real_file_change = engine._file_change
 
-    def file_plan(*args, **kwargs):
+    def file_change(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGINT)
-        return real_file_plan(*args, **kwargs)
+        return real_file_change(*args, **kwargs)
 
-    monkeypatch.setattr(engine, "_file_plan", file_plan)
+    monkeypatch.setattr(engine, "_file_change", file_change)
     code, _out, err = run(capsys, "apply", str(root))
     assert (code, err) == (130, "interrupted (SIGINT): nothing changed\n")
     assert snapshot(root) == before

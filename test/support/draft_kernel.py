@@ -1,10 +1,11 @@
 """SGLang's own ``generate_draft_decode_kv_indices`` Triton kernel, runnable on CPU.
 
-The kernel lives in ``sglang/srt/speculative/spec_utils.py``, whose imports pull in most of
-SGLang. Instead of importing that module, the kernel's source is cut out of the unpacked
-release wheel with ``ast`` at test time, written to a module in the cache (never into this
-repository) whose only imports are ``triton`` and ``triton.language as tl``, and loaded
-from there (Triton's ``jit`` needs a real source file to read the function back).
+The kernel lives in ``sglang/srt/speculative/spec_utils.py`` (0.5.3 on; ``eagle_utils.py``
+before), whose imports pull in most of SGLang. Instead of importing that module, the
+kernel's source is cut out of the unpacked release wheel with ``ast`` at test time,
+written to a module in the cache (never into this repository) whose only imports are
+``triton`` and ``triton.language as tl``, and loaded from there (Triton's ``jit`` needs
+a real source file to read the function back).
 
 ``TRITON_INTERPRET=1`` is set before triton is imported here; triton 3.x then runs the
 kernel with its Python interpreter on CPU torch tensors.
@@ -27,6 +28,8 @@ from .wheel_source import wheel_source
 
 KERNEL_NAME = "generate_draft_decode_kv_indices"
 SPEC_UTILS = Path("sglang/srt/speculative/spec_utils.py")
+#: where releases keep the kernel: spec_utils.py from 0.5.3 on, eagle_utils.py before
+KERNEL_MODULES = (SPEC_UTILS, Path("sglang/srt/speculative/eagle_utils.py"))
 # What the kernel may reference from its module: anything else would have to be provided.
 ALLOWED_GLOBALS = {"triton", "tl"}
 
@@ -57,6 +60,15 @@ def kernel_source(spec_utils_file: Path) -> tuple[str, set[str]]:
     return source, free
 
 
+def kernel_module(version: str) -> Path:
+    """The file of sglang==version (relative to the tree) that defines the kernel."""
+    for module in KERNEL_MODULES:
+        file = pristine_tree(version) / module
+        if file.is_file() and f"def {KERNEL_NAME}(" in file.read_text():
+            return module
+    raise LookupError(f"no {KERNEL_NAME} in sglang=={version}")
+
+
 def load_kernel(version: str = "0.5.12"):
     """SGLang==version's kernel as a Triton function that runs under the interpreter."""
     os.environ["TRITON_INTERPRET"] = "1"
@@ -69,13 +81,13 @@ def load_kernel(version: str = "0.5.12"):
             "environment, or import this module before anything imports triton"
         )
 
-    spec_utils = pristine_tree(version) / SPEC_UTILS
-    source, free = kernel_source(spec_utils)
+    kernel_file = kernel_module(version)
+    source, free = kernel_source(pristine_tree(version) / kernel_file)
     if not free <= ALLOWED_GLOBALS:
         raise LookupError(f"{KERNEL_NAME} of sglang=={version} also uses {sorted(free - ALLOWED_GLOBALS)}")
 
     module_text = (
-        f"# Cut at test time out of sglang=={version} {SPEC_UTILS} (not part of the repo).\n"
+        f"# Cut at test time out of sglang=={version} {kernel_file} (not part of the repo).\n"
         "import triton\nimport triton.language as tl\n\n\n" + source
     )
     digest = hashlib.sha256(module_text.encode()).hexdigest()[:12]
@@ -212,9 +224,10 @@ class DraftLaunch:
 
 
 def kernel_source_in_wheel(version: str) -> str:
-    """The kernel's source as shipped in the sglang==version wheel (0.5.13 moved it to
-    speculative/triton_ops/cache_locs.py), read straight out of the cached wheel."""
-    for name in ("sglang/srt/speculative/spec_utils.py",
+    """The kernel's source as shipped in the sglang==version wheel (eagle_utils.py before
+    0.5.3; 0.5.13 moved it to speculative/triton_ops/cache_locs.py), read straight out of
+    the cached wheel."""
+    for name in (*(str(module) for module in KERNEL_MODULES),
                  "sglang/srt/speculative/triton_ops/cache_locs.py"):
         try:
             text = wheel_source(version, name)

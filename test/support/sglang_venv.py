@@ -52,6 +52,14 @@ PACKAGES = {
         "setproctitle==1.3.8", "apache-tvm-ffi==0.1.9", "datasets==5.2.0",
     ),
 }
+# SGLang 0.5.3 to 0.5.4.post3 import, besides 0.5.12's set, fastapi at module level
+# (sglang/srt/utils/common.py; uvicorn beside it) and xgrammar (through
+# sglang/srt/entrypoints/openai/protocol.py), found the same way; xgrammar needs a newer
+# apache-tvm-ffi than 0.5.12's pin (no DeepSeek-V4 there). Older releases, and 0.5.5 to
+# 0.5.7, do not import on this CPU machine with any set (docs/sites.md says why).
+PACKAGES["0.5.3"] = tuple(p for p in PACKAGES["0.5.12"] if not p.startswith("apache-tvm-ffi==")) + (
+    "apache-tvm-ffi==0.1.15.post2", "fastapi==0.165.0", "uvicorn==0.54.0", "xgrammar==0.2.9",
+)
 
 
 def _pip(python: Path, *args: str, log: Path) -> None:
@@ -108,6 +116,9 @@ def probe_imports(python: Path, tree: Path, modules: list[str], mode: str = "tog
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env["PYTHONPATH"] = str(tree)
     env.setdefault("SGLANG_LOG_LEVEL", "error")
+    # the server sets it (server_args.py) before the backends load; before 0.5.4 the
+    # FlashInfer backends read it at import with os.environ[...]
+    env.setdefault("SGLANG_ENABLE_TORCH_COMPILE", "0")
     probe = Path(__file__).with_name("import_probe.py")
     proc = subprocess.run([str(python), str(probe), "--mode", mode, *modules],
                           capture_output=True, text=True, env=env, timeout=timeout,

@@ -27,6 +27,8 @@ class State(enum.Enum):
     PATCHED = "patched"
     TO_PATCH = "to patch"
     ABSENT = "not in this release"
+    #: a site whose own form has no bug to fix (e.g. CUDA-graph rows counted per branch already)
+    NOT_AFFECTED = "not affected"
     UNRECOGNISED = "unrecognised"
 
 

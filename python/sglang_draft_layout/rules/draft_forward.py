@@ -10,13 +10,20 @@ Upstream (PR 26239) calls
 Invariant: the worker writes step i's KV to the same slots that DeepSeek-V4 bakes into
 its metadata, because both read the layout off one helper, which also checks the
 buffer's length.
+
+Not affected: the step-major split of SGLang 0.4.6.post5 and 0.4.7,
+``x = x.view(bs, -1)`` then ``x[:, self.topk * i : self.topk * (i + 1)]`` (a
+``[bs, steps, topk]`` layout, not the helper's ``[bs, topk, steps]``): the tree's own
+layout, left as it is (rewriting it with the helper would move every draft slot).
 """
 
 from __future__ import annotations
 
 import ast
 
-from ..layout_patterns import PER_STEP_HELPER, called_name, nodes_of, out_cache_loc_layouts
+from typing import Optional
+
+from ..layout_patterns import PER_STEP_HELPER, called_name, factors, is_self_attr, nodes_of, out_cache_loc_layouts
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State, locate_method
 
 WORKERS = (
@@ -33,6 +40,21 @@ CALL = f"""
 """
 
 
+def step_major_split(method: ast.FunctionDef) -> Optional[ast.Subscript]:
+    """``x[:, self.topk * i : self.topk * (i + 1)]``: step i's columns of a ``[bs, steps * topk]`` view."""
+    for node in nodes_of(method, ast.Subscript):
+        index = node.slice
+        if not (isinstance(index, ast.Tuple) and len(index.elts) == 2
+                and all(isinstance(part, ast.Slice) and part.step is None for part in index.elts)):
+            continue
+        rows, columns = index.elts
+        bounds = (columns.lower, columns.upper)
+        if rows.lower is None and rows.upper is None and None not in bounds \
+                and all(any(is_self_attr(f, "topk") for f in factors(bound)) for bound in bounds):
+            return node
+    return None
+
+
 def _find(rule: Rule, source: Source) -> Finding:
     method = locate_method(rule, source)
     if isinstance(method, Finding):
@@ -45,6 +67,10 @@ def _find(rule: Rule, source: Source) -> Finding:
         return rule.report(State.TO_PATCH, stmts[0].lineno,
                            edits=[Edit(stmts[0], replace=new, absorb=tuple(stmts[1:]))],
                            imports=[(EAGLE_UTILS, PER_STEP_HELPER)])
+    split = step_major_split(method)
+    if split is not None:
+        return rule.report(State.NOT_AFFECTED, split.lineno,
+                           "its own step-major split `x[:, self.topk * i : self.topk * (i + 1)]`, not the helper's layout")
     return rule.report(State.UNRECOGNISED, method.lineno,
                        "no `reshape(bs, topk, steps)` + `permute((2, 0, 1)).reshape(steps, -1)` of out_cache_loc")
 

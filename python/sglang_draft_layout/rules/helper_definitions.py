@@ -11,6 +11,11 @@ A definition already there is judged by its body, structurally (docstrings,
 annotations and assert messages do not matter): our form or upstream's is patched;
 upstream's earlier body (the width without its int32 guard, the per-step layout
 without its length assert) is replaced by ours; any other body is unrecognised.
+
+A tree without the module (``spec_utils.py`` before SGLang 0.5.3, ``eagle_utils.py`` in
+0.5.3, which split it into ``eagle_info.py`` and ``spec_utils.py``) gets it created,
+holding just the helpers and a docstring saying why the file exists (``new_module``),
+when a site to patch imports from it; the engine decides that (``engine.plan``).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import enum
 import inspect
 from typing import Callable, Optional
 
+from ..imports import add_imports
 from ..layout_patterns import factors
 from ..speculative import eagle_utils, spec_utils
 from .base import MODULE_SCOPE, Edit, Finding, Rule, Source, State, param_names
@@ -175,3 +181,36 @@ RULES = [
     _rule(spec_utils.draft_kv_indices_used_len, "spec_utils"),
     _rule(eagle_utils.per_step_draft_out_cache_loc, "eagle_utils"),
 ]
+
+
+#: each helper module: its helpers, and why a tree may lack it (the created file's docstring)
+MODULES: dict[str, tuple[list[Callable], str]] = {
+    "srt/speculative/spec_utils.py": (
+        [spec_utils.draft_kv_indices_buffer_width, spec_utils.draft_kv_indices_used_len],
+        "this tree keeps its speculative utilities in eagle_utils.py\n"
+        "(SGLang before 0.5.3 had no spec_utils.py)",
+    ),
+    "srt/speculative/eagle_utils.py": (
+        [eagle_utils.per_step_draft_out_cache_loc],
+        "this tree splits its speculative utilities into eagle_info.py\n"
+        "and spec_utils.py, as SGLang 0.5.3 did",
+    ),
+}
+TO_CREATE = "to create: the tree has no {file}; apply creates it holding just the helpers"
+CREATED_DOCSTRING = '''"""Multi-step EAGLE draft layout helpers, where upstream SGLang keeps them ({upstream}).
+
+Created by sglang-draft-layout: {why}.
+It holds just the helpers, so that the patched call sites import them from the module
+upstream 0.5.13 imports them from; the rest of the tree's layout is left as it was.
+"""
+'''
+
+
+def new_module(relative: str, line_length: int = 88) -> str:
+    """The text of a helper module the tree lacks: docstring, its imports, the helpers."""
+    helpers, why = MODULES[relative]
+    upstream = UPSTREAM[relative.rsplit("/", 1)[1].removesuffix(".py")]
+    sources = [inspect.getsource(helper) for helper in helpers]
+    code = CREATED_DOCSTRING.format(upstream=upstream, why=why) + "".join(f"\n\n{source}" for source in sources)
+    imports = [("torch", "")] if any("torch." in source for source in sources) else []
+    return add_imports(code, imports, line_length)
