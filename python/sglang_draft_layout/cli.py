@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 
 from . import __version__, engine, releases
 from .engine import Plan
-from .fork_tests import FileState
+from .fork_tests import FileState, TestOptions
 from .rules.base import State
 from .target import TargetError, resolve
 
@@ -49,7 +49,7 @@ def table(plan: Plan, applied: bool = False) -> str:
         for state in State if any(f.state is state for f in sites)
     )
     target = plan.target
-    return "\n".join([f"{target.describe()} at {target.package}", *lines, f"sites: {summary}"])
+    return "\n".join([f"{target.describe()} at {target.package}", *lines, f"sites: {summary}", *plan.notes])
 
 
 def _plan_exit_code(plan: Plan) -> int:
@@ -59,16 +59,16 @@ def _plan_exit_code(plan: Plan) -> int:
     return 1 if plan.count(State.TO_PATCH) or to_write else 0
 
 
-def check(path: Optional[str], tests: bool = True) -> int:
-    plan = engine.plan(resolve(path), render_changes=False, tests=tests)
+def check(path: Optional[str], tests: bool = True, options: TestOptions = TestOptions()) -> int:
+    plan = engine.plan(resolve(path), render_changes=False, tests=tests, test_options=options)
     print(table(plan))
     for finding in plan.unrecognised:
         print(f"error: {engine.describe(finding, plan.target)}", file=sys.stderr)
     return _plan_exit_code(plan)
 
 
-def diff(path: Optional[str], tests: bool = True) -> int:
-    plan = engine.plan(resolve(path), tests=tests)
+def diff(path: Optional[str], tests: bool = True, options: TestOptions = TestOptions()) -> int:
+    plan = engine.plan(resolve(path), tests=tests, test_options=options)
     for finding in plan.unrecognised:
         print(f"error: {engine.describe(finding, plan.target)}", file=sys.stderr)
         return 2
@@ -76,9 +76,9 @@ def diff(path: Optional[str], tests: bool = True) -> int:
     return _plan_exit_code(plan)
 
 
-def apply(path: Optional[str], tests: bool = True) -> int:
+def apply(path: Optional[str], tests: bool = True, options: TestOptions = TestOptions()) -> int:
     target = resolve(path)
-    plan = engine.apply(target, tests=tests)
+    plan = engine.apply(target, tests=tests, test_options=options)
     print(table(plan, applied=True))
     print(f"wrote {len(plan.changes)} file(s)" if plan.changes else "nothing to do: every site already follows upstream")
     return 0
@@ -118,13 +118,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                                        "(default: the SGLang installed in this Python)")
         command.add_argument("--no-tests", dest="tests", action="store_false",
                              help="leave out the test files written into a fork checkout's test/registered/")
+        command.add_argument("--cpu-suite", metavar="NAME",
+                             help="register the CPU test to this suite (default: chosen from test/run_suite.py)")
+        command.add_argument("--cuda-suite", metavar="NAME",
+                             help="register the GPU test to this suite (default: chosen from test/run_suite.py)")
+        command.add_argument("--gpu-test", action="store_true",
+                             help="also write the GPU test (about 240 s of per-commit GPU CI in the fork)")
     command = commands.add_parser("demo", help=f"patch a scratch copy of sglang=={DEMO_RELEASE} from PyPI")
     command.add_argument("--release", default=DEMO_RELEASE)
     args = parser.parse_args(argv)
     try:
         if args.command == "demo":
             return demo(args.release)
-        return {"check": check, "diff": diff, "apply": apply}[args.command](args.target, args.tests)
+        options = TestOptions(args.cpu_suite, args.cuda_suite, args.gpu_test)
+        return {"check": check, "diff": diff, "apply": apply}[args.command](args.target, args.tests, options)
     except TargetError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -39,6 +39,7 @@ class Plan:
     findings: tuple[Finding, ...]
     changes: tuple[FileChange, ...]
     generated: tuple[fork_tests.GeneratedFile, ...] = ()  # a fork's own test files (fork_tests)
+    notes: tuple[str, ...] = ()  # one line for each fork test not written, and why
 
     def count(self, state: State) -> int:
         return sum(f.state is state for f in self.findings)
@@ -144,12 +145,14 @@ def _helper_module_missing(finding: Finding, target: Target) -> Finding:
     return finding
 
 
-def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = True, tests: bool = True) -> Plan:
+def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = True, tests: bool = True,
+         test_options: fork_tests.TestOptions = fork_tests.TestOptions()) -> Plan:
     """Every rule's finding and (with ``render_changes``) the new text of every file that changes; writes nothing.
 
     Besides ``rules``, the structural guard's rules for classes no rule names
     (``rules.structural_guard``). ``tests``: a fork checkout's own test files
-    (``fork_tests``) are part of the plan.
+    (``fork_tests``, registered to suites by ``test_options`` and the fork's run_suite.py)
+    are part of the plan.
     """
     findings: list[Finding] = []
     changes: list[FileChange] = []
@@ -172,10 +175,10 @@ def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = T
             new = render(path, source, file_findings, target.line_length)
             _check_rendered(path, relative, new, file_rules)
             changes.append(FileChange(path, old, new))
-    generated = tuple(fork_tests.generated_files(target)) if tests else ()
+    generated, notes = fork_tests.generated_files(target, test_options) if tests else ([], [])
     if render_changes:
         changes += [FileChange(g.path, g.old, g.text) for g in generated if g.state is not fork_tests.FileState.PRESENT]
-    return Plan(target, tuple(findings), tuple(changes), generated)
+    return Plan(target, tuple(findings), tuple(changes), tuple(generated), tuple(notes))
 
 
 def _check_rendered(path: Path, relative: str, new: str, rules: Sequence[Rule]) -> None:
@@ -290,11 +293,12 @@ def write(changes: Sequence[FileChange]) -> None:
         raise
 
 
-def apply(target: Target, tests: bool = True) -> Plan:
+def apply(target: Target, tests: bool = True,
+          test_options: fork_tests.TestOptions = fork_tests.TestOptions()) -> Plan:
     """Patch the tree: plan, refuse on anything unrecognised, write all files or none
-    (``tests``: with a fork checkout's own test files)."""
+    (``tests``: with a fork checkout's own test files, as ``test_options`` say)."""
     with tree_lock(target):
-        result = plan(target, tests=tests)
+        result = plan(target, tests=tests, test_options=test_options)
         if result.unrecognised:
             raise PatchError(describe(result.unrecognised[0], target) + "; nothing written")
         write(result.changes)
