@@ -1,7 +1,7 @@
 """The registered CPU test `apply` writes into a fork checkout (fork_tests, registered_cpu).
 
 Written, reported by `check`, idempotent, skipped with --no-tests; collected by 0.5.12's own
-ci_register into stage-a-test-cpu; and, run as the fork's CI runs it (`python3 FILE`, in the
+ci_register into stage-a-test-cpu (the suite its run_suite.py gives); and, run as the fork's CI runs it (`python3 FILE`, in the
 proof venv), it passes on the patched fork and fails on the unpatched one and on a patched
 fork with one site reverted. Black/isort: test_registered_gpu_test.py (every template).
 """
