@@ -6,7 +6,8 @@ Loads FORK/test/run_suite.py as a module (not as __main__) with the fork's own
 python/sglang/test/ci/ci_register.py (or CI_REGISTER) as ``sglang.test.ci.ci_register``.
 run_suite.py's two other imports, ``tabulate`` and ``sglang.test.ci.ci_utils``, serve only
 printing and running and are stood in. Then does what every era's run_a_suite does before
-running anything: ``collect_tests`` over test/registered/**/*.py (strict), the file's own
+running anything: ``collect_tests`` over test/registered/**/*.py (strict; and, where its
+run_a_suite globs them, python/sglang/jit_kernel's tests and benchmarks), the file's own
 ``validate_all_suites`` where it has one, and its ``filter_tests`` for HW and SUITE. Prints
 one line, ``SUITE-PROBE {json}``: the selected files (relative to FORK) and whether it
 validated; an error of the fork's own code exits 1 with its message.
@@ -39,11 +40,17 @@ def main(fork, hw, suite, ci_register=None):
         for attribute in attributes:
             setattr(module, attribute, None)
         sys.modules[name] = module
-    run_suite = load("fork_run_suite", os.path.join(fork, "test", "run_suite.py"))
+    path = os.path.join(fork, "test", "run_suite.py")
+    run_suite = load("fork_run_suite", path)
     files = sorted(
         f for f in glob.glob(os.path.join(fork, "test", "registered", "**", "*.py"), recursive=True)
         if os.path.basename(f) not in ("conftest.py", "__init__.py")
     )
+    with open(path) as source:
+        if "jit_kernel_dir" in source.read():
+            jit_kernel = os.path.join(fork, "python", "sglang", "jit_kernel")
+            files += glob.glob(os.path.join(jit_kernel, "tests", "**", "test_*.py"), recursive=True)
+            files += glob.glob(os.path.join(jit_kernel, "benchmark", "**", "bench_*.py"), recursive=True)
     all_tests = run_suite.collect_tests(files, sanity_check=True)
     validated = hasattr(run_suite, "validate_all_suites")
     if validated:
