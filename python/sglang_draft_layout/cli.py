@@ -121,7 +121,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         command.add_argument("--cpu-suite", metavar="NAME",
                              help="register the CPU test to this suite (default: chosen from test/run_suite.py)")
         command.add_argument("--cuda-suite", metavar="NAME",
-                             help="register the GPU test to this suite (default: chosen from test/run_suite.py)")
+                             help="write the GPU test, registered to this suite (default: chosen from test/run_suite.py)")
         command.add_argument("--gpu-test", action="store_true",
                              help="also write the GPU test (about 240 s of per-commit GPU CI in the fork)")
     command = commands.add_parser("demo", help=f"patch a scratch copy of sglang=={DEMO_RELEASE} from PyPI")

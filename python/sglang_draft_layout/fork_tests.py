@@ -35,7 +35,8 @@ _REGISTER = re.compile(r'^(register_\w+_ci)\(est_time=(\d+), suite="([^"]*)"\)$'
 
 @dataclass(frozen=True)
 class TestOptions:
-    """What the user asked for: suite names of their own, and the GPU test."""
+    """What the user asked for: suite names of their own, and the GPU test (naming a CUDA
+    suite asks for it too)."""
 
     cpu_suite: Optional[str] = None
     cuda_suite: Optional[str] = None
@@ -191,8 +192,9 @@ def _suite(template: str, options: TestOptions, suites: Optional[ForkSuites], ol
     chosen = choose_suite(suites, backend)
     if chosen is None:
         per_commit = ", ".join(suites.per_commit.get(backend, ())) or "none"
+        written = f"; the file there registers to {kept}, not one of them" if kept is not None else ""
         return None, (f"{run_suite} has no per-commit {backend} suite that fits (its per-commit {backend} "
-                      f"suites: {per_commit}; name one with {option} NAME)")
+                      f"suites: {per_commit}{written}; name one with {option} NAME)")
     return chosen, None
 
 
@@ -210,7 +212,7 @@ def generated_files(target: Target, options: TestOptions = TestOptions()) -> tup
     for relative, template, what in FORK_TESTS:
         path = root / relative
         old = path.read_text(encoding="utf-8") if path.is_file() else None
-        if template == "registered_gpu" and not options.gpu_test and old is None:
+        if template == "registered_gpu" and not (options.gpu_test or options.cuda_suite) and old is None:
             continue  # the GPU test costs per-commit GPU time: written only when asked for
         suite, why_not = _suite(template, options, suites, old, run_suite)
         if suite is None:
