@@ -26,7 +26,7 @@
 # configuration, request and accept length, a server that did not start shows its log's tail),
 # summary.md. Exit 0 only if the patched run passed and the unpatched run failed in
 # test_flashinfer_cg_k8s5 on an output or an accept length.
-# Knobs: GPU_WORK (/tmp/sgl_dl), TREE_TIMEOUT_S (300, each tree), SGLANG_DRAFT_LAYOUT_CONFIGS
+# Knobs: GPU_WORK (/tmp/sgl_dl), TREE_TIMEOUT_S (420, each tree: run_suite.py imports SGLang before the test starts), SGLANG_DRAFT_LAYOUT_CONFIGS
 # (comma-separated configuration names, read by the test), FORK.
 set -u
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -87,7 +87,7 @@ echo "[forkci] run_suite.py: $RUN_SUITE; CUDA suite of the written test: $SUITE"
 run_tree() {  # run_tree NAME: the fork's CI command in that checkout, bounded; servers die with it
   local start=$(date +%s) pp=$FORKCI/$1/python:$SITE${STANDIN:+:$STANDIN}
   # timeout signals its whole process group: run_suite.py, the test, its servers and schedulers
-  (cd "$FORKCI/$1/test" && PYTHONPATH=$pp timeout -k 20 "${TREE_TIMEOUT_S:-300}" \
+  (cd "$FORKCI/$1/test" && PYTHONPATH=$pp timeout -k 20 "${TREE_TIMEOUT_S:-420}" \
      python3 run_suite.py --hw cuda --suite "$SUITE" > "$OUT/$1.log" 2>&1)
   local rc=$?
   local result=$(grep -E '^(OK|FAILED)' "$OUT/$1.log" | tail -1)
