@@ -80,10 +80,11 @@ def test_patched_passes_and_unpatched_fails_in_the_known_case(fork, proof_python
 
 def test_a_users_own_fork(proof_python, tmp_path):
     """FORK=: the user's checkout (0.5.12 code, its own run_suite.py) is copied and patched there;
-    the checkout itself is left as it was."""
+    the checkout itself is left as it was. Only the configuration that fails unpatched runs
+    (the others are skipped by the written test itself), to keep the suite fast."""
     fork = make_fork(tmp_path / "users-fork")
     result, out = run_script(proof_python, pristine_tree(VERSION) / "sglang", None, tmp_path,
-                             FORK=str(fork))
+                             FORK=str(fork), SGLANG_DRAFT_LAYOUT_CONFIGS="flashinfer_cg_k8s5")
     check_as_expected(result, out)
     assert "apply" in (out / "patch.txt").read_text()
     assert git(fork, "status", "--porcelain", "--untracked-files=all") == ""
