@@ -95,7 +95,8 @@ def read_suites(root: Path) -> Optional[ForkSuites]:
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     except SyntaxError as error:
-        raise TargetError(f"{path}:{error.lineno}: not valid Python ({error.msg}); nothing written") from None
+        raise TargetError(f"{path}:{error.lineno}: not valid Python ({error.msg}), so the fork's CI suites are "
+                          "unknown (--no-tests leaves the tests out); nothing written") from None
     per_commit: dict[str, tuple[str, ...]] = {}
     known: dict[str, set[str]] = {}
     for dict_name in SUITE_DICTS:

@@ -152,6 +152,16 @@ def test_no_run_suite_no_test_and_one_line(tmp_path, capsys):
     assert cli.main(["check", str(fork)]) == 0
 
 
+def test_a_run_suite_that_is_not_python_is_refused(tmp_path, capsys):
+    fork = make_fork(tmp_path / "fork")
+    (fork / "test" / "run_suite.py").write_text("PER_COMMIT_SUITES = {\n")
+    assert cli.main(["apply", str(fork)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "run_suite.py:1: not valid Python" in err and "--no-tests" in err
+    assert git(fork, "status", "--porcelain") == " M test/run_suite.py\n"
+    assert cli.main(["apply", "--no-tests", str(fork)]) == 0
+
+
 @pytest.mark.parametrize("suite", ["stage-b-test-1-gpu-small", "s" * 60, "s" * 90])
 def test_registration_line_is_black_clean(tmp_path, suite):
     path = tmp_path / "test_written.py"
