@@ -45,6 +45,9 @@ class Options:
     under the same name (``tests``: the test files written into a fork checkout)."""
 
     tests: bool = True
+    cpu_suite: Optional[str] = None  # the fork's suite for the CPU test (default: from its run_suite.py)
+    cuda_suite: Optional[str] = None  # the fork's suite for the GPU test; naming one asks for the test
+    gpu_test: bool = False  # also write the GPU test (about 240 s of per-commit GPU CI)
 
     def engine_kwargs(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -104,6 +107,7 @@ class Report:
     items: tuple[Item, ...]
     files: tuple[WrittenFile, ...] = ()  # apply: written; diff: the patch's files; check: ()
     patch: str = ""  # diff: the unified diff (``git apply`` at the target root)
+    notes: tuple[str, ...] = ()  # one line for each fork test not written, and why
     plan: Optional[Plan] = field(default=None, repr=False, compare=False)
 
     @property
@@ -143,6 +147,7 @@ class Report:
             "summary": {"total": len(self.items), "kinds": self.kinds(), "states": self.states()},
             "sites": [item.to_json() for item in self.items],
             "files": [{"path": f.path, "new": f.new} for f in self.files],
+            "notes": list(self.notes),
         }
 
 
@@ -201,7 +206,7 @@ def report(command: str, plan: Plan, options: Options, applied: bool = False) ->
                    *(_leftover_item(leftover, plan, applied) for leftover in plan.leftovers)])
     files = tuple(WrittenFile(_relative(c.path, target), c.old is None) for c in plan.changes)
     patch = plan.diff() if command == "diff" and not any(i.error for i in items) else ""
-    return Report(command, target, options, items, files, patch, plan)
+    return Report(command, target, options, items, files, patch, plan.notes, plan)
 
 
 def _options(options: Optional[Options], overrides: dict[str, Any]) -> Options:

@@ -197,6 +197,8 @@ def print_check(report: Report, argv_target: Optional[str], verbosity: int, out:
         print_items(out, report.items if verbosity > 0 else [i for i in report.items if i.needs_action or i.error],
                     verbose=verbosity > 0)
     out.wrapped(summary(report), _BOLD)
+    for note in report.notes:
+        out.wrapped(note)
     for item in report.errors:
         print(f"error: {error_line(report, item)}", file=sys.stderr)
     following = next_step(report, argv_target)
@@ -232,6 +234,8 @@ def print_github(report: Report, argv_target: Optional[str]) -> None:
         message += f"; upstream {item.upstream}" if item.upstream else ""
         message += "; no rule knows this form (docs/sites.md)" if item.error else f"; run `{fix}`"
         print(f"::error {properties}::{github_escape(message)}")
+    for note in report.notes:
+        print(f"::notice title={PROG}::{github_escape(note)}")
     print(summary(report))
     following = next_step(report, argv_target)
     if following:
@@ -255,6 +259,8 @@ def print_apply(report: Report, verbosity: int, out: Printer) -> None:
         for written in report.files:
             out.line(("new      ", _GREEN) if written.new else "patched  ", fit_left(written.path, out.width - 9))
     out.wrapped(summary(report), _BOLD)
+    for note in report.notes:
+        out.wrapped(note)
     new = [f.path for f in report.files if f.new]
     if not report.files:
         out.line("nothing to do: every site already follows upstream")
@@ -318,6 +324,12 @@ def _add_target(command: argparse.ArgumentParser) -> None:
                                                    "sglang package (default: the SGLang installed in this Python)")
     command.add_argument("--no-tests", dest="tests", action="store_false",
                          help="leave out the test files written into a fork checkout's test/registered/")
+    command.add_argument("--cpu-suite", metavar="NAME",
+                         help="register the CPU test to this suite (default: chosen from test/run_suite.py)")
+    command.add_argument("--cuda-suite", metavar="NAME",
+                         help="write the GPU test, registered to this suite (default: chosen from test/run_suite.py)")
+    command.add_argument("--gpu-test", action="store_true",
+                         help="also write the GPU test (about 240 s of per-commit GPU CI in the fork)")
 
 
 def _add_verbosity(command: argparse.ArgumentParser) -> None:

@@ -58,6 +58,7 @@ class Plan:
     generated: tuple[fork_tests.GeneratedFile, ...] = ()  # a fork's own test files (fork_tests)
     leftovers: tuple[Path, ...] = ()  # the tool's own temp files found beside the files it reads
     removed: tuple[Path, ...] = ()  # those ``apply`` removed: each a version of the file beside it
+    notes: tuple[str, ...] = ()  # one line for each fork test not written, and why
 
     def count(self, state: State) -> int:
         return sum(f.state is state for f in self.findings)
@@ -190,12 +191,14 @@ def _helper_module_missing(finding: Finding, target: Target, created: Collection
     return finding
 
 
-def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = True, tests: bool = True) -> Plan:
+def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = True, tests: bool = True,
+         cpu_suite: Optional[str] = None, cuda_suite: Optional[str] = None, gpu_test: bool = False) -> Plan:
     """Every rule's finding and (with ``render_changes``) the new text of every file that changes; writes nothing.
 
     Besides ``rules``, the structural guard's rules for classes no rule names
     (``rules.structural_guard``). ``tests``: a fork checkout's own test files
-    (``fork_tests``) are part of the plan. A helper module the tree lacks is created
+    (``fork_tests``, registered to the suites ``cpu_suite``/``cuda_suite`` name or the fork's
+    run_suite.py offers; the GPU test with ``gpu_test``) are part of the plan. A helper module the tree lacks is created
     (``FileChange.old`` None) when a site to patch imports from it; a tree whose draft
     CUDA-graph rows count branches is not affected (``one_parameter_frame``).
     ``leftovers``: the tool's temp files beside the files read or written. SIGINT, SIGTERM
@@ -204,11 +207,12 @@ def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = T
     """
     with transaction.signal_gate() as gate:
         gate.holding = True  # and on after planning: the command's output is not cut short
-        return _plan(target, rules, render_changes, tests, gate)
+        test_options = fork_tests.TestOptions(cpu_suite, cuda_suite, gpu_test) if tests else None
+        return _plan(target, rules, render_changes, test_options, gate)
 
 
-def _plan(target: Target, rules: Sequence[Rule], render_changes: bool, tests: bool,
-          gate: transaction.SignalGate) -> Plan:
+def _plan(target: Target, rules: Sequence[Rule], render_changes: bool,
+          test_options: Optional[fork_tests.TestOptions], gate: transaction.SignalGate) -> Plan:
     changes: list[FileChange] = []
     sources, stored = _sources(target, rules, gate)
     guarded = [rule for relative, source in sources.items()
@@ -239,12 +243,13 @@ def _plan(target: Target, rules: Sequence[Rule], render_changes: bool, tests: bo
             continue
         changes.append(_file_change(path, relative, stored[relative], sources[relative], file_findings, file_rules,
                                     target.line_length))
-    generated = tuple(fork_tests.generated_files(target)) if tests else ()
+    generated, notes = fork_tests.generated_files(target, test_options) if test_options else ([], [])
     if render_changes:
         changes += [_generated_change(g) for g in generated if g.state is not fork_tests.FileState.PRESENT]
         _refuse_links_out_of_tree(target, changes)
     folders = [text.path.resolve().parent for text in stored.values()] + [g.path.parent for g in generated]
-    return Plan(target, tuple(findings), tuple(changes), generated, tuple(transaction.leftovers(folders)))
+    return Plan(target, tuple(findings), tuple(changes), tuple(generated), tuple(transaction.leftovers(folders)),
+                notes=tuple(notes))
 
 
 def _file_change(path: Path, relative: str, stored: StoredText, source: Source, findings: Sequence[Finding],
@@ -368,7 +373,8 @@ def _remove_leftovers(plan_: Plan) -> Plan:
     return replace(plan_, removed=tuple(removed))
 
 
-def apply(target: Target, tests: bool = True) -> Plan:
+def apply(target: Target, tests: bool = True, cpu_suite: Optional[str] = None, cuda_suite: Optional[str] = None,
+          gpu_test: bool = False) -> Plan:
     """Patch the tree: plan, refuse on anything unrecognised, remove the tool's own leftovers,
     write all files or none (``tests``: with a fork checkout's own test files). SIGINT, SIGTERM
     and SIGHUP raise ``Interrupted``: held, and acted on between files (``plan``, ``write``)."""
@@ -376,7 +382,7 @@ def apply(target: Target, tests: bool = True) -> Plan:
         gate.holding = False  # waiting for another apply's lock: a signal ends the wait at once
         with tree_lock(target):
             gate.holding = True
-            result = plan(target, tests=tests)
+            result = plan(target, tests=tests, cpu_suite=cpu_suite, cuda_suite=cuda_suite, gpu_test=gpu_test)
             if result.unrecognised:
                 raise PatchError(describe(result.unrecognised[0], target) + "; nothing written")
             result = _remove_leftovers(result)

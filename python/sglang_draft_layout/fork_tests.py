@@ -3,6 +3,9 @@
 A fork checkout is a folder holding ``python/sglang`` and ``test/registered/``. Each file
 is rendered from a template module in ``fork_templates`` (one source of its text), with
 the package modules it names embedded verbatim, so the fork's CI needs nothing but the fork.
+Each file is registered to a suite the fork's own ``test/run_suite.py`` runs per commit
+(``fork_suites``); the CPU test is written by default, the GPU test (240 s of per-commit
+GPU CI) only when asked for (``TestOptions.gpu_test``) or when the fork already has it.
 """
 
 from __future__ import annotations
@@ -15,14 +18,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from .target import Target
+from .fork_suites import ForkSuites, choose_suite, read_suites
+from .target import Target, TargetError
 
 #: (path under the fork root, template module in fork_templates, what it checks)
 FORK_TESTS = (
     ("test/registered/unit/speculative/test_draft_layout.py", "registered_cpu", "registered CPU test"),
     ("test/registered/spec/eagle/test_draft_layout_exact.py", "registered_gpu", "registered GPU test"),
 )
+#: template -> (the HWBackend its register call names, the CLI option naming its suite)
+BACKENDS = {"registered_cpu": ("CPU", "--cpu-suite"), "registered_gpu": ("CUDA", "--cuda-suite")}
 _EMBED = re.compile(r"^# sglang-draft-layout: embed ([\w.]+)\n\n*", re.MULTILINE)
+#: a template's registration line: ``register_cpu_ci(est_time=15, suite="...")``
+_REGISTER = re.compile(r'^(register_\w+_ci)\(est_time=(\d+), suite="([^"]*)"\)$', re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class TestOptions:
+    """What the user asked for: suite names of their own, and the GPU test (naming a CUDA
+    suite asks for it too)."""
+
+    cpu_suite: Optional[str] = None
+    cuda_suite: Optional[str] = None
+    gpu_test: bool = False
+
+    def suite_for(self, template: str) -> Optional[str]:
+        return self.cpu_suite if template == "registered_cpu" else self.cuda_suite
 
 
 class FileState(enum.Enum):
@@ -120,14 +141,86 @@ def fork_root(target: Target) -> Optional[Path]:
     return root if (root / "test" / "registered").is_dir() else None
 
 
-def generated_files(target: Target) -> list[GeneratedFile]:
-    """The test files a fork checkout gets, each with its current text; [] for other trees."""
+def register_suite(text: str) -> Optional[str]:
+    """The suite a written test file registers to (its top-level ``register_*_ci(suite=...)``)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    for stmt in tree.body:
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id.startswith("register_"):
+            for keyword in call.keywords:
+                if keyword.arg == "suite" and isinstance(keyword.value, ast.Constant):
+                    return keyword.value.value
+    return None
+
+
+def with_suite(text: str, suite: str, line_length: int = 88) -> str:
+    """``text`` with its registration line naming ``suite``, laid out as black would."""
+    found = _REGISTER.search(text)
+    if found is None:
+        raise ValueError("a fork test template has no `register_*_ci(est_time=N, suite=...)` line")
+    function, est_time, _suite = found.groups()
+    arguments = f'est_time={est_time}, suite="{suite}"'
+    line = f"{function}({arguments})"
+    if len(line) > line_length:
+        line = (f"{function}(\n    {arguments}\n)" if len(arguments) + 4 <= line_length else
+                f"{function}(\n    est_time={est_time},\n    suite=\"{suite}\",\n)")
+    return text[:found.start()] + line + text[found.end():]
+
+
+def _suite(template: str, options: TestOptions, suites: Optional[ForkSuites], old: Optional[str],
+           run_suite: Path) -> tuple[Optional[str], Optional[str]]:
+    """(the suite to register the test to, or None with why not) for one template."""
+    backend, option = BACKENDS[template]
+    asked = options.suite_for(template)
+    if asked is not None:
+        if suites is not None and suites.rejects(backend, asked):
+            known = ", ".join(sorted(suites.known.get(backend, ()))) or "none"
+            raise TargetError(f"{run_suite}: {option} {asked}: not a {backend} suite of this fork, so its "
+                              f"validate_all_suites would fail every CI job (its {backend} suites: {known}); "
+                              "nothing written")
+        return asked, None
+    kept = register_suite(old) if old is not None else None
+    if suites is None:
+        if kept is not None:
+            return kept, None  # written with a suite named by the maintainer: nothing to check it against
+        return None, f"no {run_suite} to say which suites the fork runs (name one with {option} NAME)"
+    if kept is not None and suites.accepts(backend, kept):
+        return kept, None  # a suite the fork still has stays (an earlier choice, or the maintainer's)
+    chosen = choose_suite(suites, backend)
+    if chosen is None:
+        per_commit = ", ".join(suites.per_commit.get(backend, ())) or "none"
+        written = f"; the file there registers to {kept}, not one of them" if kept is not None else ""
+        return None, (f"{run_suite} has no per-commit {backend} suite that fits (its per-commit {backend} "
+                      f"suites: {per_commit}{written}; name one with {option} NAME)")
+    return chosen, None
+
+
+def generated_files(target: Target, options: TestOptions = TestOptions()) -> tuple[list[GeneratedFile], list[str]]:
+    """The test files a fork checkout gets, each with its current text, and one line for
+    each test not written and why; ([], []) for trees that are not fork checkouts.
+
+    Raises TargetError for a suite name the fork's run_suite.py would reject."""
     root = fork_root(target)
     if root is None:
-        return []
-    files = []
+        return [], []
+    suites = read_suites(root)
+    run_suite = root / "test" / "run_suite.py"
+    files, notes = [], []
     for relative, template, what in FORK_TESTS:
         path = root / relative
         old = path.read_text(encoding="utf-8") if path.is_file() else None
-        files.append(GeneratedFile(path, what, render(template), old))
-    return files
+        if template == "registered_gpu" and not (options.gpu_test or options.cuda_suite) and old is None:
+            continue  # the GPU test costs per-commit GPU time: written only when asked for
+        suite, why_not = _suite(template, options, suites, old, run_suite)
+        if suite is None:
+            notes.append(f"no {what} written: {why_not}")
+            continue
+        kept = register_suite(old) if old is not None else None
+        gone = kept is not None and suites is not None and not suites.accepts(BACKENDS[template][0], kept)
+        label = f"{what} (suite {suite}" + (f"; was {kept}, not a suite of the fork)" if gone else ")")
+        text = with_suite(render(template), suite, target.line_length)
+        files.append(GeneratedFile(path, label, text, old))
+    return files, notes

@@ -1,7 +1,7 @@
 """The registered CPU test `apply` writes into a fork checkout (fork_tests, registered_cpu).
 
 Written, reported by `check`, idempotent, skipped with --no-tests; collected by 0.5.12's own
-ci_register into stage-a-test-cpu; and, run as the fork's CI runs it (`python3 FILE`, in the
+ci_register into stage-a-test-cpu (the suite its run_suite.py gives); and, run as the fork's CI runs it (`python3 FILE`, in the
 proof venv), it passes on the patched fork and fails on the unpatched one and on a patched
 fork with one site reverted. Black/isort: test_registered_gpu_test.py (every template).
 """
@@ -84,16 +84,13 @@ def test_no_tests_leaves_it_out(fork, capsys):
 
 
 def test_a_failed_write_leaves_no_file_and_no_folder(fork, monkeypatch):
-    import builtins
+    from sglang_draft_layout import transaction
 
-    from sglang_draft_layout import engine
+    def full_disk_at_the_test(point, path):
+        if point == "renamed" and path.name == "test_draft_layout.py":  # the last file, written
+            raise OSError(28, "No space left on device", str(path))
 
-    def compile_failing_on_the_test(source, filename, *args):
-        if filename.endswith("test_draft_layout.py"):  # after every file is written
-            raise OSError(28, "No space left on device", filename)
-        return builtins.compile(source, filename, *args)
-
-    monkeypatch.setattr(engine, "compile", compile_failing_on_the_test, raising=False)
+    monkeypatch.setattr(transaction, "fault_hook", full_disk_at_the_test)
     before = {p: p.read_text() for p in (fork / "python/sglang/srt").rglob("*.py")}
     assert cli.main(["apply", str(fork)]) == 2
     assert not (fork / "test/registered/unit/speculative").exists()

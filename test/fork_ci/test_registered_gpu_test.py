@@ -1,7 +1,8 @@
 """The registered GPU test `apply` writes into a fork checkout (fork_tests, registered_gpu).
 
-Written beside the CPU one and reported by `check`, left out with --no-tests; collected by
-0.5.12's own ci_register into the CUDA suite stage-b-test-small-1-gpu; every template
+Written beside the CPU one with --gpu-test (only then: it costs per-commit GPU time) and
+reported by `check`, left out with --no-tests; collected by 0.5.12's own ci_register into the
+CUDA suite the fork's run_suite.py gives (stage-b-test-1-gpu-small); every template
 black/isort clean. Without a GPU, what it would run is read in the proof venv
 (gpu_test_probe.py): each server command parsed by 0.5.12's own ServerArgs parser, the
 configurations and requests it covers, and the models its embedded builder writes, byte for
@@ -52,26 +53,26 @@ def probe(proof_python, tmp_path_factory):
 
 
 def test_apply_writes_it_and_check_reports_it(fork, capsys):
-    assert cli.main(["check", "--format", "json", str(fork)]) == 1
+    assert cli.main(["check", "--gpu-test", "--format", "json", str(fork)]) == 1
     assert [s["state"] for s in json.loads(capsys.readouterr().out)["sites"] if s["file"] == GPU_TEST] == ["to write"]
-    assert cli.main(["apply", str(fork)]) == 0
+    assert cli.main(["apply", "--gpu-test", str(fork)]) == 0
     assert (fork / GPU_TEST).read_text() == render("registered_gpu")
-    assert cli.main(["check", str(fork)]) == 0
+    assert cli.main(["check", str(fork)]) == 0  # once written, it is checked without --gpu-test too
 
 
 def test_no_tests_leaves_it_out(fork):
-    assert cli.main(["apply", "--no-tests", str(fork)]) == 0
+    assert cli.main(["apply", "--no-tests", "--gpu-test", str(fork)]) == 0
     assert not (fork / "test/registered/spec").exists()
 
 
 def test_collected_into_the_cuda_suite(fork):
-    assert cli.main(["apply", str(fork)]) == 0
+    assert cli.main(["apply", "--gpu-test", str(fork)]) == 0
     registry = ci_register(fork)
     registries, has_main = registry.ut_parse_one_file(str(fork / GPU_TEST))
     assert has_main
     [collected] = registry.collect_tests([str(fork / GPU_TEST)])
     assert (collected.backend.name, collected.effective_suite, collected.disabled) == \
-        ("CUDA", "stage-b-test-small-1-gpu", None)
+        ("CUDA", "stage-b-test-1-gpu-small", None)
     assert collected.est_time > 0
 
 

@@ -14,6 +14,9 @@ import pytest
 from sglang_draft_layout import __version__, cli
 from sglang_draft_layout.target import resolve
 
+#: upstream's test/run_suite.py of the 0.5.12 era (test/fork_ci/fixtures/run_suite/v0.5.12.py says its source)
+RUN_SUITE_0_5_12 = Path(__file__).resolve().parents[1] / "fork_ci" / "fixtures" / "run_suite" / "v0.5.12.py"
+
 pytestmark = pytest.mark.releases
 
 #: python/pyproject.toml of a fork since 0.5.7: setuptools-scm decides the version at build time
@@ -120,6 +123,7 @@ def test_version_flag_prints_the_package_version():
 def test_found_from_any_folder_of_the_checkout(fork):
     """Like git and black: from a subfolder, the checkout root (tests included) is the target."""
     (fork / "test" / "registered").mkdir(parents=True)
+    shutil.copy(RUN_SUITE_0_5_12, fork / "test" / "run_suite.py")  # the suite the written test registers to
     from_root = run_cli(fork, "diff", ".")
     assert "+++ b/test/registered/unit/speculative/test_draft_layout.py" in from_root.stdout
     for sub in ("python", "python/sglang/srt/layers", "test/registered"):
@@ -131,9 +135,10 @@ def test_found_from_any_folder_of_the_checkout(fork):
 @pytest.mark.parametrize("columns", [80, 120, 200])
 def test_output_on_a_real_fork_fits_the_terminal(fork, capsys, monkeypatch, columns):
     (fork / "test" / "registered").mkdir(parents=True)
+    shutil.copy(RUN_SUITE_0_5_12, fork / "test" / "run_suite.py")
     monkeypatch.setenv("COLUMNS", str(columns))
     monkeypatch.chdir(fork / "python")
-    for argv in (["check", "."], ["check", "-v", "."], ["apply", "-v", "."], ["check", "-v", "."]):
+    for argv in (["check", "."], ["check", "-v", "."], ["apply", "-v", "--gpu-test", "."], ["check", "-v", "."]):
         cli.main(argv)
         lines = capsys.readouterr().out.splitlines()
         assert max(map(len, lines)) <= columns, (argv, [line for line in lines if len(line) > columns])

@@ -9,6 +9,7 @@ import json
 import os
 import pty
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,8 @@ from rule_test_support import (
 from sglang_draft_layout import api, cli
 
 ANSI = re.compile(r"\033\[[0-9;]*m")
+#: upstream's test/run_suite.py of the 0.5.12 era (test/fork_ci/fixtures/run_suite/v0.5.12.py says its source)
+RUN_SUITE_0_5_12 = Path(__file__).resolve().parents[1] / "fork_ci" / "fixtures" / "run_suite" / "v0.5.12.py"
 MLA_CLASS = "FlashInferMLAMultiStepDraftBackend"
 
 
@@ -185,6 +188,7 @@ def fork_layout(tmp_path: Path, capsys) -> Tree:
     fork = Tree(root / "python", capsys)
     write_bystanders(fork, besides="")
     (root / "test" / "registered").mkdir(parents=True)
+    shutil.copy(RUN_SUITE_0_5_12, root / "test" / "run_suite.py")  # the suites the written tests register to
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     return fork
 
@@ -194,7 +198,7 @@ def test_apply_names_new_files_with_their_git_add(tmp_path, capsys, monkeypatch)
     root = tmp_path / "fork"
     monkeypatch.setenv("COLUMNS", "80")
     monkeypatch.chdir(root / "python" / "sglang" / "srt")
-    code, out, _ = run(capsys, "apply", ".")
+    code, out, _ = run(capsys, "apply", "--gpu-test", ".")
     lines = out.splitlines()
     new = [line.split()[1] for line in lines if line.startswith("new ")]
     assert code == 0 and len(new) == 2 and all(path.startswith("test/registered/") for path in new)
@@ -289,8 +293,10 @@ def test_colour_on_a_real_terminal(tree):
 def test_api_options_and_overrides(tmp_path, capsys):
     fork = fork_layout(tmp_path, capsys)
     root = tmp_path / "fork"
-    with_tests = api.check(root / "python")
+    assert api.check(root / "python").kinds()["test"] == 1  # the CPU test; the GPU test only when asked for
+    with_tests = api.check(root / "python", gpu_test=True)
     assert with_tests.kinds()["test"] == 2 and with_tests.exit_code == 1
+    assert api.check(root, api.Options(gpu_test=True)).kinds() == with_tests.kinds()
     assert "test" not in api.check(root, tests=False).kinds()
     assert api.check(root, api.Options(tests=False)).kinds() == api.check(root, tests=False).kinds()
     applied = api.apply(root, tests=False)
@@ -319,12 +325,11 @@ def test_a_command_wraps_at_its_arguments_and_still_runs(tmp_path):
 
 def test_options_give_the_flags_of_the_next_command():
     @dataclasses.dataclass(frozen=True)
-    class Grown(api.Options):  # the fields other options add look like these
-        gpu_test: bool = False
-        cpu_suite: Optional[str] = None
-        keep: tuple[str, ...] = ()
+    class Grown(api.Options):  # a field of many values, as other options may add
+        more: tuple[str, ...] = ()
 
     assert api.Options().cli_flags() == [] and api.Options(tests=False).cli_flags() == ["--no-tests"]
-    assert Grown(gpu_test=True, cpu_suite="stage-a-test-cpu", keep=("a.py:C.m", "b.py:D.n")).cli_flags() == \
-        ["--gpu-test", "--cpu-suite", "stage-a-test-cpu", "--keep", "a.py:C.m", "--keep", "b.py:D.n"]
+    assert api.Options(gpu_test=True, cpu_suite="stage-a-test-cpu").cli_flags() == \
+        ["--cpu-suite", "stage-a-test-cpu", "--gpu-test"]
+    assert Grown(more=("a.py:C.m", "b.py:D.n")).cli_flags() == ["--more", "a.py:C.m", "--more", "b.py:D.n"]
     assert cli._options(cli.parser().parse_args(["apply", "--no-tests", "x"])) == api.Options(tests=False)

@@ -28,7 +28,7 @@ from sglang.srt.utils import kill_process_tree
 from sglang.test.ci.ci_register import register_cuda_ci
 from sglang.test.test_utils import CustomTestCase
 
-register_cuda_ci(est_time=240, suite="stage-b-test-small-1-gpu")
+register_cuda_ci(est_time=240, suite="stage-b-test-1-gpu-small")
 
 # sglang-draft-layout: embed sglang_draft_layout.tiny_models
 
