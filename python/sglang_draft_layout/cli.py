@@ -59,16 +59,16 @@ def _plan_exit_code(plan: Plan) -> int:
     return 1 if plan.count(State.TO_PATCH) or to_write else 0
 
 
-def check(path: Optional[str], tests: bool = True) -> int:
-    plan = engine.plan(resolve(path), render_changes=False, tests=tests)
+def check(path: Optional[str], tests: bool = True, keep: Sequence[str] = ()) -> int:
+    plan = engine.plan(resolve(path), render_changes=False, tests=tests, keep=keep)
     print(table(plan))
     for finding in plan.unrecognised:
         print(f"error: {engine.describe(finding, plan.target)}", file=sys.stderr)
     return _plan_exit_code(plan)
 
 
-def diff(path: Optional[str], tests: bool = True) -> int:
-    plan = engine.plan(resolve(path), tests=tests)
+def diff(path: Optional[str], tests: bool = True, keep: Sequence[str] = ()) -> int:
+    plan = engine.plan(resolve(path), tests=tests, keep=keep)
     for finding in plan.unrecognised:
         print(f"error: {engine.describe(finding, plan.target)}", file=sys.stderr)
         return 2
@@ -76,9 +76,9 @@ def diff(path: Optional[str], tests: bool = True) -> int:
     return _plan_exit_code(plan)
 
 
-def apply(path: Optional[str], tests: bool = True) -> int:
+def apply(path: Optional[str], tests: bool = True, keep: Sequence[str] = ()) -> int:
     target = resolve(path)
-    plan = engine.apply(target, tests=tests)
+    plan = engine.apply(target, tests=tests, keep=keep)
     print(table(plan, applied=True))
     print(f"wrote {len(plan.changes)} file(s)" if plan.changes else "nothing to do: every site already follows upstream")
     return 0
@@ -118,13 +118,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                                        "(default: the SGLang installed in this Python)")
         command.add_argument("--no-tests", dest="tests", action="store_false",
                              help="leave out the test files written into a fork checkout's test/registered/")
+        command.add_argument("--keep", action="append", default=[], metavar="FILE:Class.method",
+                             help="keep this site as the fork wrote it (like a `# sglang-draft-layout: keep` "
+                                  "comment on it); repeatable")
     command = commands.add_parser("demo", help=f"patch a scratch copy of sglang=={DEMO_RELEASE} from PyPI")
     command.add_argument("--release", default=DEMO_RELEASE)
     args = parser.parse_args(argv)
     try:
         if args.command == "demo":
             return demo(args.release)
-        return {"check": check, "diff": diff, "apply": apply}[args.command](args.target, args.tests)
+        return {"check": check, "diff": diff, "apply": apply}[args.command](args.target, args.tests, args.keep)
     except TargetError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import difflib
 import fcntl
 import hashlib
 import os
+import re
 import stat
 import tempfile
 from collections import defaultdict
@@ -24,6 +26,56 @@ from .target import Target, TargetError
 
 class PatchError(TargetError):
     """The tree can't be patched as it is; nothing was written."""
+
+
+#: the comment that keeps a site as the fork wrote it (on the method's def line or the site's statement)
+KEEP_PRAGMA = "# sglang-draft-layout: keep"
+_KEEP = re.compile(r"#\s*sglang-draft-layout:\s*keep\b")
+
+
+def _statement_lines(source: Source, line: int) -> range:
+    """The lines of the outermost statement starting at ``line`` (a compound statement: its header)."""
+    starting = [n for n in ast.walk(source.tree) if isinstance(n, ast.stmt) and n.lineno == line]
+    if not starting:
+        return range(line, line + 1)
+    stmt = starting[0]
+    body = getattr(stmt, "body", None)
+    end = body[0].lineno - 1 if isinstance(body, list) and body and body[0].lineno > stmt.lineno else stmt.end_lineno
+    return range(stmt.lineno, max(end, stmt.lineno) + 1)
+
+
+def _has_keep_pragma(source: Source, rule: Rule, line: Optional[int]) -> bool:
+    """The pragma on the def line(s) of the rule's method or on the statement the finding names."""
+    lines: list[int] = []
+    if rule.scope != MODULE_SCOPE:
+        method = source.method(*rule.scope.split("."))
+        if method is not None:
+            lines += range(method.lineno, max(method.body[0].lineno - 1, method.lineno) + 1)
+    if line:
+        lines += _statement_lines(source, line)
+    return any(_KEEP.search(source.lines[n - 1]) for n in lines if 0 < n <= len(source.lines))
+
+
+def keep_matches(spec: str, rule: Rule) -> bool:
+    """``--keep FILE:Class.method`` names this rule's site (FILE: under the package, under the
+    fork root, absolute, or the file name alone)."""
+    file, _, scope = spec.rpartition(":")
+    file = file.replace("\\", "/")
+    return scope == rule.scope and bool(file) and (
+        file == rule.file or file.endswith("/" + rule.file) or f"sglang/{rule.file}".endswith("/" + file))
+
+
+def _kept(finding: Finding, source: Source, keep: Collection[str]) -> Finding:
+    """A site to patch or unrecognised that the maintainer keeps (pragma or --keep) is kept by the fork."""
+    if finding.state not in (State.TO_PATCH, State.UNRECOGNISED):
+        return finding
+    if any(keep_matches(spec, finding.rule) for spec in keep):
+        how = "--keep"
+    elif _has_keep_pragma(source, finding.rule, finding.line):
+        how = KEEP_PRAGMA
+    else:
+        return finding
+    return replace(finding, state=State.KEPT, edits=(), imports=(), detail=how)
 
 
 @dataclass(frozen=True)
@@ -117,20 +169,25 @@ def _sources(target: Target, rules: Sequence[Rule]) -> dict[str, Source]:
         if path.is_file():
             whole = any(rule.scope == MODULE_SCOPE for rule in file_rules)
             sources[relative] = _parse(path, relative, path.read_text(encoding="utf-8"),
-                                       None if whole else _named_classes(relative))
+                                       None if whole else _read_classes(relative))
     for folder in GUARDED_FOLDERS:
         for path in sorted((target.package / folder).rglob("*.py")):
             relative = path.relative_to(target.package).as_posix()
             if relative not in sources:
                 code = path.read_text(encoding="utf-8")
                 if names_draft_layout(code):
-                    sources[relative] = _parse(path, relative, code, _named_classes(relative))
+                    sources[relative] = _parse(path, relative, code, _read_classes(relative))
     return sources
 
 
 def _named_classes(relative: str) -> set[str]:
     """The classes of a file that a rule names (the structural guard leaves them to it)."""
     return {rule.scope.split(".")[0] for rule in RULES if rule.file == relative and rule.scope != MODULE_SCOPE}
+
+
+def _read_classes(relative: str) -> set[str]:
+    """The classes of a file the rules read: those they name and the callers they look at."""
+    return _named_classes(relative) | {name for rule in RULES if rule.file == relative for name in rule.reads}
 
 
 def _helper_module_missing(finding: Finding, target: Target) -> Finding:
@@ -144,12 +201,14 @@ def _helper_module_missing(finding: Finding, target: Target) -> Finding:
     return finding
 
 
-def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = True, tests: bool = True) -> Plan:
+def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = True, tests: bool = True,
+         keep: Collection[str] = ()) -> Plan:
     """Every rule's finding and (with ``render_changes``) the new text of every file that changes; writes nothing.
 
     Besides ``rules``, the structural guard's rules for classes no rule names
     (``rules.structural_guard``). ``tests``: a fork checkout's own test files
-    (``fork_tests``) are part of the plan.
+    (``fork_tests``) are part of the plan. ``keep``: ``FILE:Class.method`` sites kept as
+    the fork wrote them, like those marked with KEEP_PRAGMA (each must name a site).
     """
     findings: list[Finding] = []
     changes: list[FileChange] = []
@@ -163,22 +222,27 @@ def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = T
             continue
         source = sources[relative]
         old = source.code
-        file_findings = [_helper_module_missing(rule.find(rule, source), target) for rule in file_rules]
+        file_findings = [_kept(_helper_module_missing(rule.find(rule, source), target), source, keep)
+                         for rule in file_rules]
         findings += file_findings
         if render_changes and any(f.state is State.TO_PATCH for f in file_findings) and not any(
             f.state is State.UNRECOGNISED for f in file_findings
         ):
             _parse(path, relative, old)  # a file written must be valid Python as a whole, not only its classes
             new = render(path, source, file_findings, target.line_length)
-            _check_rendered(path, relative, new, file_rules)
+            _check_rendered(path, relative, new, file_rules, keep)
             changes.append(FileChange(path, old, new))
+    unknown = [spec for spec in keep if not any(keep_matches(spec, f.rule) for f in findings)]
+    if unknown:
+        raise TargetError(f"--keep {unknown[0]}: no site of {target.package} is FILE:Class.method "
+                          "(check lists each site's file and Class.method)")
     generated = tuple(fork_tests.generated_files(target)) if tests else ()
     if render_changes:
         changes += [FileChange(g.path, g.old, g.text) for g in generated if g.state is not fork_tests.FileState.PRESENT]
     return Plan(target, tuple(findings), tuple(changes), generated)
 
 
-def _check_rendered(path: Path, relative: str, new: str, rules: Sequence[Rule]) -> None:
+def _check_rendered(path: Path, relative: str, new: str, rules: Sequence[Rule], keep: Collection[str] = ()) -> None:
     """The rewritten text compiles and every rule now finds its site in upstream's form."""
     try:
         compile(new, str(path), "exec")
@@ -187,15 +251,19 @@ def _check_rendered(path: Path, relative: str, new: str, rules: Sequence[Rule]) 
                          "nothing written") from None
     source = _parse(path, relative, new)
     for rule in rules:
-        finding = rule.find(rule, source)
-        if finding.state not in (State.PATCHED, State.ABSENT):
+        finding = _kept(rule.find(rule, source), source, keep)
+        if finding.state not in (State.PATCHED, State.ABSENT, State.BY_CALLER, State.KEPT):
             raise PatchError(f"{path}: {rule.scope}: {rule.site} is {finding.state.value} after rewriting (a rule bug); nothing written")
 
 
 def describe(finding: Finding, target: Target) -> str:
+    """``file:line: Class.method: site: detail``; an unrecognised site also says how to keep it."""
     rule = finding.rule
     where = f"{target.package / rule.file}" + (f":{finding.line}" if finding.line else "")
-    return f"{where}: {rule.scope}: {rule.site}: {finding.detail or finding.state.value}"
+    text = f"{where}: {rule.scope}: {rule.site}: {finding.detail or finding.state.value}"
+    if finding.state is State.UNRECOGNISED and rule.scope != MODULE_SCOPE:
+        text += f" (to keep the fork's code there: `{KEEP_PRAGMA}` on that line or --keep {rule.file}:{rule.scope})"
+    return text
 
 
 @contextlib.contextmanager
@@ -290,11 +358,11 @@ def write(changes: Sequence[FileChange]) -> None:
         raise
 
 
-def apply(target: Target, tests: bool = True) -> Plan:
+def apply(target: Target, tests: bool = True, keep: Collection[str] = ()) -> Plan:
     """Patch the tree: plan, refuse on anything unrecognised, write all files or none
-    (``tests``: with a fork checkout's own test files)."""
+    (``tests``: with a fork checkout's own test files; ``keep``: sites kept as the fork wrote them)."""
     with tree_lock(target):
-        result = plan(target, tests=tests)
+        result = plan(target, tests=tests, keep=keep)
         if result.unrecognised:
             raise PatchError(describe(result.unrecognised[0], target) + "; nothing written")
         write(result.changes)

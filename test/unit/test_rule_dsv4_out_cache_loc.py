@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from rule_test_support import DSV4, assert_refused, line_of, method_source, rule, write_bystanders
+from rule_test_support import DSV4, assert_refused, keep_hint, line_of, method_source, rule, write_bystanders
 from sglang_draft_layout.rules.base import State
 
 CLS = "DeepseekV4AttnBackend"
@@ -235,7 +235,7 @@ def test_apply_refuses_and_writes_nothing(sglang_tree):
     code, out, err = sglang_tree.cli("apply")
     assert (code, out) == (2, "")
     assert err.startswith(f"error: {sglang_tree.path(DSV4)}")
-    assert err.endswith(f": {SCOPE}: {SITE}: {DETAIL}; nothing written\n")
+    assert err.endswith(f": {SCOPE}: {SITE}: {DETAIL}{keep_hint(DSV4, SCOPE)}; nothing written\n")
     assert err.count("\n") == 1
     assert sglang_tree.snapshot() == before
 

@@ -28,6 +28,8 @@ class State(enum.Enum):
     TO_PATCH = "to patch"
     ABSENT = "not in this release"
     UNRECOGNISED = "unrecognised"
+    KEPT = "kept by the fork"  # the maintainer's pragma or --keep: left as the fork wrote it
+    BY_CALLER = "handled by the fork's caller"  # a caller already splits the layout: nothing to add here
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,8 @@ class Rule:
     upstream: str
     find: Callable[["Rule", "Source"], Finding] = field(compare=False, repr=False)
     counts_as_site: bool = True
+    #: other classes of the file the rule reads (a caller of its site): always parsed
+    reads: tuple[str, ...] = ()
 
     def report(self, state: State, line: Optional[int] = None, detail: str = "",
                edits: Sequence[Edit] = (), imports: Sequence[tuple[str, str]] = ()) -> Finding:

@@ -15,35 +15,70 @@ buffer's length.
 from __future__ import annotations
 
 import ast
+from typing import Optional
 
-from ..layout_patterns import PER_STEP_HELPER, called_name, nodes_of, out_cache_loc_layouts
+from ..layout_patterns import PER_STEP_HELPER, Split, called_name, nodes_of, out_cache_loc_layouts
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State, locate_method
 
 WORKERS = (
     ("srt/speculative/eagle_worker_v2.py", "EagleDraftWorker"),
     ("srt/speculative/eagle_worker.py", "EAGLEWorker"),
 )
-CALL = f"""
-{{target}} = {PER_STEP_HELPER}(
-    {{buffer}},
-    {{batch_size}},
-    self.topk,
-    self.speculative_num_steps,
-)
-"""
+CALL = f"""{PER_STEP_HELPER}(
+{{pad}}    {{buffer}},
+{{pad}}    {{batch_size}},
+{{pad}}    {{topk}},
+{{pad}}    {{num_steps}},
+{{pad}})"""
+
+
+def _indent(line: str) -> str:
+    return line[: len(line) - len(line.lstrip())]
+
+
+def helper_edit(source: Source, method: ast.AST, split: Split) -> Edit:
+    """The edit that computes ``split`` with the helper, keeping the fork's own expressions.
+
+    Two statements become one ``x = per_step_draft_out_cache_loc(...)``; a split inside
+    an expression becomes the helper call there. The call is exploded one argument per
+    line (black keeps it so: magic trailing comma), indented from the line it starts on.
+    """
+    texts = {name: source.text(getattr(split, name)) for name in ("buffer", "batch_size", "topk", "num_steps")}
+    if split.statements:
+        target = split.statements[0].targets[0].id  # type: ignore[attr-defined]
+        new = f"{target} = " + CALL.format(pad="", **texts) + "\n"
+        return Edit(split.statements[0], replace=new, absorb=tuple(split.statements[1:]))
+    holder = _holding_statement(method, split.node)
+    assigned = isinstance(holder, ast.Assign) and len(holder.targets) == 1 and holder.value is split.node
+    if assigned and isinstance(holder.targets[0], ast.Name):  # the statement, its parentheses dropped
+        return Edit(holder, replace=f"{holder.targets[0].id} = " + CALL.format(pad="", **texts) + "\n")
+    pad = _indent(source.lines[split.node.lineno - 1])[len(_indent(source.lines[holder.lineno - 1])):]
+    return Edit(split.node, replace=CALL.format(pad=pad, **texts))
+
+
+def _holding_statement(method: ast.AST, node: ast.AST) -> ast.stmt:
+    """The innermost statement of ``method`` holding ``node``."""
+    holders = [s for s in nodes_of(method, ast.stmt)
+               if (s.lineno, s.col_offset) <= (node.lineno, node.col_offset)
+               and (node.end_lineno, node.end_col_offset) <= (s.end_lineno, s.end_col_offset)]
+    return holders[-1]
+
+
+def helper_call(method: ast.AST) -> Optional[ast.Call]:
+    """The first ``per_step_draft_out_cache_loc(...)`` call of ``method``."""
+    return next((n for n in nodes_of(method, ast.Call) if called_name(n) == PER_STEP_HELPER), None)
 
 
 def _find(rule: Rule, source: Source) -> Finding:
     method = locate_method(rule, source)
     if isinstance(method, Finding):
         return method
-    helper_calls = [n for n in nodes_of(method, ast.Call) if called_name(n) == PER_STEP_HELPER]
-    if helper_calls:
-        return rule.report(State.PATCHED, helper_calls[0].lineno)
-    for stmts, target, buffer, batch_size in out_cache_loc_layouts(method):
-        new = CALL.format(target=target.id, buffer=source.text(buffer), batch_size=source.text(batch_size)).lstrip()
-        return rule.report(State.TO_PATCH, stmts[0].lineno,
-                           edits=[Edit(stmts[0], replace=new, absorb=tuple(stmts[1:]))],
+    call = helper_call(method)
+    if call is not None:
+        return rule.report(State.PATCHED, call.lineno)
+    for split in out_cache_loc_layouts(method):
+        first = split.statements[0] if split.statements else split.node
+        return rule.report(State.TO_PATCH, first.lineno, edits=[helper_edit(source, method, split)],
                            imports=[(EAGLE_UTILS, PER_STEP_HELPER)])
     return rule.report(State.UNRECOGNISED, method.lineno,
                        "no `reshape(bs, topk, steps)` + `permute((2, 0, 1)).reshape(steps, -1)` of out_cache_loc")
