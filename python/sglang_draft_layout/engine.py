@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import difflib
 import fcntl
 import hashlib
 import os
-import re
 import stat
 import tempfile
 from collections import defaultdict
@@ -18,6 +16,7 @@ from typing import Collection, Iterator, Optional, Sequence
 
 from . import fork_tests
 from .imports import add_imports
+from .layout_patterns import KEEP_PRAGMA, has_keep_pragma
 from .rules import RULES
 from .rules.base import MODULE_SCOPE, Finding, Rule, Source, State
 from .rules.structural_guard import GUARDED_FOLDERS, guard_rules, may_hold_draft_layout, names_draft_layout
@@ -28,32 +27,10 @@ class PatchError(TargetError):
     """The tree can't be patched as it is; nothing was written."""
 
 
-#: the comment that keeps a site as the fork wrote it (on the method's def line or the site's statement)
-KEEP_PRAGMA = "# sglang-draft-layout: keep"
-_KEEP = re.compile(r"#\s*sglang-draft-layout:\s*keep\b")
-
-
-def _statement_lines(source: Source, line: int) -> range:
-    """The lines of the outermost statement starting at ``line`` (a compound statement: its header)."""
-    starting = [n for n in ast.walk(source.tree) if isinstance(n, ast.stmt) and n.lineno == line]
-    if not starting:
-        return range(line, line + 1)
-    stmt = starting[0]
-    body = getattr(stmt, "body", None)
-    end = body[0].lineno - 1 if isinstance(body, list) and body and body[0].lineno > stmt.lineno else stmt.end_lineno
-    return range(stmt.lineno, max(end, stmt.lineno) + 1)
-
-
 def _has_keep_pragma(source: Source, rule: Rule, line: Optional[int]) -> bool:
-    """The pragma on the def line(s) of the rule's method or on the statement the finding names."""
-    lines: list[int] = []
-    if rule.scope != MODULE_SCOPE:
-        method = source.method(*rule.scope.split("."))
-        if method is not None:
-            lines += range(method.lineno, max(method.body[0].lineno - 1, method.lineno) + 1)
-    if line:
-        lines += _statement_lines(source, line)
-    return any(_KEEP.search(source.lines[n - 1]) for n in lines if 0 < n <= len(source.lines))
+    """KEEP_PRAGMA on the def line(s) of the rule's method or on the statement the finding names."""
+    method = source.method(*rule.scope.split(".")) if rule.scope != MODULE_SCOPE else None
+    return has_keep_pragma(source.lines, method, line, source.tree)
 
 
 def keep_matches(spec: str, rule: Rule) -> bool:

@@ -26,6 +26,8 @@ STEP_LENGTH = "used length"  # seq_lens_sum * topk + bs * (i + 1), or the helper
 CAPACITY = "capacity length"  # the same through self.speculative_num_steps
 LAUNCH = "kernel launch"  # generate_draft_decode_kv_indices[grid](...)
 OUT_CACHE_LOC = "per-step out_cache_loc"  # [bs, topk, num_steps] split per step
+#: the comment that keeps a site as the fork wrote it (on the method's def line or the site's statement)
+KEEP_PRAGMA = "# sglang-draft-layout: keep"
 
 
 def in_order(node: ast.AST) -> Iterator[ast.AST]:
@@ -242,21 +244,22 @@ def _args(call: ast.Call) -> Optional[List[ast.expr]]:
 
 class Locals:
     """A function's locals bound once (``name = value``, never rebound nor a parameter),
-    to compare expressions through them: ``topk`` bound to ``self.topk`` is ``self.topk``."""
+    to compare expressions through them: ``topk`` bound to ``self.topk`` is ``self.topk``.
+    """
 
     def __init__(self, func: ast.AST) -> None:
         stores: Dict[str, int] = {}
         for node in nodes_of(func, ast.Name):
-            if not isinstance(node.ctx, ast.Load):  # type: ignore[attr-defined]
-                stores[node.id] = stores.get(node.id, 0) + 1  # type: ignore[attr-defined]
+            if not isinstance(node.ctx, ast.Load):
+                stores[node.id] = stores.get(node.id, 0) + 1
         args = getattr(func, "args", None)
         params = {a.arg for a in nodes_of(args, ast.arg)} if args is not None else set()
         self.values: Dict[str, ast.expr] = {}
         for node in nodes_of(func, ast.Assign):
-            target = node.targets[0]  # type: ignore[attr-defined]
-            if len(node.targets) == 1 and isinstance(target, ast.Name):  # type: ignore[attr-defined]
+            target = node.targets[0]
+            if len(node.targets) == 1 and isinstance(target, ast.Name):
                 if stores.get(target.id) == 1 and target.id not in params:
-                    self.values[target.id] = node.value  # type: ignore[attr-defined]
+                    self.values[target.id] = node.value
 
     def key(self, node: ast.AST, depth: int = 0) -> str:
         """A text of ``node`` with each local replaced by its value and a product's factors
@@ -266,14 +269,22 @@ class Locals:
                 return self.key(self.values[node.id], depth + 1)
             return node.id
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-            return "(" + "*".join(sorted(self.key(f, depth + 1) for f in factors(node))) + ")"
+            return (
+                "("
+                + "*".join(sorted(self.key(f, depth + 1) for f in factors(node)))
+                + ")"
+            )
         parts = [type(node).__name__]
         for name in node._fields:
             if name == "ctx":
                 continue
             value = getattr(node, name, None)
             for item in value if isinstance(value, list) else [value]:
-                parts.append(self.key(item, depth + 1) if isinstance(item, ast.AST) else repr(item))
+                parts.append(
+                    self.key(item, depth + 1)
+                    if isinstance(item, ast.AST)
+                    else repr(item)
+                )
         return "(" + " ".join(parts) + ")"
 
     def same(self, a: ast.AST, b: ast.AST) -> bool:
@@ -296,7 +307,9 @@ def _split_3d(node: ast.AST, names: Locals) -> Optional[ast.Call]:
     return None
 
 
-def _steps_first(node: ast.AST) -> Optional[Tuple[ast.expr, Optional[ast.expr], Optional[ast.expr]]]:
+def _steps_first(
+    node: ast.AST,
+) -> Optional[Tuple[ast.expr, Optional[ast.expr], Optional[ast.expr]]]:
     """(receiver, steps, width) of ``<x>.<moves>.reshape(steps, width)`` or ``<x>.<moves>.flatten(1)``
     (steps and width None) where the moves put the last of three dimensions first: ``permute(2, 0, 1)``,
     ``movedim(2, 0)``, or transposes that end in the same order."""
@@ -307,7 +320,7 @@ def _steps_first(node: ast.AST) -> Optional[Tuple[ast.expr, Optional[ast.expr], 
         if shape is None or len(shape) != 2:
             return None
         steps, width = shape
-        current = reshape.func.value  # type: ignore[attr-defined]
+        current = reshape.func.value
     elif flatten is not None:
         dims = [_int(a) for a in flatten.args] + [
             _int(k.value) for k in flatten.keywords if k.arg in ("start_dim", "end_dim")
@@ -317,7 +330,7 @@ def _steps_first(node: ast.AST) -> Optional[Tuple[ast.expr, Optional[ast.expr], 
         if flatten.keywords and [k.arg for k in flatten.keywords][:1] != ["start_dim"]:
             return None
         steps = width = None
-        current = flatten.func.value  # type: ignore[attr-defined]
+        current = flatten.func.value
     else:
         return None
     moves: List[Tuple[str, List[Optional[int]]]] = []
@@ -332,9 +345,9 @@ def _steps_first(node: ast.AST) -> Optional[Tuple[ast.expr, Optional[ast.expr], 
         current = current.func.value
     order = [0, 1, 2]  # the [bs, topk, steps] dimension at each place
     for name, args in reversed(moves):
-        if None in args or any(not -3 <= a < 3 for a in args):  # type: ignore[operator]
+        if None in args or any(not -3 <= a < 3 for a in args):
             return None
-        places = [a % 3 for a in args]  # type: ignore[operator]
+        places = [a % 3 for a in args]
         if name == "permute" and sorted(places) == [0, 1, 2]:
             order = [order[p] for p in places]
         elif name != "permute" and len(places) == 2 and name == "movedim":
@@ -349,7 +362,9 @@ def _steps_first(node: ast.AST) -> Optional[Tuple[ast.expr, Optional[ast.expr], 
     return current, steps, width
 
 
-def _split_of(node: ast.AST, names: Locals, three_d: Optional[ast.Call] = None) -> Optional[Split]:
+def _split_of(
+    node: ast.AST, names: Locals, three_d: Optional[ast.Call] = None
+) -> Optional[Split]:
     """The split ``node`` computes: its steps-first receiver is the 3-d view (or ``three_d``'s
     result), the steps are the view's, the width ``-1`` or the view's ``bs * topk``."""
     found = _steps_first(node)
@@ -359,13 +374,15 @@ def _split_of(node: ast.AST, names: Locals, three_d: Optional[ast.Call] = None) 
     split = three_d if three_d is not None else _split_3d(receiver, names)
     if split is None:
         return None
-    bs, topk, num_steps = _args(split)  # type: ignore[misc]
+    bs, topk, num_steps = _args(split)
     if steps is not None:
         steps_ok = _int(steps) == -1 or names.same(steps, num_steps)
-        width_ok = _int(width) == -1 or names.same(width, ast.BinOp(bs, ast.Mult(), topk))  # type: ignore[arg-type]
+        width_ok = _int(width) == -1 or names.same(
+            width, ast.BinOp(bs, ast.Mult(), topk)
+        )
         if not (steps_ok and width_ok) or _int(steps) == _int(width) == -1:
             return None
-    return Split(node, [], split.func.value, bs, topk, num_steps)  # type: ignore[arg-type,attr-defined]
+    return Split(node, [], split.func.value, bs, topk, num_steps)
 
 
 def _assigned(stmt: ast.stmt) -> Optional[ast.Assign]:
@@ -400,12 +417,18 @@ def out_cache_loc_layouts(func: ast.AST) -> List[Split]:
                 split = _split_3d(one.value, names) if one is not None else None
                 if split is None or two is None:
                     continue
-                target = one.targets[0].id  # type: ignore[union-attr,attr-defined]
+                target = one.targets[0].id
                 receiver = _steps_first(two.value)
-                if receiver and isinstance(receiver[0], ast.Name) and receiver[0].id == target == two.targets[0].id:  # type: ignore[attr-defined]
+                if (
+                    receiver
+                    and isinstance(receiver[0], ast.Name)
+                    and receiver[0].id == target == two.targets[0].id
+                ):
                     layout = _split_of(two.value, names, split)
                     if layout is not None:
-                        found.append(layout._replace(node=one.value, statements=[first, second]))
+                        found.append(
+                            layout._replace(node=one.value, statements=[first, second])
+                        )
                         inner.add(id(two.value))
     for call in nodes_of(func, ast.Call):
         if id(call) not in inner:
@@ -417,12 +440,16 @@ def out_cache_loc_layouts(func: ast.AST) -> List[Split]:
 
 def helper_calls(func: ast.AST) -> List[ast.Call]:
     """The ``per_step_draft_out_cache_loc(...)`` calls of ``func``."""
-    return [n for n in nodes_of(func, ast.Call) if called_name(n) == PER_STEP_HELPER]  # type: ignore[misc]
+    return [n for n in nodes_of(func, ast.Call) if called_name(n) == PER_STEP_HELPER]
 
 
 def self_called(cls: ast.ClassDef, func: ast.AST) -> List[ast.FunctionDef]:
     """The methods of ``cls`` that ``func`` calls as ``self.<name>(...)``."""
-    called = {n.func.attr for n in nodes_of(func, ast.Call) if is_self_attr(n.func, getattr(n.func, "attr", ""))}  # type: ignore[attr-defined]
+    called = {
+        n.func.attr
+        for n in nodes_of(func, ast.Call)
+        if is_self_attr(n.func, getattr(n.func, "attr", ""))
+    }
     return [m for m in methods(cls) if m.name in called and m is not func]
 
 
@@ -431,7 +458,9 @@ def splits_reached(cls: ast.ClassDef, func: ast.AST) -> List[ast.AST]:
     method of ``cls`` it calls as ``self.<name>(...)``."""
     found: List[ast.AST] = []
     for each in [func, *self_called(cls, func)]:
-        found += [split.node for split in out_cache_loc_layouts(each)] + helper_calls(each)
+        found += [split.node for split in out_cache_loc_layouts(each)] + helper_calls(
+            each
+        )
     return found
 
 
@@ -441,24 +470,32 @@ def per_step_rows_set(func: ast.AST) -> List[ast.Assign]:
     found = []
     for loop in [*nodes_of(func, ast.For), *nodes_of(func, ast.While)]:
         for node in nodes_of(loop, ast.Assign):
-            target = node.targets[0]  # type: ignore[attr-defined]
-            if not (isinstance(target, ast.Attribute) and target.attr == "out_cache_loc"):
+            target = node.targets[0]
+            if not (
+                isinstance(target, ast.Attribute) and target.attr == "out_cache_loc"
+            ):
                 continue
-            if not isinstance(node.value, ast.Subscript):  # type: ignore[attr-defined]
+            if not isinstance(node.value, ast.Subscript):
                 continue
             batch = ast.dump(target.value)
-            if any(called_name(call) == "init_forward_metadata" and call.args  # type: ignore[attr-defined]
-                   and ast.dump(call.args[0]) == batch and (call.lineno, call.col_offset) > (node.lineno, node.col_offset)  # type: ignore[attr-defined]
-                   for call in nodes_of(loop, ast.Call)):
+            if any(
+                called_name(call) == "init_forward_metadata"
+                and call.args
+                and ast.dump(call.args[0]) == batch
+                and (call.lineno, call.col_offset) > (node.lineno, node.col_offset)
+                for call in nodes_of(loop, ast.Call)
+            ):
                 found.append(node)
-    return found  # type: ignore[return-value]
+    return found
 
 
 def bakes_out_cache_loc(cls: ast.ClassDef) -> Optional[ast.FunctionDef]:
     """``cls.init_forward_metadata`` when it hands ``out_cache_loc=`` to the metadata it builds
     (DeepSeek-V4 bakes each step's KV write targets at init time)."""
     method = next((m for m in methods(cls) if m.name == "init_forward_metadata"), None)
-    if method is not None and any(k.arg == "out_cache_loc" for c in nodes_of(method, ast.Call) for k in c.keywords):  # type: ignore[attr-defined]
+    if method is not None and any(
+        k.arg == "out_cache_loc" for c in nodes_of(method, ast.Call) for k in c.keywords
+    ):
         return method
     return None
 
@@ -486,20 +523,66 @@ def split_paths(tree: ast.Module) -> List[SplitPath]:
     classes = {cls.name: cls for cls in _classes(tree)}
     paths = []
     for caller in classes.values():
-        method = next((m for m in methods(caller) if m.name == "init_forward_metadata"), None)
+        method = next(
+            (m for m in methods(caller) if m.name == "init_forward_metadata"), None
+        )
         delegates = method is not None and any(
-            called_name(c) == "init_forward_metadata" and not is_self_attr(c.func, "init_forward_metadata")  # type: ignore[attr-defined]
-            for loop in [*nodes_of(method, ast.For), *nodes_of(method, ast.While)] for c in nodes_of(loop, ast.Call))
+            called_name(c) == "init_forward_metadata"
+            and not is_self_attr(c.func, "init_forward_metadata")
+            for loop in [*nodes_of(method, ast.For), *nodes_of(method, ast.While)]
+            for c in nodes_of(loop, ast.Call)
+        )
         if not delegates:
             continue
-        built = {getattr(c.func, "id", None) for m in methods(caller) for c in nodes_of(m, ast.Call)}  # type: ignore[attr-defined]
+        built = {
+            getattr(c.func, "id", None)
+            for m in methods(caller)
+            for c in nodes_of(m, ast.Call)
+        }
         for name in sorted(n for n in built if n in classes and n != caller.name):
             per_step = classes[name]
             baked = bakes_out_cache_loc(per_step)
             if baked is not None:
-                paths.append(SplitPath(caller, method, per_step, baked, per_step_rows_set(method),  # type: ignore[arg-type]
-                                       splits_reached(per_step, baked)))
+                paths.append(
+                    SplitPath(
+                        caller,
+                        method,
+                        per_step,
+                        baked,
+                        per_step_rows_set(method),
+                        splits_reached(per_step, baked),
+                    )
+                )
     return paths
+
+
+def _is_pragma(line: str) -> bool:
+    return any(part.strip().startswith(KEEP_PRAGMA[2:]) for part in line.split("#")[1:])
+
+
+def _header_lines(stmt: ast.stmt) -> List[int]:
+    """The lines of a simple statement, or of a compound statement's header (its first lines before its body)."""
+    body = getattr(stmt, "body", None)
+    end = stmt.end_lineno or stmt.lineno
+    if isinstance(body, list) and body and body[0].lineno > stmt.lineno:
+        end = body[0].lineno - 1
+    return list(range(stmt.lineno, max(end, stmt.lineno) + 1))
+
+
+def has_keep_pragma(
+    lines: List[str],
+    func: Optional[ast.AST],
+    line: Optional[int],
+    scope: Optional[ast.AST] = None,
+) -> bool:
+    """KEEP_PRAGMA on the def line(s) of ``func`` or on the statement starting at ``line``
+    (the outermost one there, looked up in ``scope``, default ``func``)."""
+    numbers: List[int] = _header_lines(func) if isinstance(func, ast.stmt) else []
+    within = scope if scope is not None else func
+    if line and within is not None:
+        starting = [n for n in nodes_of(within, ast.stmt) if n.lineno == line]
+        numbers += _header_lines(starting[0]) if starting else [line]
+    return any(_is_pragma(lines[n - 1]) for n in numbers if 0 < n <= len(lines))
 
 
 def _inline_forms(func: ast.AST) -> Iterator[Tuple[int, str]]:
@@ -527,14 +610,52 @@ def _classes(tree: ast.Module) -> List[ast.ClassDef]:
     return [n for n in in_order(tree) if isinstance(n, ast.ClassDef)]
 
 
-def inline_draft_layout(tree: ast.Module) -> List[Tuple[str, str, int, str]]:
-    """(class, method, line, what) for every draft layout computed inline in a class."""
+def inline_draft_layout(
+    tree: ast.Module, lines: Optional[List[str]] = None
+) -> List[Tuple[str, str, int, str]]:
+    """(class, method, line, what) for every draft layout computed inline in a class; with the
+    file's ``lines``, none that the fork keeps (KEEP_PRAGMA on the def line or the statement).
+    """
     return [
         (cls.name, method.name, line, what)
         for cls in _classes(tree)
         for method in methods(cls)
         for line, what in _inline_forms(method)
+        if lines is None or not has_keep_pragma(lines, method, line)
     ]
+
+
+def split_path_problems(
+    tree: ast.Module, lines: Optional[List[str]] = None
+) -> List[Tuple[str, int, str]]:
+    """(Class.method, line, what) for each multi-step to per-step path that splits the per-step
+    out_cache_loc twice or never (``split_paths``); with ``lines``, none the fork keeps.
+    """
+    problems = []
+    for path in split_paths(tree):
+        scope = f"{path.caller.name}.{path.caller_method.name}"
+        step = f"{path.per_step.name}.{path.per_step_method.name}"
+        kept = lines is not None and (
+            has_keep_pragma(lines, path.caller_method, None)
+            or has_keep_pragma(lines, path.per_step_method, None)
+        )
+        if path.splits == 2 and not kept:
+            problems.append(
+                (
+                    scope,
+                    path.caller_method.lineno,
+                    f"splits per step, and so does {step}: twice",
+                )
+            )
+        elif path.splits == 0 and not kept:
+            problems.append(
+                (
+                    scope,
+                    path.caller_method.lineno,
+                    f"{step} gets the whole buffer: never split per step",
+                )
+            )
+    return problems
 
 
 def _used_length_form(steps: ast.expr) -> str:

@@ -49,11 +49,30 @@ def helper_edit(source: Source, method: ast.AST, split: Split) -> Edit:
         new = f"{target} = " + CALL.format(pad="", **texts) + "\n"
         return Edit(split.statements[0], replace=new, absorb=tuple(split.statements[1:]))
     holder = _holding_statement(method, split.node)
-    assigned = isinstance(holder, ast.Assign) and len(holder.targets) == 1 and holder.value is split.node
-    if assigned and isinstance(holder.targets[0], ast.Name):  # the statement, its parentheses dropped
-        return Edit(holder, replace=f"{holder.targets[0].id} = " + CALL.format(pad="", **texts) + "\n")
+    head = "return " if isinstance(holder, ast.Return) else ""
+    if isinstance(holder, ast.Assign) and len(holder.targets) == 1 and isinstance(holder.targets[0], ast.Name):
+        head = f"{holder.targets[0].id} = "
+    if head and holder.value is not None:  # the statement anew, parentheses around its value dropped
+        value = source.text(holder.value)
+        start = len(source.text(_span(holder.value, split.node, end=False)))
+        end = len(value) - len(source.text(_span(holder.value, split.node, end=True)))
+        before, after = value[:start], value[end:]
+        if "\n" not in before + after:
+            return Edit(holder, replace=head + before + CALL.format(pad="", **texts) + after + "\n")
     pad = _indent(source.lines[split.node.lineno - 1])[len(_indent(source.lines[holder.lineno - 1])):]
     return Edit(split.node, replace=CALL.format(pad=pad, **texts))
+
+
+def _span(outer: ast.expr, inner: ast.expr, end: bool) -> ast.AST:
+    """A stand-in node covering ``outer`` up to ``inner``'s start (or from its end), to measure the text around it."""
+    node = ast.Constant(None)
+    if end:
+        node.lineno, node.col_offset = inner.end_lineno, inner.end_col_offset
+        node.end_lineno, node.end_col_offset = outer.end_lineno, outer.end_col_offset
+    else:
+        node.lineno, node.col_offset = outer.lineno, outer.col_offset
+        node.end_lineno, node.end_col_offset = inner.lineno, inner.col_offset
+    return node
 
 
 def _holding_statement(method: ast.AST, node: ast.AST) -> ast.stmt:
