@@ -635,9 +635,24 @@ def split_path_problems(
     for path in split_paths(tree):
         scope = f"{path.caller.name}.{path.caller_method.name}"
         step = f"{path.per_step.name}.{path.per_step_method.name}"
+        sites = [  # the per-step backend's statements handing out_cache_loc= on
+            stmt.lineno
+            for stmt in nodes_of(path.per_step_method, ast.stmt)
+            if not isinstance(
+                stmt, (ast.FunctionDef, ast.If, ast.For, ast.While, ast.With, ast.Try)
+            )
+            and any(
+                k.arg == "out_cache_loc"
+                for c in nodes_of(stmt, ast.Call)
+                for k in c.keywords
+            )
+        ]
         kept = lines is not None and (
             has_keep_pragma(lines, path.caller_method, None)
-            or has_keep_pragma(lines, path.per_step_method, None)
+            or any(
+                has_keep_pragma(lines, path.per_step_method, line)
+                for line in [None, *sites]
+            )
         )
         if path.splits == 2 and not kept:
             problems.append(

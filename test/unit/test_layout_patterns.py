@@ -251,3 +251,12 @@ def test_a_caller_that_sets_a_row_after_init_does_not_split_for_it():
 def test_a_per_step_backend_that_does_not_bake_out_cache_loc_has_no_path():
     code = path_module(False, False).replace("out_cache_loc=forward_batch.out_cache_loc", "seq_lens=forward_batch.seq_lens")
     assert split_paths(ast.parse(code)) == []
+
+
+def test_keep_pragma_on_the_per_step_backends_site_statement_keeps_the_path():
+    code = path_module(False, False).replace(
+        "self.metadata = self.build(out_cache_loc=forward_batch.out_cache_loc)",
+        "self.metadata = self.build(out_cache_loc=forward_batch.out_cache_loc)  " + KEEP)
+    lines = code.splitlines()
+    assert split_path_problems(ast.parse(code)) != []
+    assert split_path_problems(ast.parse(code), lines) == []
