@@ -517,10 +517,10 @@ class SplitPath(NamedTuple):
 
 
 def split_paths(tree: ast.Module) -> List[SplitPath]:
-    """Every multi-step to per-step ``init_forward_metadata`` path of the module whose per-step
+    """Every multi-step to per-step ``init_forward_metadata`` path between top-level classes whose per-step
     backend bakes out_cache_loc (the per-step backends: the module's classes the caller's class
     builds, or subclasses)."""
-    classes = {cls.name: cls for cls in _classes(tree)}
+    classes = {cls.name: cls for cls in tree.body if isinstance(cls, ast.ClassDef)}
     paths = []
     for caller in classes.values():
         method = next(
@@ -579,6 +579,17 @@ def has_keep_pragma(
     (the outermost one there, looked up in ``scope``, default ``func``)."""
     numbers: List[int] = _header_lines(func) if isinstance(func, ast.stmt) else []
     within = scope if scope is not None else func
+    if isinstance(
+        within, ast.Module
+    ):  # only the top-level definition holding the line is walked
+        within = next(
+            (
+                d
+                for d in within.body
+                if line and d.lineno <= line <= (d.end_lineno or 0)
+            ),
+            None,
+        )
     if line and within is not None:
         starting = [n for n in nodes_of(within, ast.stmt) if n.lineno == line]
         numbers += _header_lines(starting[0]) if starting else [line]

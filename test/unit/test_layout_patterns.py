@@ -260,3 +260,12 @@ def test_keep_pragma_on_the_per_step_backends_site_statement_keeps_the_path():
     lines = code.splitlines()
     assert split_path_problems(ast.parse(code)) != []
     assert split_path_problems(ast.parse(code), lines) == []
+
+
+@pytest.mark.parametrize("body", SPELLINGS.values(), ids=SPELLINGS.keys())
+def test_text_filter_lets_every_spelling_through(body):
+    assert may_hold_draft_layout(body)
+
+
+def test_text_filter_ignores_a_transpose_of_a_name():
+    assert not may_hold_draft_layout("q = q.transpose(1, 2)\nn = self.speculative_num_steps")

@@ -50,7 +50,7 @@ GUARDED_FOLDERS = ("srt/layers/attention", "srt/speculative")
 #: the calls that move the steps dimension first in a per-step out_cache_loc split
 _MOVES = ("permute", "movedim", "transpose", "swapaxes", "swapdims")
 #: a file matters only if it names the steps and one of these
-_LAYOUT_TOKENS = ("generate_draft_decode_kv_indices", "max_context_len", "out_cache_loc", *_MOVES)
+_LAYOUT_TOKENS = ("generate_draft_decode_kv_indices", "max_context_len", ".out_cache_loc = ", *_MOVES)
 #: the text every form shows: a row shape ``(self.speculative_num_steps, ...``, a
 #: product with ``self.topk`` added to another product (a used length), the steps beside a
 #: ``permute``, the kernel, or a helper; a class or method without it is never parsed or walked
@@ -59,6 +59,8 @@ _FORM_TEXT = re.compile(
     r"|self\.topk\s*(?:\*\s*[\w.]+\s*)?\+\s*(?:\(|[\w.]+\s*\*)|\+\s*(?:[\w.]+\s*\*\s*)?self\.topk"
     rf"|{KERNEL}|{'|'.join(HELPERS)}"
 )
+#: a move other than permute chained on a call's result (``x.view(...).movedim(-1, 0)``), as a split writes it
+_CHAINED_MOVE = re.compile(r"\)\s*\.(?:movedim|transpose|swapaxes|swapdims)\(")
 _CHECKED_BACKENDS = {backend.cls for backend in DRAFT_BACKENDS if backend.capacity_check}
 
 
@@ -69,10 +71,10 @@ def names_draft_layout(text: str) -> bool:
 
 def may_hold_draft_layout(text: str) -> bool:
     """The text test a class block or method passes before it is parsed or walked: a form,
-    or an ``init_forward_metadata`` that hands out_cache_loc on (a split path's two ends)."""
+    or a multi-step ``init_forward_metadata`` setting the batch's out_cache_loc (a split path's caller)."""
     steps = "speculative_num_steps" in text
-    return bool(_FORM_TEXT.search(text)) or (steps and any(move in text for move in _MOVES)) or (
-        "init_forward_metadata" in text and ("out_cache_loc=" in text or ".out_cache_loc = " in text))
+    return bool(_FORM_TEXT.search(text)) or (steps and ("permute" in text or bool(_CHAINED_MOVE.search(text)))) or (
+        steps and ".init_forward_metadata(" in text and ".out_cache_loc = " in text)
 
 
 def _row_width(rule: Rule, source: Source) -> Finding:
