@@ -153,3 +153,15 @@ def test_kept_own_fix_and_everything_else_patched(scratch, pristine, how, capsys
     assert {f.rule.id: f.state for f in states if f.state is not State.PATCHED} == {SITE: State.KEPT}
     assert cli.main(["check", *flags, str(root)]) == 0
     assert_as_clean_as(pristine("0.5.12"), root, fork_edits.WORKER_V2)
+
+
+def test_upstreams_own_inline_split_is_rewritten_to_its_helper(scratch, pristine):
+    """0.5.23's QwenSparseMultiStepDraftBackend splits by hand ("same expression chain as
+    EagleDraftWorker.draft_forward", which calls the helper there): found by the guard, rewritten lint-clean."""
+    root = scratch("0.5.23")
+    relative = "srt/layers/attention/qwen_sparse_attn_backend.py"
+    assert cli.main(["apply", "--no-tests", str(root)]) == 0
+    text = (root / "sglang" / relative).read_text()
+    assert "        return per_step_draft_out_cache_loc(\n            out_cache_loc,\n            batch_rows,\n" in text
+    assert "from sglang.srt.speculative.eagle_utils import per_step_draft_out_cache_loc\n" in text
+    assert_as_clean_as(pristine("0.5.23"), root, relative)
