@@ -198,6 +198,7 @@ def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = T
             findings += [rule.report(State.ABSENT, detail=f"no {relative}") for rule in file_rules]
             continue
         source = sources[relative]
+        source.others = sources
         old = source.code
         file_findings = [_kept(_helper_module_missing(rule.find(rule, source), target), source, keep)
                          for rule in file_rules]
@@ -207,7 +208,7 @@ def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = T
         ):
             _parse(path, relative, old)  # a file written must be valid Python as a whole, not only its classes
             new = render(path, source, file_findings, target.line_length)
-            _check_rendered(path, relative, new, file_rules, keep)
+            _check_rendered(path, relative, new, file_rules, keep, sources)
             changes.append(FileChange(path, old, new))
     unknown = [spec for spec in keep if not any(keep_matches(spec, f.rule) for f in findings)]
     if unknown:
@@ -219,7 +220,8 @@ def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = T
     return Plan(target, tuple(findings), tuple(changes), generated)
 
 
-def _check_rendered(path: Path, relative: str, new: str, rules: Sequence[Rule], keep: Collection[str] = ()) -> None:
+def _check_rendered(path: Path, relative: str, new: str, rules: Sequence[Rule], keep: Collection[str] = (),
+                    others: Optional[dict[str, Source]] = None) -> None:
     """The rewritten text compiles and every rule now finds its site in upstream's form."""
     try:
         compile(new, str(path), "exec")
@@ -227,6 +229,7 @@ def _check_rendered(path: Path, relative: str, new: str, rules: Sequence[Rule], 
         raise PatchError(f"{path}:{error.lineno}: rewriting made invalid Python ({error.msg}; a rule bug); "
                          "nothing written") from None
     source = _parse(path, relative, new)
+    source.others = others or {}
     for rule in rules:
         finding = _kept(rule.find(rule, source), source, keep)
         if finding.state not in (State.PATCHED, State.ABSENT, State.BY_CALLER, State.KEPT):

@@ -503,3 +503,49 @@ def test_keep_flag_naming_no_site_is_refused(sglang_tree):
     assert err.startswith("error: --keep srt/layers/attention/deepseek_v4_backend.py:Nope.init: no site of ")
     assert err.count("\n") == 1
     assert sglang_tree.snapshot() == before
+
+
+WORKER_INITS_PER_STEP = """\
+    def draft_forward(self, forward_batch):
+        out_cache_loc = forward_batch.out_cache_loc
+        out_cache_loc = out_cache_loc.reshape(
+            forward_batch.batch_size, self.topk, self.speculative_num_steps
+        )
+        out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(
+            self.speculative_num_steps, -1
+        )
+        for i in range(self.speculative_num_steps - 1):
+            forward_batch.out_cache_loc = out_cache_loc[i]
+            backend = self.draft_attn_backend.attn_backends[i]
+            backend.init_forward_metadata(forward_batch)
+            self.draft_runner.forward(forward_batch, skip_attn_backend_init=True)
+"""
+
+
+@pytest.mark.parametrize("per_step, state", [(BEFORE, State.BY_CALLER), (AFTER, State.UNRECOGNISED)],
+                         ids=["no split here: handled by the worker", "a split here too: twice"])
+def test_a_worker_that_inits_each_step_with_its_row_is_a_caller(sglang_tree, per_step, state):
+    from rule_test_support import WORKER_V2, worker_module
+
+    sglang_tree.write(DSV4, dsv4_module(INIT, per_step, DECODE, header=HEADER_AFTER if per_step is AFTER else HEADER))
+    worker = worker_module("EagleDraftWorker", WORKER_INITS_PER_STEP)
+    sglang_tree.write(WORKER_V2, worker)
+    [finding] = sglang_tree.plan([RULE]).findings
+    caller = f"EagleDraftWorker.draft_forward (srt/speculative/eagle_worker_v2.py:{line_of(worker, '= out_cache_loc[i]')})"
+    assert finding.state is state
+    if state is State.BY_CALLER:
+        assert finding.detail == "EagleDraftWorker.draft_forward hands each step its own row: no second split here"
+        assert sglang_tree.apply([RULE, rule("draft-forward:EagleDraftWorker")]).changes  # the worker's split
+        assert [f.state for f in sglang_tree.plan([RULE]).findings] == [State.BY_CALLER]
+    else:
+        assert finding.detail.endswith(f"and in its caller {caller}; keep one of them")
+
+
+def test_a_worker_that_only_forwards_each_row_is_no_caller(sglang_tree):
+    from rule_test_support import WORKER_V2, worker_module
+
+    sglang_tree.write(DSV4, dsv4_module(INIT, BEFORE, DECODE))
+    sglang_tree.write(WORKER_V2, worker_module("EagleDraftWorker", WORKER_INITS_PER_STEP.replace(
+        "            backend.init_forward_metadata(forward_batch)\n", "")))
+    [finding] = sglang_tree.plan([RULE]).findings
+    assert finding.state is State.TO_PATCH

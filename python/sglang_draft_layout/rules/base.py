@@ -94,6 +94,10 @@ class Rule:
 class Source:
     """One file: its lines and Python's ast of it."""
 
+    #: the tree's other files as the engine read them (relative path -> Source), for rules that
+    #: look at a site's callers elsewhere; empty when the file is judged alone
+    others: dict[str, "Source"] = {}
+
     def __init__(self, path: str, code: str) -> None:
         self.path = path
         self.code = code

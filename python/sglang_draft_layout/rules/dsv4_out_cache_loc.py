@@ -18,7 +18,9 @@ through a local, or in a method of the class the site calls; any spelling
 is. A caller that already hands each step its own row (``DeepseekV4MultiStepBackend.init_forward_metadata``
 setting ``forward_batch.out_cache_loc = rows[i]`` before each step's ``init_forward_metadata``)
 leaves nothing to add here (handled by the fork's caller; the structural guard rewrites the
-caller's own split to the helper); a split here as well splits twice and is refused.
+caller's own split to the helper); so does an EAGLE worker whose ``draft_forward`` sets each
+step's row and then calls ``init_forward_metadata`` itself. A split here as well splits twice
+and is refused.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from ..layout_patterns import (
     per_step_rows_set, self_called, split_paths,
 )
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State
-from .draft_forward import helper_edit
+from .draft_forward import WORKERS, helper_edit
 
 CLASS = "DeepseekV4AttnBackend"
 #: the multi-step backend that calls each step's DeepseekV4AttnBackend.init_forward_metadata
@@ -94,17 +96,25 @@ def _fed_by(source: Source, method: ast.FunctionDef, value: ast.expr) -> tuple[l
     return [], [], ""
 
 
-def caller_rows(source: Source) -> Optional[tuple[str, ast.Assign]]:
-    """(Class.method, the row assignment) of a multi-step backend in the file that sets each
-    step's ``out_cache_loc`` row before calling this class's ``init_forward_metadata``."""
+def caller_rows(source: Source) -> Optional[tuple[str, Optional[int]]]:
+    """(the caller, named with its line, and that line when it is in this file) that sets each
+    step's ``out_cache_loc`` row before calling a per-step ``init_forward_metadata``: a multi-step
+    backend of this file, or an EAGLE worker's ``draft_forward``."""
     for path in split_paths(source.tree):
         if path.per_step.name == CLASS and path.caller_rows:
-            return f"{path.caller.name}.{path.caller_method.name}", path.caller_rows[0]
+            line = path.caller_rows[0].lineno
+            return f"{path.caller.name}.{path.caller_method.name} (line {line})", line
     for name in (MULTI_STEP,):  # its per-step backends built some other way: still a caller
         method = source.method(name, "init_forward_metadata")
         rows = per_step_rows_set(method) if method is not None else []
         if rows:
-            return f"{name}.init_forward_metadata", rows[0]
+            return f"{name}.init_forward_metadata (line {rows[0].lineno})", rows[0].lineno
+    for relative, worker in WORKERS:
+        other = source.others.get(relative)
+        method = other.method(worker, "draft_forward") if other is not None else None
+        rows = per_step_rows_set(method) if method is not None else []
+        if rows:
+            return f"{worker}.draft_forward ({relative}:{rows[0].lineno})", None
     return None
 
 
@@ -122,14 +132,12 @@ def _find(rule: Rule, source: Source) -> Finding:
             splits, helpers, where = ([], in_branch, method.name) if in_branch else _fed_by(source, method, loc.value)
             plain = isinstance(loc.value, ast.Attribute) and loc.value.attr == "out_cache_loc"
             if caller and (splits or helpers):
-                scope, row = caller
                 return rule.report(State.UNRECOGNISED, stmt.lineno,
                                    f"splits the per-step out_cache_loc twice: here (in {where}) and in its caller "
-                                   f"{scope} (line {row.lineno}); keep one of them")
+                                   f"{caller[0]}; keep one of them")
             if caller and plain:
-                scope, row = caller
-                return rule.report(State.BY_CALLER, row.lineno,
-                                   f"{scope} hands each step its own row: no second split here")
+                return rule.report(State.BY_CALLER, caller[1] or stmt.lineno,
+                                   f"{caller[0].split(' (')[0]} hands each step its own row: no second split here")
             if helpers:
                 return rule.report(State.PATCHED, helpers[0].lineno if where != method.name else branch.lineno)
             if splits:
