@@ -50,7 +50,7 @@ GUARDED_FOLDERS = ("srt/layers/attention", "srt/speculative")
 #: the calls that move the steps dimension first in a per-step out_cache_loc split
 _MOVES = ("permute", "movedim", "transpose", "swapaxes", "swapdims")
 #: a file matters only if it names the steps and one of these
-_LAYOUT_TOKENS = ("generate_draft_decode_kv_indices", "max_context_len", ".out_cache_loc = ", *_MOVES)
+_LAYOUT_TOKENS = ("generate_draft_decode_kv_indices", "max_context_len", ".init_forward_metadata(", *_MOVES)
 #: the text every form shows: a row shape ``(self.speculative_num_steps, ...``, a
 #: product with ``self.topk`` added to another product (a used length), the steps beside a
 #: ``permute``, the kernel, or a helper; a class or method without it is never parsed or walked
@@ -70,11 +70,14 @@ def names_draft_layout(text: str) -> bool:
 
 
 def may_hold_draft_layout(text: str) -> bool:
-    """The text test a class block or method passes before it is parsed or walked: a form,
-    or a multi-step ``init_forward_metadata`` setting the batch's out_cache_loc (a split path's caller)."""
+    """The text test a class block or method passes before it is parsed or walked: a form, or
+    a split path's end (a multi-step backend calling its per-step backends' ``init_forward_metadata``,
+    or a per-step backend handing ``out_cache_loc=`` on at init)."""
     steps = "speculative_num_steps" in text
-    return bool(_FORM_TEXT.search(text)) or (steps and ("permute" in text or bool(_CHAINED_MOVE.search(text)))) or (
-        steps and ".init_forward_metadata(" in text and ".out_cache_loc = " in text)
+    caller = steps and ".init_forward_metadata(" in text and ("attn_backends" in text or ".out_cache_loc = " in text)
+    per_step = "speculative_step_id" in text and "out_cache_loc=" in text and "def init_forward_metadata" in text
+    moved = steps and ("permute" in text or bool(_CHAINED_MOVE.search(text)))
+    return bool(_FORM_TEXT.search(text)) or moved or caller or per_step
 
 
 def _row_width(rule: Rule, source: Source) -> Finding:
