@@ -8,8 +8,8 @@ that the same fork can be built anywhere the release is installed:
 
     python test/support/fork_edits.py dsv4-caller-split DEST
 
-edits ``DEST/sglang`` in place (first copied there from the ``sglang`` this Python imports
-when DEST holds none).
+edits ``DEST/sglang`` in place (for a fork checkout DEST is its ``python/``), first copied
+there from the ``sglang`` this Python finds when DEST holds none (run with that sglang's Python).
 """
 
 from __future__ import annotations
@@ -157,7 +157,8 @@ FORKS: Dict[str, Callable[[Path], None]] = {
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("fork", choices=sorted(FORKS))
-    parser.add_argument("dest", type=Path, help="a folder holding sglang/ (copied from this Python's when absent)")
+    parser.add_argument("dest", type=Path, help="a folder holding sglang/ (a fork checkout's python/), "
+                                                "copied from this Python's sglang when it holds none")
     args = parser.parse_args(argv)
     if not (args.dest / "sglang").is_dir():
         spec = importlib.util.find_spec("sglang")
