@@ -96,25 +96,25 @@ def _fed_by(source: Source, method: ast.FunctionDef, value: ast.expr) -> tuple[l
     return [], [], ""
 
 
-def caller_rows(source: Source) -> Optional[tuple[str, Optional[int]]]:
-    """(the caller, named with its line, and that line when it is in this file) that sets each
-    step's ``out_cache_loc`` row before calling a per-step ``init_forward_metadata``: a multi-step
-    backend of this file, or an EAGLE worker's ``draft_forward``."""
+def caller_rows(source: Source) -> Optional[tuple[str, str, Optional[int]]]:
+    """(``Class.method``, where it sets the row, that line when in this file) of a caller that sets
+    each step's ``out_cache_loc`` row before calling a per-step ``init_forward_metadata``: a
+    multi-step backend of this file, or an EAGLE worker's ``draft_forward``."""
     for path in split_paths(source.tree):
         if path.per_step.name == CLASS and path.caller_rows:
             line = path.caller_rows[0].lineno
-            return f"{path.caller.name}.{path.caller_method.name} (line {line})", line
+            return f"{path.caller.name}.{path.caller_method.name}", f"line {line}", line
     for name in (MULTI_STEP,):  # its per-step backends built some other way: still a caller
         method = source.method(name, "init_forward_metadata")
         rows = per_step_rows_set(method) if method is not None else []
         if rows:
-            return f"{name}.init_forward_metadata (line {rows[0].lineno})", rows[0].lineno
+            return f"{name}.init_forward_metadata", f"line {rows[0].lineno}", rows[0].lineno
     for relative, worker in WORKERS:
         other = source.others.get(relative)
         method = other.method(worker, "draft_forward") if other is not None else None
         rows = per_step_rows_set(method) if method is not None else []
         if rows:
-            return f"{worker}.draft_forward ({relative}:{rows[0].lineno})", None
+            return f"{worker}.draft_forward", f"{relative}:{rows[0].lineno}", None
     return None
 
 
@@ -134,10 +134,10 @@ def _find(rule: Rule, source: Source) -> Finding:
             if caller and (splits or helpers):
                 return rule.report(State.UNRECOGNISED, stmt.lineno,
                                    f"splits the per-step out_cache_loc twice: here (in {where}) and in its caller "
-                                   f"{caller[0]}; keep one of them")
+                                   f"{caller[0]} ({caller[1]}); keep one of them")
             if caller and plain:
-                return rule.report(State.BY_CALLER, caller[1] or stmt.lineno,
-                                   f"{caller[0].split(' (')[0]} hands each step its own row: no second split here")
+                return rule.report(State.BY_CALLER, caller[2] or stmt.lineno,
+                                   f"{caller[0]} hands each step its own row: no second split here")
             if helpers:
                 return rule.report(State.PATCHED, helpers[0].lineno if where != method.name else branch.lineno)
             if splits:
