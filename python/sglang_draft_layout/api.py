@@ -48,6 +48,7 @@ class Options:
     cpu_suite: Optional[str] = None  # the fork's suite for the CPU test (default: from its run_suite.py)
     cuda_suite: Optional[str] = None  # the fork's suite for the GPU test; naming one asks for the test
     gpu_test: bool = False  # also write the GPU test (about 240 s of per-commit GPU CI)
+    keep: tuple[str, ...] = ()  # ``FILE:Class.method`` sites kept as the fork wrote them (like KEEP_PRAGMA)
 
     def engine_kwargs(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

@@ -22,6 +22,7 @@ from typing import Optional, Sequence, TextIO, Union
 
 from . import __version__, api, engine, releases, transaction
 from .api import Item, Report
+from .layout_patterns import KEEP_PRAGMA
 from .rules.base import State
 from .target import Target, TargetError
 
@@ -210,7 +211,10 @@ def print_check(report: Report, argv_target: Optional[str], verbosity: int, out:
 
 def error_line(report: Report, item: Item) -> str:
     where_ = str(report.target.root / item.file) + (f":{item.line}" if item.line else "")
-    return f"{where_}: {item.scope}: {item.site}: {item.detail or item.state}"
+    text = f"{where_}: {item.scope}: {item.site}: {item.detail or item.state}"
+    if item.kind == api.CALL_SITE:
+        text += f" (to keep the fork's code there: `{KEEP_PRAGMA}` on that line or --keep {item.file}:{item.scope})"
+    return text
 
 
 def github_escape(text: str, property_value: bool = False) -> str:
@@ -330,6 +334,9 @@ def _add_target(command: argparse.ArgumentParser) -> None:
                          help="write the GPU test, registered to this suite (default: chosen from test/run_suite.py)")
     command.add_argument("--gpu-test", action="store_true",
                          help="also write the GPU test (about 240 s of per-commit GPU CI in the fork)")
+    command.add_argument("--keep", metavar="FILE:Class.method", action="append", type=str, default=[],
+                         help="keep this site as the fork wrote it, like a `# sglang-draft-layout: keep` "
+                              "comment on it (repeatable)")
 
 
 def _add_verbosity(command: argparse.ArgumentParser) -> None:
@@ -370,7 +377,8 @@ def parser() -> argparse.ArgumentParser:
 def _options(args: argparse.Namespace) -> api.Options:
     """The api Options named by the command's flags (a flag's dest is the field's name)."""
     names = {f.name for f in dataclasses.fields(api.Options)}
-    return api.Options(**{name: value for name, value in vars(args).items() if name in names})
+    return api.Options(**{name: tuple(value) if isinstance(value, list) else value
+                          for name, value in vars(args).items() if name in names})
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -14,6 +14,7 @@ from typing import Collection, Iterator, Optional, Sequence
 
 from . import fork_tests, transaction
 from .imports import add_imports
+from .layout_patterns import KEEP_PRAGMA, has_keep_pragma
 from .rules import RULES, helper_definitions
 from .rules.base import MODULE_SCOPE, Finding, Rule, Source, State
 from .rules.kv_indices_graph_width import one_parameter_frame
@@ -25,6 +26,34 @@ from .transaction import TEMP_NAME, FileWrite, Interrupted  # noqa: F401 (Interr
 
 class PatchError(TargetError):
     """The tree can't be patched as it is; nothing was written."""
+
+
+def _has_keep_pragma(source: Source, rule: Rule, line: Optional[int]) -> bool:
+    """KEEP_PRAGMA on the def line(s) of the rule's method or on the statement the finding names."""
+    method = source.method(*rule.scope.split(".")) if rule.scope != MODULE_SCOPE else None
+    return has_keep_pragma(source.lines, method, line, source.tree)
+
+
+def keep_matches(spec: str, rule: Rule) -> bool:
+    """``--keep FILE:Class.method`` names this rule's site (FILE: under the package, under the
+    fork root, absolute, or the file name alone)."""
+    file, _, scope = spec.rpartition(":")
+    file = file.replace("\\", "/")
+    return scope == rule.scope and bool(file) and (
+        file == rule.file or file.endswith("/" + rule.file) or f"sglang/{rule.file}".endswith("/" + file))
+
+
+def _kept(finding: Finding, source: Optional[Source], keep: Collection[str]) -> Finding:
+    """A site to patch or unrecognised that the maintainer keeps (pragma or --keep) is kept by the fork."""
+    if source is None or finding.state not in (State.TO_PATCH, State.UNRECOGNISED):
+        return finding
+    if any(keep_matches(spec, finding.rule) for spec in keep):
+        how = "--keep"
+    elif _has_keep_pragma(source, finding.rule, finding.line):
+        how = KEEP_PRAGMA
+    else:
+        return finding
+    return replace(finding, state=State.KEPT, edits=(), imports=(), detail=how)
 
 
 @dataclass(frozen=True)
@@ -148,7 +177,7 @@ def _sources(target: Target, rules: Sequence[Rule],
         if path.is_file():
             whole = any(rule.scope == MODULE_SCOPE for rule in file_rules)
             stored[relative] = _read(path)
-            sources[relative] = _parse(path, relative, stored[relative].text, None if whole else _named_classes(relative))
+            sources[relative] = _parse(path, relative, stored[relative].text, None if whole else _read_classes(relative))
     for folder in GUARDED_FOLDERS:
         for path in sorted((target.package / folder).rglob("*.py")):
             relative = path.relative_to(target.package).as_posix()
@@ -157,13 +186,18 @@ def _sources(target: Target, rules: Sequence[Rule],
                 text = _read(path)
                 if names_draft_layout(text.text):
                     stored[relative] = text
-                    sources[relative] = _parse(path, relative, text.text, _named_classes(relative))
+                    sources[relative] = _parse(path, relative, text.text, _read_classes(relative))
     return sources, stored
 
 
 def _named_classes(relative: str) -> set[str]:
     """The classes of a file that a rule names (the structural guard leaves them to it)."""
     return {rule.scope.split(".")[0] for rule in RULES if rule.file == relative and rule.scope != MODULE_SCOPE}
+
+
+def _read_classes(relative: str) -> set[str]:
+    """The classes of a file the rules read: those they name and the callers they look at."""
+    return _named_classes(relative) | {name for rule in RULES if rule.file == relative for name in rule.reads}
 
 
 def _module_file(module: str) -> Optional[str]:
@@ -192,13 +226,16 @@ def _helper_module_missing(finding: Finding, target: Target, created: Collection
 
 
 def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = True, tests: bool = True,
-         cpu_suite: Optional[str] = None, cuda_suite: Optional[str] = None, gpu_test: bool = False) -> Plan:
+         cpu_suite: Optional[str] = None, cuda_suite: Optional[str] = None, gpu_test: bool = False,
+         keep: Collection[str] = ()) -> Plan:
     """Every rule's finding and (with ``render_changes``) the new text of every file that changes; writes nothing.
 
     Besides ``rules``, the structural guard's rules for classes no rule names
     (``rules.structural_guard``). ``tests``: a fork checkout's own test files
     (``fork_tests``, registered to the suites ``cpu_suite``/``cuda_suite`` name or the fork's
-    run_suite.py offers; the GPU test with ``gpu_test``) are part of the plan. A helper module the tree lacks is created
+    run_suite.py offers; the GPU test with ``gpu_test``) are part of the plan. ``keep``:
+    ``FILE:Class.method`` sites kept as the fork wrote them, like those marked with
+    KEEP_PRAGMA (each must name a site). A helper module the tree lacks is created
     (``FileChange.old`` None) when a site to patch imports from it; a tree whose draft
     CUDA-graph rows count branches is not affected (``one_parameter_frame``).
     ``leftovers``: the tool's temp files beside the files read or written. SIGINT, SIGTERM
@@ -208,13 +245,15 @@ def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = T
     with transaction.signal_gate() as gate:
         gate.holding = True  # and on after planning: the command's output is not cut short
         test_options = fork_tests.TestOptions(cpu_suite, cuda_suite, gpu_test) if tests else None
-        return _plan(target, rules, render_changes, test_options, gate)
+        return _plan(target, rules, render_changes, test_options, keep, gate)
 
 
 def _plan(target: Target, rules: Sequence[Rule], render_changes: bool,
-          test_options: Optional[fork_tests.TestOptions], gate: transaction.SignalGate) -> Plan:
+          test_options: Optional[fork_tests.TestOptions], keep: Collection[str], gate: transaction.SignalGate) -> Plan:
     changes: list[FileChange] = []
     sources, stored = _sources(target, rules, gate)
+    for source in sources.values():
+        source.others = sources  # the callers a rule looks at (``Rule.reads``)
     guarded = [rule for relative, source in sources.items()
                for rule in guard_rules(relative, source, _named_classes(relative))]
     by_file = _rules_by_file([*rules, *guarded])
@@ -225,7 +264,7 @@ def _plan(target: Target, rules: Sequence[Rule], render_changes: bool,
     created = _modules_to_create(findings, target)
     findings = [
         replace(f, state=State.TO_PATCH, detail=helper_definitions.TO_CREATE.format(file=f.rule.file))
-        if f.rule.file in created else _helper_module_missing(f, target, created)
+        if f.rule.file in created else _kept(_helper_module_missing(f, target, created), sources.get(f.rule.file), keep)
         for f in findings
     ]
     for relative, file_rules in by_file.items():
@@ -242,7 +281,11 @@ def _plan(target: Target, rules: Sequence[Rule], render_changes: bool,
             changes.append(FileChange.of(path, None, new))
             continue
         changes.append(_file_change(path, relative, stored[relative], sources[relative], file_findings, file_rules,
-                                    target.line_length))
+                                    target.line_length, keep, sources))
+    unknown = [spec for spec in keep if not any(keep_matches(spec, f.rule) for f in findings)]
+    if unknown:
+        raise TargetError(f"--keep {unknown[0]}: no site of {target.package} is FILE:Class.method "
+                          "(check lists each site's file and Class.method)")
     generated, notes = fork_tests.generated_files(target, test_options) if test_options else ([], [])
     if render_changes:
         changes += [_generated_change(g) for g in generated if g.state is not fork_tests.FileState.PRESENT]
@@ -253,11 +296,12 @@ def _plan(target: Target, rules: Sequence[Rule], render_changes: bool,
 
 
 def _file_change(path: Path, relative: str, stored: StoredText, source: Source, findings: Sequence[Finding],
-                 file_rules: Sequence[Rule], line_length: int) -> FileChange:
-    """The change of one file with sites to patch and none unrecognised."""
+                 file_rules: Sequence[Rule], line_length: int, keep: Collection[str] = (),
+                 others: Optional[dict[str, Source]] = None) -> FileChange:
+    """The change of one file with sites to patch and none unrecognised (``keep``, ``others``: as for ``_check_rendered``)."""
     _parse(path, relative, stored.text)  # a file written must be valid Python as a whole, not only its classes
     new = render(path, source, findings, line_length)
-    _check_rendered(path, relative, new, file_rules)
+    _check_rendered(path, relative, new, file_rules, keep, others)
     return FileChange.of(path, stored, new)
 
 
@@ -280,7 +324,8 @@ def _refuse_links_out_of_tree(target: Target, changes: Sequence[FileChange]) -> 
         seen[real] = change.path
 
 
-def _check_rendered(path: Path, relative: str, new: str, rules: Sequence[Rule]) -> None:
+def _check_rendered(path: Path, relative: str, new: str, rules: Sequence[Rule], keep: Collection[str] = (),
+                    others: Optional[dict[str, Source]] = None) -> None:
     """The rewritten text compiles and every rule now finds its site in upstream's form."""
     try:
         compile(new, str(path), "exec")
@@ -288,16 +333,21 @@ def _check_rendered(path: Path, relative: str, new: str, rules: Sequence[Rule]) 
         raise PatchError(f"{path}:{error.lineno}: rewriting made invalid Python ({error.msg}; a rule bug); "
                          "nothing written") from None
     source = _parse(path, relative, new)
+    source.others = others or {}
     for rule in rules:
-        finding = rule.find(rule, source)
-        if finding.state not in (State.PATCHED, State.ABSENT):
+        finding = _kept(rule.find(rule, source), source, keep)
+        if finding.state not in (State.PATCHED, State.ABSENT, State.BY_CALLER, State.KEPT):
             raise PatchError(f"{path}: {rule.scope}: {rule.site} is {finding.state.value} after rewriting (a rule bug); nothing written")
 
 
 def describe(finding: Finding, target: Target) -> str:
+    """``file:line: Class.method: site: detail``; an unrecognised site also says how to keep it."""
     rule = finding.rule
     where = f"{target.package / rule.file}" + (f":{finding.line}" if finding.line else "")
-    return f"{where}: {rule.scope}: {rule.site}: {finding.detail or finding.state.value}"
+    text = f"{where}: {rule.scope}: {rule.site}: {finding.detail or finding.state.value}"
+    if finding.state is State.UNRECOGNISED and rule.scope != MODULE_SCOPE:
+        text += f" (to keep the fork's code there: `{KEEP_PRAGMA}` on that line or --keep {rule.file}:{rule.scope})"
+    return text
 
 
 @contextlib.contextmanager
@@ -347,7 +397,7 @@ def _patched_bytes(target: Target, path: Path, data: bytes) -> Optional[bytes]:
     try:
         stored = StoredText.decode(path, data)
         whole = any(rule.scope == MODULE_SCOPE for rule in RULES if rule.file == relative)
-        source = _parse(path, relative, stored.text, None if whole else _named_classes(relative))
+        source = _parse(path, relative, stored.text, None if whole else _read_classes(relative))
         file_rules = [rule for rule in RULES if rule.file == relative]
         file_rules += guard_rules(relative, source, _named_classes(relative))
         findings = [rule.find(rule, source) for rule in file_rules]
@@ -374,15 +424,17 @@ def _remove_leftovers(plan_: Plan) -> Plan:
 
 
 def apply(target: Target, tests: bool = True, cpu_suite: Optional[str] = None, cuda_suite: Optional[str] = None,
-          gpu_test: bool = False) -> Plan:
+          gpu_test: bool = False, keep: Collection[str] = ()) -> Plan:
     """Patch the tree: plan, refuse on anything unrecognised, remove the tool's own leftovers,
-    write all files or none (``tests``: with a fork checkout's own test files). SIGINT, SIGTERM
+    write all files or none (``tests``: with a fork checkout's own test files; ``keep``: sites
+    kept as the fork wrote them; the rest as ``plan`` takes them). SIGINT, SIGTERM
     and SIGHUP raise ``Interrupted``: held, and acted on between files (``plan``, ``write``)."""
     with transaction.signal_gate() as gate:
         gate.holding = False  # waiting for another apply's lock: a signal ends the wait at once
         with tree_lock(target):
             gate.holding = True
-            result = plan(target, tests=tests, cpu_suite=cpu_suite, cuda_suite=cuda_suite, gpu_test=gpu_test)
+            result = plan(target, tests=tests, cpu_suite=cpu_suite, cuda_suite=cuda_suite, gpu_test=gpu_test,
+                          keep=keep)
             if result.unrecognised:
                 raise PatchError(describe(result.unrecognised[0], target) + "; nothing written")
             result = _remove_leftovers(result)

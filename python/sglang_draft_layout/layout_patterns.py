@@ -12,7 +12,7 @@ verbatim to check a fork's own files with nothing else installed.
 from __future__ import annotations
 
 import ast
-from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple
+from typing import Dict, FrozenSet, Iterator, List, NamedTuple, Optional, Tuple
 
 WIDTH_HELPER = "draft_kv_indices_buffer_width"
 USED_LEN_HELPER = "draft_kv_indices_used_len"
@@ -20,15 +20,14 @@ PER_STEP_HELPER = "per_step_draft_out_cache_loc"
 KERNEL = "generate_draft_decode_kv_indices"
 HELPERS = (WIDTH_HELPER, USED_LEN_HELPER, PER_STEP_HELPER)
 
-#: (statements, target, buffer, batch size) of a hand-written per-step out_cache_loc
-Layout = Tuple[List[ast.stmt], ast.Name, ast.expr, ast.expr]
-
 #: the draft layout forms a function can hold (``draft_layout_forms``)
 ROWS = "kv_indices rows"  # (self.speculative_num_steps, width) from max_context_len
 STEP_LENGTH = "used length"  # seq_lens_sum * topk + bs * (i + 1), or the helper
 CAPACITY = "capacity length"  # the same through self.speculative_num_steps
 LAUNCH = "kernel launch"  # generate_draft_decode_kv_indices[grid](...)
 OUT_CACHE_LOC = "per-step out_cache_loc"  # [bs, topk, num_steps] split per step
+#: the comment that keeps a site as the fork wrote it (on the method's def line or the site's statement)
+KEEP_PRAGMA = "# sglang-draft-layout: keep"
 
 
 def in_order(node: ast.AST) -> Iterator[ast.AST]:
@@ -206,37 +205,184 @@ def _method_call(node: ast.AST, name: str) -> Optional[ast.Call]:
     return None
 
 
-def _split_3d(node: ast.AST) -> Optional[ast.Call]:
-    """``x.reshape|view(bs, self.topk, self.speculative_num_steps)``."""
-    call = _method_call(node, "reshape") or _method_call(node, "view")
-    if call is None or len(call.args) != 3 or call.keywords:
+class Split(NamedTuple):
+    """A hand-written per-step split of the draft out_cache_loc: ``[bs, topk, steps]`` to
+    ``[steps, bs * topk]``, the same layout as ``per_step_draft_out_cache_loc``.
+
+    ``node`` is the ``[steps, bs * topk]`` expression; ``statements`` the two statements
+    of the two-statement form (``x = x.reshape(bs, topk, steps)`` then
+    ``x = x.permute(...).reshape(steps, -1)``), else empty. ``buffer``, ``batch_size``,
+    ``topk`` and ``num_steps`` are the expressions the fork wrote (its locals included).
+    """
+
+    node: ast.expr
+    statements: List[ast.stmt]
+    buffer: ast.expr
+    batch_size: ast.expr
+    topk: ast.expr
+    num_steps: ast.expr
+
+
+def _int(node: ast.AST) -> Optional[int]:
+    """The value of an int literal, ``-1`` included."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        value = _int(node.operand)
+        return None if value is None else -value
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    return None
+
+
+def _args(call: ast.Call) -> Optional[List[ast.expr]]:
+    """A call's positional arguments, one tuple/list argument unpacked; None with keywords."""
+    if call.keywords or any(isinstance(a, ast.Starred) for a in call.args):
         return None
-    _bs, topk, steps = call.args
-    if is_self_attr(topk, "topk") and is_self_attr(steps, "speculative_num_steps"):
+    if len(call.args) == 1 and isinstance(call.args[0], (ast.Tuple, ast.List)):
+        return list(call.args[0].elts)
+    return list(call.args)
+
+
+class Locals:
+    """A function's locals bound once (``name = value``, never rebound nor a parameter),
+    to compare expressions through them: ``topk`` bound to ``self.topk`` is ``self.topk``.
+    """
+
+    def __init__(self, func: ast.AST) -> None:
+        stores: Dict[str, int] = {}
+        for node in nodes_of(func, ast.Name):
+            if not isinstance(node.ctx, ast.Load):
+                stores[node.id] = stores.get(node.id, 0) + 1
+        args = getattr(func, "args", None)
+        params = {a.arg for a in nodes_of(args, ast.arg)} if args is not None else set()
+        self.values: Dict[str, ast.expr] = {}
+        for node in nodes_of(func, ast.Assign):
+            target = node.targets[0]
+            if len(node.targets) == 1 and isinstance(target, ast.Name):
+                if stores.get(target.id) == 1 and target.id not in params:
+                    self.values[target.id] = node.value
+
+    def key(self, node: ast.AST, depth: int = 0) -> str:
+        """A text of ``node`` with each local replaced by its value and a product's factors
+        sorted: two expressions with the same key have the same value."""
+        if isinstance(node, ast.Name):
+            if node.id in self.values and depth < 8:
+                return self.key(self.values[node.id], depth + 1)
+            return node.id
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            return (
+                "("
+                + "*".join(sorted(self.key(f, depth + 1) for f in factors(node)))
+                + ")"
+            )
+        parts = [type(node).__name__]
+        for name in node._fields:
+            if name == "ctx":
+                continue
+            value = getattr(node, name, None)
+            for item in value if isinstance(value, list) else [value]:
+                parts.append(
+                    self.key(item, depth + 1)
+                    if isinstance(item, ast.AST)
+                    else repr(item)
+                )
+        return "(" + " ".join(parts) + ")"
+
+    def same(self, a: ast.AST, b: ast.AST) -> bool:
+        return self.key(a) == self.key(b)
+
+
+_SELF_TOPK = ast.parse("self.topk", mode="eval").body
+_SELF_STEPS = ast.parse("self.speculative_num_steps", mode="eval").body
+
+
+def _split_3d(node: ast.AST, names: Locals) -> Optional[ast.Call]:
+    """``x.reshape|view(bs, self.topk, self.speculative_num_steps)`` (either through locals)."""
+    call = _method_call(node, "reshape") or _method_call(node, "view")
+    args = _args(call) if call is not None else None
+    if args is None or len(args) != 3:
+        return None
+    _bs, topk, steps = args
+    if names.same(topk, _SELF_TOPK) and names.same(steps, _SELF_STEPS):
         return call
     return None
 
 
-def _steps_first(node: ast.AST) -> Optional[ast.expr]:
-    """The receiver of ``<x>.permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)``."""
+def _steps_first(
+    node: ast.AST,
+) -> Optional[Tuple[ast.expr, Optional[ast.expr], Optional[ast.expr]]]:
+    """(receiver, steps, width) of ``<x>.<moves>.reshape(steps, width)`` or ``<x>.<moves>.flatten(1)``
+    (steps and width None) where the moves put the last of three dimensions first: ``permute(2, 0, 1)``,
+    ``movedim(2, 0)``, or transposes that end in the same order."""
     reshape = _method_call(node, "reshape")
-    if reshape is None or len(reshape.args) != 2:
+    flatten = _method_call(node, "flatten")
+    if reshape is not None:
+        shape = _args(reshape)
+        if shape is None or len(shape) != 2:
+            return None
+        steps, width = shape
+        current = reshape.func.value
+    elif flatten is not None:
+        dims = [_int(a) for a in flatten.args] + [
+            _int(k.value) for k in flatten.keywords if k.arg in ("start_dim", "end_dim")
+        ]
+        if dims not in ([1], [1, 2], [1, -1]) or len(flatten.keywords) > 2:
+            return None
+        if flatten.keywords and [k.arg for k in flatten.keywords][:1] != ["start_dim"]:
+            return None
+        steps = width = None
+        current = flatten.func.value
+    else:
         return None
-    steps, rest = reshape.args
-    if not is_self_attr(steps, "speculative_num_steps"):
+    moves: List[Tuple[str, List[Optional[int]]]] = []
+    while isinstance(current, ast.Call) and isinstance(current.func, ast.Attribute):
+        name = current.func.attr
+        if name not in ("permute", "transpose", "swapaxes", "swapdims", "movedim"):
+            break
+        args = _args(current)
+        if args is None:
+            return None
+        moves.append((name, [_int(a) for a in args]))
+        current = current.func.value
+    order = [0, 1, 2]  # the [bs, topk, steps] dimension at each place
+    for name, args in reversed(moves):
+        if None in args or any(not -3 <= a < 3 for a in args):
+            return None
+        places = [a % 3 for a in args]
+        if name == "permute" and sorted(places) == [0, 1, 2]:
+            order = [order[p] for p in places]
+        elif name != "permute" and len(places) == 2 and name == "movedim":
+            moved = order.pop(places[0])
+            order.insert(places[1], moved)
+        elif name != "permute" and len(places) == 2:
+            order[places[0]], order[places[1]] = order[places[1]], order[places[0]]
+        else:
+            return None
+    if not moves or order != [2, 0, 1]:
         return None
-    if not (isinstance(rest, ast.UnaryOp) and isinstance(rest.op, ast.USub)):
+    return current, steps, width
+
+
+def _split_of(
+    node: ast.AST, names: Locals, three_d: Optional[ast.Call] = None
+) -> Optional[Split]:
+    """The split ``node`` computes: its steps-first receiver is the 3-d view (or ``three_d``'s
+    result), the steps are the view's, the width ``-1`` or the view's ``bs * topk``."""
+    found = _steps_first(node)
+    if found is None:
         return None
-    if not (isinstance(rest.operand, ast.Constant) and rest.operand.value == 1):
+    receiver, steps, width = found
+    split = three_d if three_d is not None else _split_3d(receiver, names)
+    if split is None:
         return None
-    permute = _method_call(reshape.func.value, "permute")
-    if permute is None:
-        return None
-    order = permute.args
-    if len(order) == 1 and isinstance(order[0], ast.Tuple):
-        order = order[0].elts
-    values = [getattr(o, "value", None) for o in order]
-    return permute.func.value if values == [2, 0, 1] else None
+    bs, topk, num_steps = _args(split)
+    if steps is not None:
+        steps_ok = _int(steps) == -1 or names.same(steps, num_steps)
+        width_ok = _int(width) == -1 or names.same(
+            width, ast.BinOp(bs, ast.Mult(), topk)
+        )
+        if not (steps_ok and width_ok) or _int(steps) == _int(width) == -1:
+            return None
+    return Split(node, [], split.func.value, bs, topk, num_steps)
 
 
 def _assigned(stmt: ast.stmt) -> Optional[ast.Assign]:
@@ -246,44 +392,208 @@ def _assigned(stmt: ast.stmt) -> Optional[ast.Assign]:
     return None
 
 
-def out_cache_loc_layouts(func: ast.AST) -> List[Layout]:
-    """Hand-written per-step out_cache_loc layouts, in one statement or two.
+def out_cache_loc_layouts(func: ast.AST) -> List[Split]:
+    """Hand-written per-step out_cache_loc layouts, in one expression or two statements.
 
-    ``x = x.reshape(bs, self.topk, self.speculative_num_steps)`` then
-    ``x = x.permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)``
-    (``view`` and ``permute(2, 0, 1)`` too), or both chained in one assignment.
+    One expression: ``x.reshape(bs, self.topk, self.speculative_num_steps)`` (or ``view``),
+    its last dimension moved first (``permute(2, 0, 1)``, ``permute((2, 0, 1))``,
+    ``movedim(2, 0)``, ``transpose(1, 2).transpose(0, 1)``, ...), then
+    ``reshape(self.speculative_num_steps, -1)``, ``reshape(-1, bs * self.topk)``,
+    ``reshape(steps, step_width)`` or ``flatten(1)``; topk, steps and widths also through
+    locals bound once. Two statements: ``x = x.reshape(bs, ...)`` then
+    ``x = x.permute(...).reshape(...)``.
     """
-    found: List[Layout] = []
+    names = Locals(func)
+    found: List[Split] = []
+    inner = set()
     holders = [*nodes_of(func, ast.stmt), *nodes_of(func, ast.excepthandler)]
     for node in holders if isinstance(func, ast.stmt) else [func, *holders]:
         for field in ("body", "orelse", "finalbody"):
             body = getattr(node, field, None)
             if not isinstance(body, list):
                 continue
-            for index, stmt in enumerate(body):
-                one = _assigned(stmt)
-                if one is None:
+            for first, second in zip(body, body[1:]):
+                one, two = _assigned(first), _assigned(second)
+                split = _split_3d(one.value, names) if one is not None else None
+                if split is None or two is None:
                     continue
-                split = _split_3d(_steps_first(one.value))
-                if split is not None:
-                    found.append(
-                        ([stmt], one.targets[0], split.func.value, split.args[0])
-                    )
-                    continue
-                split = _split_3d(one.value)
-                second = _assigned(body[index + 1]) if index + 1 < len(body) else None
-                if split is None or second is None:
-                    continue
-                target = one.targets[0]
-                receiver = _steps_first(second.value)
+                target = one.targets[0].id
+                receiver = _steps_first(two.value)
                 if (
-                    isinstance(receiver, ast.Name)
-                    and receiver.id == target.id == second.targets[0].id
+                    receiver
+                    and isinstance(receiver[0], ast.Name)
+                    and receiver[0].id == target == two.targets[0].id
                 ):
-                    found.append(
-                        ([stmt, second], target, split.func.value, split.args[0])
-                    )
+                    layout = _split_of(two.value, names, split)
+                    if layout is not None:
+                        found.append(
+                            layout._replace(node=one.value, statements=[first, second])
+                        )
+                        inner.add(id(two.value))
+    for call in nodes_of(func, ast.Call):
+        if id(call) not in inner:
+            layout = _split_of(call, names)
+            if layout is not None:
+                found.append(layout)
+    return sorted(found, key=lambda s: (s.node.lineno, s.node.col_offset))
+
+
+def helper_calls(func: ast.AST) -> List[ast.Call]:
+    """The ``per_step_draft_out_cache_loc(...)`` calls of ``func``."""
+    return [n for n in nodes_of(func, ast.Call) if called_name(n) == PER_STEP_HELPER]
+
+
+def self_called(cls: ast.ClassDef, func: ast.AST) -> List[ast.FunctionDef]:
+    """The methods of ``cls`` that ``func`` calls as ``self.<name>(...)``."""
+    called = {
+        n.func.attr
+        for n in nodes_of(func, ast.Call)
+        if is_self_attr(n.func, getattr(n.func, "attr", ""))
+    }
+    return [m for m in methods(cls) if m.name in called and m is not func]
+
+
+def splits_reached(cls: ast.ClassDef, func: ast.AST) -> List[ast.AST]:
+    """Each per-step split (hand-written, ``Split.node``, or the helper call) in ``func`` or in a
+    method of ``cls`` it calls as ``self.<name>(...)``."""
+    found: List[ast.AST] = []
+    for each in [func, *self_called(cls, func)]:
+        found += [split.node for split in out_cache_loc_layouts(each)] + helper_calls(
+            each
+        )
     return found
+
+
+def per_step_rows_set(func: ast.AST) -> List[ast.Assign]:
+    """``<batch>.out_cache_loc = <rows>[...]`` in a loop, before a call ``<...>.init_forward_metadata(<batch>)``
+    in the same loop: a caller handing each per-step backend its own step's slots."""
+    found = []
+    for loop in [*nodes_of(func, ast.For), *nodes_of(func, ast.While)]:
+        for node in nodes_of(loop, ast.Assign):
+            target = node.targets[0]
+            if not (
+                isinstance(target, ast.Attribute) and target.attr == "out_cache_loc"
+            ):
+                continue
+            if not isinstance(node.value, ast.Subscript):
+                continue
+            batch = ast.dump(target.value)
+            if any(
+                called_name(call) == "init_forward_metadata"
+                and call.args
+                and ast.dump(call.args[0]) == batch
+                and (call.lineno, call.col_offset) > (node.lineno, node.col_offset)
+                for call in nodes_of(loop, ast.Call)
+            ):
+                found.append(node)
+    return found
+
+
+def bakes_out_cache_loc(cls: ast.ClassDef) -> Optional[ast.FunctionDef]:
+    """``cls.init_forward_metadata`` when it hands ``out_cache_loc=`` to the metadata it builds
+    (DeepSeek-V4 bakes each step's KV write targets at init time)."""
+    method = next((m for m in methods(cls) if m.name == "init_forward_metadata"), None)
+    if method is not None and any(
+        k.arg == "out_cache_loc" for c in nodes_of(method, ast.Call) for k in c.keywords
+    ):
+        return method
+    return None
+
+
+class SplitPath(NamedTuple):
+    """A multi-step backend's ``init_forward_metadata`` calling a per-step backend that bakes
+    out_cache_loc: where the per-step layout is split on that path (once is right)."""
+
+    caller: ast.ClassDef
+    caller_method: ast.FunctionDef
+    per_step: ast.ClassDef
+    per_step_method: ast.FunctionDef
+    caller_rows: List[ast.Assign]  # the caller's per-step rows handed on (it splits)
+    per_step_splits: List[ast.AST]  # the per-step backend's own splits
+
+    @property
+    def splits(self) -> int:
+        return bool(self.caller_rows) + bool(self.per_step_splits)
+
+
+def split_paths(tree: ast.Module) -> List[SplitPath]:
+    """Every multi-step to per-step ``init_forward_metadata`` path between top-level classes whose per-step
+    backend bakes out_cache_loc (the per-step backends: the module's classes the caller's class
+    builds, or subclasses)."""
+    classes = {cls.name: cls for cls in tree.body if isinstance(cls, ast.ClassDef)}
+    paths = []
+    for caller in classes.values():
+        method = next(
+            (m for m in methods(caller) if m.name == "init_forward_metadata"), None
+        )
+        delegates = method is not None and any(
+            called_name(c) == "init_forward_metadata"
+            and not is_self_attr(c.func, "init_forward_metadata")
+            for loop in [*nodes_of(method, ast.For), *nodes_of(method, ast.While)]
+            for c in nodes_of(loop, ast.Call)
+        )
+        if not delegates:
+            continue
+        built = {
+            getattr(c.func, "id", None)
+            for m in methods(caller)
+            for c in nodes_of(m, ast.Call)
+        }
+        for name in sorted(n for n in built if n in classes and n != caller.name):
+            per_step = classes[name]
+            baked = bakes_out_cache_loc(per_step)
+            if baked is not None:
+                paths.append(
+                    SplitPath(
+                        caller,
+                        method,
+                        per_step,
+                        baked,
+                        per_step_rows_set(method),
+                        splits_reached(per_step, baked),
+                    )
+                )
+    return paths
+
+
+def _is_pragma(line: str) -> bool:
+    return any(part.strip().startswith(KEEP_PRAGMA[2:]) for part in line.split("#")[1:])
+
+
+def _header_lines(stmt: ast.stmt) -> List[int]:
+    """The lines of a simple statement, or of a compound statement's header (its first lines before its body)."""
+    body = getattr(stmt, "body", None)
+    end = stmt.end_lineno or stmt.lineno
+    if isinstance(body, list) and body and body[0].lineno > stmt.lineno:
+        end = body[0].lineno - 1
+    return list(range(stmt.lineno, max(end, stmt.lineno) + 1))
+
+
+def has_keep_pragma(
+    lines: List[str],
+    func: Optional[ast.AST],
+    line: Optional[int],
+    scope: Optional[ast.AST] = None,
+) -> bool:
+    """KEEP_PRAGMA on the def line(s) of ``func`` or on the statement starting at ``line``
+    (the outermost one there, looked up in ``scope``, default ``func``)."""
+    numbers: List[int] = _header_lines(func) if isinstance(func, ast.stmt) else []
+    within = scope if scope is not None else func
+    if isinstance(
+        within, ast.Module
+    ):  # only the top-level definition holding the line is walked
+        within = next(
+            (
+                d
+                for d in within.body
+                if line and d.lineno <= line <= (d.end_lineno or 0)
+            ),
+            None,
+        )
+    if line and within is not None:
+        starting = [n for n in nodes_of(within, ast.stmt) if n.lineno == line]
+        numbers += _header_lines(starting[0]) if starting else [line]
+    return any(_is_pragma(lines[n - 1]) for n in numbers if 0 < n <= len(lines))
 
 
 def _inline_forms(func: ast.AST) -> Iterator[Tuple[int, str]]:
@@ -295,8 +605,9 @@ def _inline_forms(func: ast.AST) -> Iterator[Tuple[int, str]]:
     for node in nodes_of(func, ast.BinOp):
         if used_len_operands(node):
             yield node.lineno, f"used length without {USED_LEN_HELPER}"
-    for stmts, _target, _buffer, _bs in out_cache_loc_layouts(func):
-        yield stmts[0].lineno, f"per-step out_cache_loc without {PER_STEP_HELPER}"
+    for split in out_cache_loc_layouts(func):
+        line = split.statements[0].lineno if split.statements else split.node.lineno
+        yield line, f"per-step out_cache_loc without {PER_STEP_HELPER}"
 
 
 def methods(cls: ast.ClassDef) -> List[ast.FunctionDef]:
@@ -310,14 +621,67 @@ def _classes(tree: ast.Module) -> List[ast.ClassDef]:
     return [n for n in in_order(tree) if isinstance(n, ast.ClassDef)]
 
 
-def inline_draft_layout(tree: ast.Module) -> List[Tuple[str, str, int, str]]:
-    """(class, method, line, what) for every draft layout computed inline in a class."""
+def inline_draft_layout(
+    tree: ast.Module, lines: Optional[List[str]] = None
+) -> List[Tuple[str, str, int, str]]:
+    """(class, method, line, what) for every draft layout computed inline in a class; with the
+    file's ``lines``, none that the fork keeps (KEEP_PRAGMA on the def line or the statement).
+    """
     return [
         (cls.name, method.name, line, what)
         for cls in _classes(tree)
         for method in methods(cls)
         for line, what in _inline_forms(method)
+        if lines is None or not has_keep_pragma(lines, method, line)
     ]
+
+
+def split_path_problems(
+    tree: ast.Module, lines: Optional[List[str]] = None
+) -> List[Tuple[str, int, str]]:
+    """(Class.method, line, what) for each multi-step to per-step path that splits the per-step
+    out_cache_loc twice or never (``split_paths``); with ``lines``, none the fork keeps.
+    """
+    problems = []
+    for path in split_paths(tree):
+        scope = f"{path.caller.name}.{path.caller_method.name}"
+        step = f"{path.per_step.name}.{path.per_step_method.name}"
+        sites = [  # the per-step backend's statements handing out_cache_loc= on
+            stmt.lineno
+            for stmt in nodes_of(path.per_step_method, ast.stmt)
+            if not isinstance(
+                stmt, (ast.FunctionDef, ast.If, ast.For, ast.While, ast.With, ast.Try)
+            )
+            and any(
+                k.arg == "out_cache_loc"
+                for c in nodes_of(stmt, ast.Call)
+                for k in c.keywords
+            )
+        ]
+        kept = lines is not None and (
+            has_keep_pragma(lines, path.caller_method, None)
+            or any(
+                has_keep_pragma(lines, path.per_step_method, line)
+                for line in [None, *sites]
+            )
+        )
+        if path.splits == 2 and not kept:
+            problems.append(
+                (
+                    scope,
+                    path.caller_method.lineno,
+                    f"splits per step, and so does {step}: twice",
+                )
+            )
+        elif path.splits == 0 and not kept:
+            problems.append(
+                (
+                    scope,
+                    path.caller_method.lineno,
+                    f"{step} gets the whole buffer: never split per step",
+                )
+            )
+    return problems
 
 
 def _used_length_form(steps: ast.expr) -> str:

@@ -20,6 +20,7 @@ from sglang_draft_layout import cli
 from sglang_draft_layout.fork_tests import render
 
 from scratch_fork import CPU_TEST, ci_register, make_fork
+from support import fork_edits
 
 pytestmark = pytest.mark.releases
 RUNNER = Path(__file__).with_name("run_on_cpu.py")
@@ -118,7 +119,7 @@ def test_passes_patched_fails_unpatched(fork, proof_python, tmp_path):
     assert re.search(r"(FAIL|ERROR): test_no_inline_draft_layout", unpatched.stderr)
     assert "flashinfer_backend.py" in unpatched.stderr and "AttributeError" in unpatched.stderr
     assert patched.returncode == 0, patched.stdout + patched.stderr
-    assert "Ran 7 tests" in patched.stderr and "\nOK" in patched.stderr
+    assert "Ran 8 tests" in patched.stderr and "\nOK" in patched.stderr
 
 
 #: the patched init_cuda_graph_state width of FlashInferMultiStepDraftBackend, and two ways to
@@ -147,5 +148,49 @@ def test_fails_with_one_site_reverted(proof_python, tmp_path):
         # CustomTestCase reports a failed assert as an error; only the call-site test fails
         failures = re.split(r"(?:FAIL|ERROR): test_no_inline_draft_layout", reverted.stderr)[1]
         assert "flashinfer_backend.py" in failures and "init_cuda_graph_state" in failures, form
-        assert "Ran 7 tests" in reverted.stderr
+        assert "Ran 8 tests" in reverted.stderr
         assert re.search(r"FAILED \((errors|failures)=1\)", reverted.stderr), (form, reverted.stderr[-2000:])
+
+
+KEEP = "  # sglang-draft-layout: keep"
+
+
+def kept_fork(fork: Path) -> None:
+    """Two sites the fork keeps: DSv4 passes a strided slice (no rule proves it), the V2 worker its own split."""
+    fork_edits.edit(fork / "python", fork_edits.DSV4, fork_edits.DSV4_DECODE, (
+        "        if forward_batch.forward_mode.is_decode_or_idle():\n"
+        "            step, steps = self.speculative_step_id, self.speculative_num_steps\n"
+        f"            metadata = self.init_forward_metadata_decode({KEEP}\n"
+        "                max_seq_len=max_seq_len,\n"
+        "                req_pool_indices=req_pool_indices,\n"
+        "                seq_lens=seq_lens,\n"
+        "                out_cache_loc=forward_batch.out_cache_loc[step::steps],\n"
+        "            )\n"))
+    fork_edits.edit(fork / "python", fork_edits.WORKER_V2, "    def draft_forward(self, forward_batch: ForwardBatch):\n",
+                    f"    def draft_forward(self, forward_batch: ForwardBatch):{KEEP}\n")
+
+
+def test_split_once_and_the_keep_pragma(proof_python, tmp_path):
+    """Caller-split DSv4 fork patched: passes. The same fork on a tree an older apply had patched
+    (a per-step split too): fails, naming the path. Sites kept by pragma: passes, those sites untouched."""
+    caller = make_fork(tmp_path / "caller-split")
+    fork_edits.dsv4_caller_split(caller / "python")
+    assert cli.main(["apply", str(caller)]) == 0
+    twice = make_fork(tmp_path / "split-twice")
+    assert cli.main(["apply", str(twice)]) == 0
+    fork_edits.dsv4_caller_split(twice / "python")
+    kept = make_fork(tmp_path / "kept")
+    kept_fork(kept)
+    forked = {f: (kept / "python/sglang" / f).read_text() for f in (fork_edits.DSV4, fork_edits.WORKER_V2)}
+    assert cli.main(["apply", str(kept)]) == 0
+    assert {f: (kept / "python/sglang" / f).read_text() for f in forked} == forked
+
+    patched, split_twice, kept_run = run_generated(proof_python, caller, twice, kept)
+    assert patched.returncode == 0, patched.stdout + patched.stderr
+    assert "Ran 8 tests" in patched.stderr and "\nOK" in patched.stderr
+    assert split_twice.returncode != 0
+    failure = re.split(r"(?:FAIL|ERROR): test_per_step_layout_split_once", split_twice.stderr)[1]
+    assert ("deepseek_v4_backend.py" in failure and "DeepseekV4MultiStepBackend.init_forward_metadata: splits per step, "
+            "and so does DeepseekV4AttnBackend.init_forward_metadata: twice" in failure)
+    assert kept_run.returncode == 0, kept_run.stdout + kept_run.stderr
+    assert "Ran 8 tests" in kept_run.stderr

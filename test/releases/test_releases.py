@@ -70,16 +70,28 @@ def test_apply_patches_every_site_and_second_apply_is_a_no_op(scratch, version, 
     assert "nothing to do" in capsys.readouterr().out
 
 
+#: upstream's own hand-written per-step out_cache_loc split beside the helper (0.5.23's Qwen
+#: sparse-attention MTP backend, with `steps` a local): the structural guard rewrites it to the helper
+UPSTREAM_INLINE_SPLITS = {
+    "0.5.23": {"guard:draft-forward:srt/layers/attention/qwen_sparse_attn_backend.py:"
+               "QwenSparseMultiStepDraftBackend._step_out_cache_loc"},
+}
+
+
 @pytest.mark.parametrize("version", UPSTREAM_RELEASES)
 def test_upstream_release_reports_patched_and_stays_byte_identical(scratch, version):
+    """Every site patched, and nothing written, but for upstream's own inline splits (test_fork_spellings.py)."""
     root = scratch(version)
     before = tree_digest(root)
     found = states(root)
     absent = expected_absent(version)
-    assert {rule for rule, state in found.items() if state is not State.PATCHED} == absent
-    assert cli.main(["check", str(root)]) == 0
+    inline = UPSTREAM_INLINE_SPLITS.get(version, set())
+    assert {rule for rule, state in found.items() if state is not State.PATCHED} == absent | inline
+    assert all(found[rule] is State.TO_PATCH for rule in inline)
+    assert cli.main(["check", str(root)]) == (1 if inline else 0)
     assert cli.main(["apply", str(root)]) == 0
-    assert tree_digest(root) == before
+    after = tree_digest(root)
+    assert {name for name in after if after[name] != before[name]} == {f"sglang/{rule.split(':')[2]}" for rule in inline}
 
 
 # ---- the patched 0.5.12 follows 0.5.13 exactly -------------------------------------

@@ -4,7 +4,9 @@ Real 0.5.8-0.5.12: the classes holding a draft layout are exactly those the rule
 false positive). Forks, built here by editing the real 0.5.12 tree: (a) the FlashInfer draft
 backend copied into a new file under a new name, (b) a subclass overriding
 init_cuda_graph_state with 0.5.12's width, (c) a form no rule knows, (d) a class that
-delegates per step, (e) a patched tree whose width local is reverted to 0.5.12's product.
+delegates per step, (e) a patched tree whose width local is reverted to 0.5.12's product,
+(f) the DeepSeek-V4 pair copied under new names: never split per step (refused unless kept),
+split in the caller (patched once), split in both (refused).
 """
 
 from __future__ import annotations
@@ -184,3 +186,82 @@ def test_width_reverted_through_its_local_is_flagged_and_restored(scratch, capsy
     assert flagged["class_method"] == f"{UPSTREAM_CLASS}.init_cuda_graph_state"
     assert cli.main(["apply", "--no-tests", str(root)]) == 0
     assert backend.read_text() == patched_text
+
+
+# ---- split once: a fork's own copy of the DeepSeek-V4 pair under new names ---------------
+
+DSV4 = "sglang/srt/layers/attention/deepseek_v4_backend.py"
+V4_FILE = "srt/layers/attention/fork_v4_backend.py"
+V4_RENAMES = {"DeepseekV4AttnBackend": "ForkV4AttnBackend", "DeepseekV4MultiStepBackend": "ForkV4MultiStepBackend"}
+
+
+def copied_v4_pair(root: Path, caller_split: bool) -> str:
+    """deepseek_v4_backend.py's imports and its two backends, renamed, as a fork's new file
+    (``caller_split``: the multi-step backend splitting per step itself, test/support/fork_edits.py)."""
+    from support import fork_edits
+
+    text = (root / DSV4).read_text()
+    header = text[: text.index("\nclass ") + 1]
+    body = "".join(class_source(root / DSV4, name)[0] + "\n\n" for name in V4_RENAMES)
+    if caller_split:
+        assert body.count(fork_edits.DSV4_MULTI_STEP) == 1
+        body = body.replace(fork_edits.DSV4_MULTI_STEP, fork_edits.CALLER_SPLIT)
+    for old, new in V4_RENAMES.items():
+        body = body.replace(old, new)
+    return header + body.rstrip("\n") + "\n"
+
+
+def assert_as_clean_as(before: str, after: str) -> None:
+    """No lint finding the fork's text did not have (deepseek_v4_backend.py's imports already fail isort)."""
+    for name, lint in LINTERS.items():
+        assert lint_changes(after, lint) == lint_changes(before, lint), name
+    assert not lint_changes(after, LINTERS["black"])
+
+
+def test_copied_v4_pair_that_never_splits_is_refused_unless_kept(scratch, capsys):
+    root = scratch("0.5.12")
+    fork = root / "sglang" / V4_FILE
+    fork.write_text(copied_v4_pair(root, caller_split=False))
+    assert_as_clean_as(fork.read_text(), fork.read_text())
+    before = tree_digest(root)
+    assert cli.main(["apply", str(root)]) == 2
+    [error] = capsys.readouterr().err.splitlines()
+    assert "ForkV4MultiStepBackend.init_forward_metadata: per-step out_cache_loc split once (structural guard): " \
+           "ForkV4AttnBackend.init_forward_metadata bakes the whole out_cache_loc" in error
+    assert tree_digest(root) == before
+    keep = f"{V4_FILE}:ForkV4MultiStepBackend.init_forward_metadata"
+    assert cli.main(["apply", "--keep", keep, str(root)]) == 0
+    assert cli.main(["check", "--keep", keep, str(root)]) == 0
+    assert "kept by the fork" in capsys.readouterr().out
+
+
+def test_copied_v4_pair_splitting_in_the_caller_is_patched_once(scratch, capsys):
+    root = scratch("0.5.12")
+    fork = root / "sglang" / V4_FILE
+    fork.write_text(copied_v4_pair(root, caller_split=True))
+    forked = fork.read_text()
+    assert_as_clean_as(forked, forked)
+    assert cli.main(["check", "--no-tests", "--format", "json", str(root)]) == 1
+    flagged = rows(capsys, "ForkV4MultiStepBackend")
+    assert any(site["site"].endswith("split once (structural guard)") and site["state"] == "patched"
+               for site in flagged)
+    assert any("_split_out_cache_loc_per_step" in site["class_method"] and site["state"] == "to patch"
+               for site in flagged)
+    assert cli.main(["apply", "--no-tests", str(root)]) == 0
+    assert cli.main(["check", "--no-tests", str(root)]) == 0
+    after = fork.read_text()
+    assert after.count("per_step_draft_out_cache_loc(") == 1
+    assert_as_clean_as(forked, after)
+
+
+def test_copied_v4_pair_splitting_twice_is_refused(patched, tmp_path, capsys):
+    import shutil
+
+    root = tmp_path / "fork"
+    shutil.copytree(patched("0.5.12"), root)  # its DeepSeek-V4 backend splits per step already
+    (root / "sglang" / V4_FILE).write_text(copied_v4_pair(root, caller_split=True))
+    capsys.readouterr()
+    assert cli.main(["check", "--no-tests", str(root)]) == 2
+    errors = capsys.readouterr().err
+    assert "ForkV4MultiStepBackend.init_forward_metadata: per-step out_cache_loc split once (structural guard): " \
+           "splits the per-step out_cache_loc, and so does ForkV4AttnBackend.init_forward_metadata: twice" in errors

@@ -128,6 +128,11 @@ class Tree:
         return code, out, err
 
 
+def keep_hint(relative: str, scope: str) -> str:
+    """What a refusal adds to say how the maintainer keeps the site as the fork wrote it."""
+    return f" (to keep the fork's code there: `# sglang-draft-layout: keep` on that line or --keep {relative}:{scope})"
+
+
 def assert_refused(tree: Tree, relative: str, line: int, scope: str, site: str, detail: str) -> None:
     """``sglang-draft-layout apply`` exits 2 naming file:line and Class.method, and writes nothing.
 
@@ -140,7 +145,7 @@ def assert_refused(tree: Tree, relative: str, line: int, scope: str, site: str, 
     code, out, err = tree.cli("apply")
     assert code == 2
     assert out == ""
-    assert err == f"error: {tree.path(relative)}:{line}: {scope}: {site}: {detail}; nothing written\n"
+    assert err == f"error: {tree.path(relative)}:{line}: {scope}: {site}: {detail}{keep_hint(relative, scope)}; nothing written\n"
     assert tree.snapshot() == before
 
 

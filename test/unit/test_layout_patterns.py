@@ -9,15 +9,15 @@ import textwrap
 import pytest
 
 from sglang_draft_layout.layout_patterns import (
-    CAPACITY, LAUNCH, OUT_CACHE_LOC, ROWS, STEP_LENGTH, draft_layout_classes, draft_layout_forms,
-    inline_draft_layout, nodes_of,
+    CAPACITY, LAUNCH, OUT_CACHE_LOC, ROWS, STEP_LENGTH, draft_layout_classes, draft_layout_forms, has_keep_pragma,
+    inline_draft_layout, nodes_of, out_cache_loc_layouts, split_path_problems, split_paths,
 )
 from sglang_draft_layout.rules.base import Source
 from sglang_draft_layout.rules.structural_guard import may_hold_draft_layout
 
 
 def method(body: str) -> ast.FunctionDef:
-    return ast.parse("def f(self, max_bs, forward_batch):\n" + textwrap.indent(textwrap.dedent(body), "    ")).body[0]
+    return ast.parse("def f(self, max_bs, forward_batch, o, n, i, order, f):\n" + textwrap.indent(textwrap.dedent(body), "    ")).body[0]
 
 
 FORMS = {
@@ -105,3 +105,167 @@ def test_class_blocks_fall_back_to_the_whole_file():
     source = Source.class_blocks("m.py", code, lambda text: "marker" in text)
     assert [n.name for n in source.tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))] == \
         ["helper", "Wanted", "Other"]
+
+
+# ---- a fork's own spelling of the per-step out_cache_loc split -----------------------
+
+SPLIT = "x = o.view(n, self.topk, self.speculative_num_steps)"
+SPELLINGS = {
+    "width -1": f"{SPLIT}.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
+    "permute as a tuple": f"{SPLIT}.permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)",
+    "width n * topk": f"{SPLIT}.permute(2, 0, 1).reshape(self.speculative_num_steps, n * self.topk)",
+    "width topk * n, steps -1": f"{SPLIT}.permute(2, 0, 1).reshape(-1, self.topk * n)",
+    "width a local": f"w = n * self.topk\n{SPLIT}.permute(2, 0, 1).reshape(self.speculative_num_steps, w)",
+    "topk and steps locals": "topk = self.topk\nsteps = self.speculative_num_steps\nbs = n\nstep_width = bs * topk\n"
+                             "x = o.reshape(bs, topk, steps).permute(2, 0, 1).reshape(steps, step_width)[i]",
+    "movedim(2, 0)": f"{SPLIT}.movedim(2, 0).reshape(self.speculative_num_steps, -1)",
+    "movedim(-1, 0)": f"{SPLIT}.movedim(-1, 0).flatten(1)",
+    "two transposes": f"{SPLIT}.transpose(1, 2).transpose(0, 1).flatten(start_dim=1)",
+    "transpose then swapaxes": f"{SPLIT}.transpose(0, 2).swapaxes(1, 2).reshape(self.speculative_num_steps, -1)",
+    "returned": f"return {SPLIT[4:]}.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
+    "a keyword argument": f"f(loc={SPLIT[4:]}.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)[i])",
+}
+NOT_THE_LAYOUT = {
+    "one transpose": f"{SPLIT}.transpose(0, 2).reshape(self.speculative_num_steps, -1)",
+    "other permutation": f"{SPLIT}.permute(1, 0, 2).reshape(self.speculative_num_steps, -1)",
+    "steps-first view without a move": f"{SPLIT}.reshape(self.speculative_num_steps, -1)",
+    "width n alone": f"{SPLIT}.permute(2, 0, 1).reshape(self.speculative_num_steps, n)",
+    "width topk * steps": f"{SPLIT}.permute(2, 0, 1).reshape(self.speculative_num_steps, self.topk * self.speculative_num_steps)",
+    "steps and width both -1": f"{SPLIT}.permute(2, 0, 1).reshape(-1, -1)",
+    "rows last": f"{SPLIT}.permute(2, 0, 1).reshape(-1, self.speculative_num_steps)",
+    "steps a different number": f"{SPLIT}.permute(2, 0, 1).reshape(self.speculative_num_steps + 1, -1)",
+    "topk local rebound": "topk = self.topk\ntopk = 1\n"
+                          "x = o.view(n, topk, self.speculative_num_steps).permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
+    "topk a parameter": "x = o.view(n, max_bs, self.speculative_num_steps).permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
+    "flatten(0)": f"{SPLIT}.permute(2, 0, 1).flatten(0)",
+    "permute by a variable": f"{SPLIT}.permute(*order).reshape(self.speculative_num_steps, -1)",
+}
+
+
+@pytest.mark.parametrize("body", SPELLINGS.values(), ids=SPELLINGS.keys())
+def test_a_forks_spelling_is_the_per_step_split(body):
+    func = method(body)
+    [split] = out_cache_loc_layouts(func)
+    assert (ast.unparse(split.buffer), ast.unparse(split.batch_size)) in {("o", "n"), ("o", "bs")}
+    assert draft_layout_forms(func) == {OUT_CACHE_LOC}
+
+
+@pytest.mark.parametrize("body", NOT_THE_LAYOUT.values(), ids=NOT_THE_LAYOUT.keys())
+def test_another_layout_is_not_the_per_step_split(body):
+    assert out_cache_loc_layouts(method(body)) == []
+
+
+def test_split_inside_a_forks_method_is_reported_inline():
+    tree = ast.parse("class B:\n" + textwrap.indent(
+        "def _rows(self, forward_batch):\n" + textwrap.indent(SPELLINGS["topk and steps locals"], "    ") + "\n",
+        "    "))
+    assert [(c, m, what) for c, m, _line, what in inline_draft_layout(tree)] == [
+        ("B", "_rows", "per-step out_cache_loc without per_step_draft_out_cache_loc")]
+
+
+KEEP = "# sglang-draft-layout: keep"
+
+
+@pytest.mark.parametrize("where", ["def line", "statement", "statement's last line"])
+def test_keep_pragma_leaves_a_site_out_of_the_inline_report(where):
+    body = "o = o.reshape(bs, self.topk, self.speculative_num_steps)\n" \
+           "o = o.permute(2, 0, 1).reshape(\n    self.speculative_num_steps, -1\n)"
+    code = "class W:\n    def draft_forward(self, o, bs):\n" + textwrap.indent(body, "        ") + "\n"
+    lines = code.splitlines()
+    index = {"def line": 1, "statement": 2, "statement's last line": 2}[where]
+    if where == "statement's last line":
+        lines = [*lines[:2], lines[2] + "  " + KEEP, *lines[3:]]
+    else:
+        lines[index] += "  " + KEEP
+    tree = ast.parse("\n".join(lines))
+    assert len(inline_draft_layout(tree)) == 1
+    assert inline_draft_layout(tree, lines) == []
+    assert has_keep_pragma(lines, tree.body[0].body[0], 3)
+    other = code.splitlines()
+    assert inline_draft_layout(ast.parse(code), [*other[:4], other[4] + "  # noqa: E501"]) != []
+
+
+# ---- split once on a multi-step -> per-step path ------------------------------------
+
+PER_STEP = '''
+class StepBackend:
+    def init_forward_metadata(self, forward_batch):
+        if forward_batch.forward_mode.is_decode_or_idle():
+{split}            self.metadata = self.build(out_cache_loc={loc})
+'''
+PER_STEP_SPLIT = (
+    "            loc = per_step_draft_out_cache_loc(\n"
+    "                forward_batch.out_cache_loc, forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+    "            )[self.speculative_step_id]\n")
+MULTI_STEP = '''
+class MultiStepBackend(StepBackend):
+    def __init__(self, steps):
+        self.attn_backends = [StepBackend() for _ in range(steps)]
+
+    def init_forward_metadata(self, forward_batch):
+{rows}        for i in range(self.speculative_num_steps - 1):
+{set_row}            self.attn_backends[i].init_forward_metadata(forward_batch)
+'''
+CALLER_ROWS = (
+    "        rows = forward_batch.out_cache_loc.view(\n"
+    "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+    "        ).movedim(-1, 0).flatten(1)\n")
+SET_ROW = "            forward_batch.out_cache_loc = rows[i]\n"
+
+
+def path_module(per_step_splits: bool, caller_splits: bool) -> str:
+    return (PER_STEP.format(split=PER_STEP_SPLIT if per_step_splits else "",
+                            loc="loc" if per_step_splits else "forward_batch.out_cache_loc")
+            + MULTI_STEP.format(rows=CALLER_ROWS if caller_splits else "", set_row=SET_ROW if caller_splits else ""))
+
+
+@pytest.mark.parametrize("per_step_splits, caller_splits, problem", [
+    (True, False, None),
+    (False, True, None),
+    (True, True, "splits per step, and so does StepBackend.init_forward_metadata: twice"),
+    (False, False, "StepBackend.init_forward_metadata gets the whole buffer: never split per step"),
+], ids=["per-step backend splits", "caller splits", "both split", "nobody splits"])
+def test_split_paths_count_the_splits_on_the_path(per_step_splits, caller_splits, problem):
+    code = path_module(per_step_splits, caller_splits)
+    tree = ast.parse(code)
+    [path] = split_paths(tree)
+    assert (path.caller.name, path.per_step.name) == ("MultiStepBackend", "StepBackend")
+    assert path.splits == per_step_splits + caller_splits
+    found = split_path_problems(tree)
+    assert [what for _scope, _line, what in found] == ([problem] if problem else [])
+    if problem:  # the maintainer keeps it: left out with the file's lines
+        lines = code.splitlines()
+        caller_def = next(i for i, line in enumerate(lines) if "def init_forward_metadata" in line and i > 6)
+        lines[caller_def] += "  " + KEEP
+        assert split_path_problems(ast.parse("\n".join(lines)), lines) == []
+
+
+def test_a_caller_that_sets_a_row_after_init_does_not_split_for_it():
+    code = path_module(False, True).replace(SET_ROW, "").replace(
+        "            self.attn_backends[i].init_forward_metadata(forward_batch)\n",
+        "            self.attn_backends[i].init_forward_metadata(forward_batch)\n" + SET_ROW)
+    [path] = split_paths(ast.parse(code))
+    assert path.caller_rows == [] and path.splits == 0
+
+
+def test_a_per_step_backend_that_does_not_bake_out_cache_loc_has_no_path():
+    code = path_module(False, False).replace("out_cache_loc=forward_batch.out_cache_loc", "seq_lens=forward_batch.seq_lens")
+    assert split_paths(ast.parse(code)) == []
+
+
+def test_keep_pragma_on_the_per_step_backends_site_statement_keeps_the_path():
+    code = path_module(False, False).replace(
+        "self.metadata = self.build(out_cache_loc=forward_batch.out_cache_loc)",
+        "self.metadata = self.build(out_cache_loc=forward_batch.out_cache_loc)  " + KEEP)
+    lines = code.splitlines()
+    assert split_path_problems(ast.parse(code)) != []
+    assert split_path_problems(ast.parse(code), lines) == []
+
+
+@pytest.mark.parametrize("body", SPELLINGS.values(), ids=SPELLINGS.keys())
+def test_text_filter_lets_every_spelling_through(body):
+    assert may_hold_draft_layout(body)
+
+
+def test_text_filter_ignores_a_transpose_of_a_name():
+    assert not may_hold_draft_layout("q = q.transpose(1, 2)\nn = self.speculative_num_steps")

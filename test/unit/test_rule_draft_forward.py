@@ -258,3 +258,65 @@ def test_comment_between_the_two_statements_is_kept(sglang_tree):
     assert helper_call() in after
     assert ".permute(" not in after
     assert after.count("        # Steps first: row i holds the slots step i writes.\n") == 1
+
+
+FORK_SPELLINGS = {
+    "width bs * topk, locals": (
+        "        bs = forward_batch.batch_size\n"
+        "        topk, steps = self.topk, self.speculative_num_steps\n"
+        "        out_cache_loc = out_cache_loc.reshape(bs, self.topk, self.speculative_num_steps)\n"
+        "        out_cache_loc = out_cache_loc.permute(2, 0, 1).reshape(\n"
+        "            self.speculative_num_steps, bs * self.topk\n"
+        "        )\n",
+        "        bs = forward_batch.batch_size\n"
+        "        topk, steps = self.topk, self.speculative_num_steps\n" + helper_call(batch_size="bs"),
+    ),
+    "topk and steps locals, two transposes, flatten": (
+        "        topk = self.topk\n"
+        "        steps = self.speculative_num_steps\n"
+        "        out_cache_loc = out_cache_loc.view(forward_batch.batch_size, topk, steps)\n"
+        "        out_cache_loc = out_cache_loc.transpose(1, 2).transpose(0, 1).flatten(1)\n",
+        "        topk = self.topk\n"
+        "        steps = self.speculative_num_steps\n"
+        + helper_call().replace("self.topk,", "topk,").replace("self.speculative_num_steps,", "steps,"),
+    ),
+    "movedim in a subscripted chain, width a local": (
+        "        step_width = self.topk * forward_batch.batch_size\n"
+        "        first = (\n"
+        "            out_cache_loc.view(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
+        "            .movedim(2, 0)\n"
+        "            .reshape(-1, step_width)[0]\n"
+        "        )\n",
+        "        step_width = self.topk * forward_batch.batch_size\n"
+        + helper_call(target="first").replace("        )\n", "        )[0]\n"),
+    ),
+}
+
+
+@pytest.mark.parametrize("before, after", FORK_SPELLINGS.values(), ids=FORK_SPELLINGS.keys())
+def test_a_forks_own_spelling_is_rewritten_keeping_its_names(sglang_tree, before, after):
+    sglang_tree.write(WORKER_V2, worker_module(CLS, _draft_forward(before)))
+    assert sglang_tree.apply([RULE]).findings[0].state is State.TO_PATCH
+    assert sglang_tree.read(WORKER_V2) == worker_module(CLS, _draft_forward(after), header=HEADER_AFTER)
+    sglang_tree.assert_idempotent([RULE])
+
+
+def test_a_split_inside_a_call_is_rewritten_in_place(sglang_tree):
+    before = ("        self.use(\n"
+              "            out_cache_loc.view(\n"
+              "                forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+              "            ).permute(2, 0, 1).reshape(self.speculative_num_steps, -1),\n"
+              "            1,\n"
+              "        )\n")
+    after = ("        self.use(\n"
+             "            per_step_draft_out_cache_loc(\n"
+             "                out_cache_loc,\n"
+             "                forward_batch.batch_size,\n"
+             "                self.topk,\n"
+             "                self.speculative_num_steps,\n"
+             "            ),\n"
+             "            1,\n"
+             "        )\n")
+    sglang_tree.write(WORKER_V2, worker_module(CLS, _draft_forward(before)))
+    sglang_tree.apply([RULE])
+    assert sglang_tree.read(WORKER_V2) == worker_module(CLS, _draft_forward(after), header=HEADER_AFTER)

@@ -7,9 +7,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from rule_test_support import DSV4, assert_refused, line_of, method_source, rule, write_bystanders
+from rule_test_support import DSV4, assert_refused, keep_hint, line_of, method_source, rule, write_bystanders
 from sglang_draft_layout.rules.base import State
 
 CLS = "DeepseekV4AttnBackend"
@@ -235,7 +237,7 @@ def test_apply_refuses_and_writes_nothing(sglang_tree):
     code, out, err = sglang_tree.cli("apply")
     assert (code, out) == (2, "")
     assert err.startswith(f"error: {sglang_tree.path(DSV4)}")
-    assert err.endswith(f": {SCOPE}: {SITE}: {DETAIL}; nothing written\n")
+    assert err.endswith(f": {SCOPE}: {SITE}: {DETAIL}{keep_hint(DSV4, SCOPE)}; nothing written\n")
     assert err.count("\n") == 1
     assert sglang_tree.snapshot() == before
 
@@ -258,3 +260,296 @@ def test_class_absent_in_the_file(sglang_tree):
 def test_file_absent_before_0_5_12(sglang_tree):
     [finding] = sglang_tree.plan([RULE]).findings
     assert finding.state is State.ABSENT
+
+
+# ---- a fork's own fix: its spelling, its own method, its caller ------------------------
+
+CALLS_OWN_METHOD = BEFORE.replace(
+    "                out_cache_loc=forward_batch.out_cache_loc,\n            )\n        elif",
+    "                out_cache_loc=self._get_mtp_decode_out_cache_loc(forward_batch),\n            )\n        elif")
+OWN_METHOD = """\
+    def _get_mtp_decode_out_cache_loc(self, forward_batch):
+        out_cache_loc = forward_batch.out_cache_loc
+        if self.topk <= 0 or self.speculative_num_steps <= 1:
+            return out_cache_loc
+        bs = forward_batch.batch_size
+        topk = self.topk
+        steps = self.speculative_num_steps
+        step_width = bs * topk
+        return (
+            out_cache_loc.reshape(bs, topk, steps)
+            .permute(2, 0, 1)
+            .reshape(steps, step_width)[self.speculative_step_id]
+        )
+"""
+OWN_METHOD_AFTER = OWN_METHOD.replace("""\
+        return (
+            out_cache_loc.reshape(bs, topk, steps)
+            .permute(2, 0, 1)
+            .reshape(steps, step_width)[self.speculative_step_id]
+        )
+""", """\
+        return per_step_draft_out_cache_loc(
+            out_cache_loc,
+            bs,
+            topk,
+            steps,
+        )[self.speculative_step_id]
+""")
+#: the split written in the decode branch itself, through a local feeding out_cache_loc=
+INLINE_LOCAL = BEFORE.replace("""\
+            metadata = self.init_forward_metadata_decode(
+                max_seq_len=max_seq_len,
+                seq_lens=forward_batch.seq_lens,
+                out_cache_loc=forward_batch.out_cache_loc,
+            )
+""", """\
+            step_loc = forward_batch.out_cache_loc
+            if self.speculative_num_steps > 1:
+                step_loc = step_loc.view(
+                    forward_batch.batch_size, self.topk, self.speculative_num_steps
+                ).movedim(-1, 0)[self.speculative_step_id].flatten()
+                step_loc = (
+                    forward_batch.out_cache_loc.view(
+                        forward_batch.batch_size, self.topk, self.speculative_num_steps
+                    )
+                    .transpose(0, 2)
+                    .transpose(1, 2)
+                    .reshape(self.speculative_num_steps, -1)[self.speculative_step_id]
+                )
+            metadata = self.init_forward_metadata_decode(
+                max_seq_len=max_seq_len,
+                seq_lens=forward_batch.seq_lens,
+                out_cache_loc=step_loc,
+            )
+""")
+
+
+def test_own_method_split_is_rewritten_there(sglang_tree):
+    text = dsv4_module(INIT, CALLS_OWN_METHOD, DECODE, OWN_METHOD)
+    sglang_tree.write(DSV4, text)
+    plan = sglang_tree.apply([RULE])
+    [finding] = plan.findings
+    assert (finding.state, finding.line) == (State.TO_PATCH, line_of(text, "out_cache_loc.reshape(bs, topk, steps)"))
+    assert finding.detail == "the fork's own split (in _get_mtp_decode_out_cache_loc): via per_step_draft_out_cache_loc"
+    assert sglang_tree.read(DSV4) == dsv4_module(INIT, CALLS_OWN_METHOD, DECODE, OWN_METHOD_AFTER, header=HEADER_AFTER)
+    sglang_tree.assert_idempotent([RULE])
+
+
+def test_an_unproven_first_split_is_left_and_the_proven_one_rewritten(sglang_tree):
+    """`view(...).movedim(-1, 0)[step].flatten()` is not the helper's expression: only the second is rewritten."""
+    sglang_tree.write(DSV4, dsv4_module(INIT, INLINE_LOCAL, DECODE))
+    [finding] = sglang_tree.apply([RULE]).findings
+    assert finding.state is State.TO_PATCH and "(in init_forward_metadata)" in finding.detail
+    after = sglang_tree.read(DSV4)
+    assert ".movedim(-1, 0)[self.speculative_step_id].flatten()" in after
+    assert "step_loc = per_step_draft_out_cache_loc(\n" in after and ".transpose(" not in after
+    sglang_tree.assert_idempotent([RULE])
+
+
+MULTI_STEP = """
+
+class DeepseekV4MultiStepBackend(DeepseekV4AttnBackend):
+    def __init__(self, topk, speculative_num_steps):
+        self.topk = topk
+        self.speculative_num_steps = speculative_num_steps
+        self.attn_backends = [
+            DeepseekV4AttnBackend(topk, speculative_num_steps, speculative_step_id=i)
+            for i in range(speculative_num_steps)
+        ]
+
+    def init_forward_metadata(self, forward_batch):
+        step_out_cache_loc = self._split_out_cache_loc_per_step(forward_batch)
+        original_out_cache_loc = forward_batch.out_cache_loc
+        try:
+            for i in range(self.speculative_num_steps - 1):
+                forward_batch.out_cache_loc = step_out_cache_loc[i]
+                self.attn_backends[i].init_forward_metadata(forward_batch)
+        finally:
+            forward_batch.out_cache_loc = original_out_cache_loc
+
+    def _split_out_cache_loc_per_step(self, forward_batch):
+        num_reqs = forward_batch.batch_size
+        return (
+            forward_batch.out_cache_loc.reshape(num_reqs, self.topk, self.speculative_num_steps)
+            .permute(2, 0, 1)
+            .reshape(self.speculative_num_steps, -1)
+        )
+"""
+MULTI_STEP_AFTER = MULTI_STEP.replace("""\
+        return (
+            forward_batch.out_cache_loc.reshape(num_reqs, self.topk, self.speculative_num_steps)
+            .permute(2, 0, 1)
+            .reshape(self.speculative_num_steps, -1)
+        )
+""", """\
+        return per_step_draft_out_cache_loc(
+            forward_batch.out_cache_loc,
+            num_reqs,
+            self.topk,
+            self.speculative_num_steps,
+        )
+""")
+PLAIN_MULTI_STEP = """
+
+class DeepseekV4MultiStepBackend(DeepseekV4AttnBackend):
+    def init_forward_metadata(self, forward_batch):
+        for i in range(self.speculative_num_steps - 1):
+            self.attn_backends[i].init_forward_metadata(forward_batch)
+"""
+
+
+def test_caller_split_is_handled_by_the_caller_and_not_split_again(sglang_tree):
+    text = dsv4_module(INIT, BEFORE, DECODE) + MULTI_STEP
+    sglang_tree.write(DSV4, text)
+    plan = sglang_tree.apply([RULE])
+    site, guard = plan.findings
+    assert (site.state, site.line) == (State.BY_CALLER, line_of(text, "forward_batch.out_cache_loc = step_out_cache_loc[i]"))
+    assert site.detail == "DeepseekV4MultiStepBackend.init_forward_metadata hands each step its own row: no second split here"
+    assert site.edits == ()
+    assert (guard.state, guard.rule.scope) == (State.TO_PATCH, "DeepseekV4MultiStepBackend._split_out_cache_loc_per_step")
+    after = sglang_tree.read(DSV4)
+    assert after == dsv4_module(INIT, BEFORE, DECODE, header=HEADER_AFTER) + MULTI_STEP_AFTER
+    again = sglang_tree.plan([RULE])
+    assert [f.state for f in again.findings] == [State.BY_CALLER, State.PATCHED] and again.changes == ()
+    assert sglang_tree.cli("check")[0] == 0
+
+
+def test_a_caller_that_does_not_split_leaves_the_split_to_upstreams_place(sglang_tree):
+    sglang_tree.write(DSV4, dsv4_module(INIT, BEFORE, DECODE) + PLAIN_MULTI_STEP)
+    [finding] = sglang_tree.apply([RULE]).findings
+    assert finding.state is State.TO_PATCH
+    assert sglang_tree.read(DSV4) == dsv4_module(INIT, AFTER, DECODE, header=HEADER_AFTER) + PLAIN_MULTI_STEP
+
+
+@pytest.mark.parametrize("per_step", [AFTER, CALLS_OWN_METHOD], ids=["upstream's split", "the fork's own method"])
+def test_a_path_that_splits_twice_is_refused(sglang_tree, per_step):
+    """A per-step split under a caller that splits: what `apply` once added to such a fork."""
+    text = dsv4_module(INIT, per_step, DECODE, OWN_METHOD, header=HEADER_AFTER) + MULTI_STEP_AFTER
+    sglang_tree.write(DSV4, text)
+    [finding, _guard] = sglang_tree.plan([RULE]).findings
+    assert (finding.state, finding.line) == (State.UNRECOGNISED, line_of(text, "metadata = self.init_forward_metadata_decode("))
+    assert finding.detail.startswith("splits the per-step out_cache_loc twice: here (in ")
+    assert finding.detail.endswith("and in its caller DeepseekV4MultiStepBackend.init_forward_metadata (line "
+                                   f"{line_of(text, 'forward_batch.out_cache_loc = step_out_cache_loc[i]')}); keep one of them")
+    code, _out, err = sglang_tree.cli("check")
+    assert code == 2 and "twice" in err
+
+
+# ---- kept by the fork: pragma or --keep --------------------------------------------
+
+KEPT_FORM = REFUSED["sliced buffer"]
+
+
+@pytest.mark.parametrize("where", ["def line", "site's statement", "site's last line"])
+def test_pragma_keeps_an_unrecognised_site_and_the_rest_is_patched(sglang_tree, where):
+    if where == "def line":
+        method = KEPT_FORM.replace("forward_batch):\n", "forward_batch):  # sglang-draft-layout: keep\n", 1)
+    elif where == "site's statement":
+        method = KEPT_FORM.replace("metadata = self.init_forward_metadata_decode(\n",
+                                   "metadata = self.init_forward_metadata_decode(  # sglang-draft-layout: keep\n", 1)
+    else:
+        method = KEPT_FORM.replace("[: forward_batch.batch_size],\n", "[: forward_batch.batch_size],  # sglang-draft-layout: keep\n")
+    text = dsv4_module(INIT, method, DECODE)
+    sglang_tree.write(DSV4, text)
+    write_bystanders(sglang_tree, besides=DSV4)
+    [finding] = sglang_tree.plan([RULE]).findings
+    assert (finding.state, finding.detail) == (State.KEPT, "# sglang-draft-layout: keep")
+    code, out, err = sglang_tree.cli("check", "--no-tests")
+    assert code == 1 and err == ""  # the bystanders are still to patch
+    assert "kept by the fork" in out
+    code, _out, err = sglang_tree.cli("apply")
+    assert (code, err) == (0, "")
+    assert sglang_tree.read(DSV4) == text
+    assert sglang_tree.cli("check")[0] == 0
+
+
+def test_pragma_on_another_statement_keeps_nothing(sglang_tree):
+    method = KEPT_FORM.replace("max_seq_len = int(", "max_seq_len = int(  # sglang-draft-layout: keep\n            ", 1)
+    sglang_tree.write(DSV4, dsv4_module(INIT, method, DECODE))
+    [finding] = sglang_tree.plan([RULE]).findings
+    assert finding.state is State.UNRECOGNISED
+
+
+@pytest.mark.parametrize("spec", [
+    f"srt/layers/attention/deepseek_v4_backend.py:{SCOPE}",
+    f"sglang/srt/layers/attention/deepseek_v4_backend.py:{SCOPE}",
+    f"deepseek_v4_backend.py:{SCOPE}",
+], ids=["under the package", "with sglang/", "file name"])
+def test_keep_flag_keeps_the_site(sglang_tree, spec):
+    text = dsv4_module(INIT, KEPT_FORM, DECODE)
+    sglang_tree.write(DSV4, text)
+    write_bystanders(sglang_tree, besides=DSV4)
+    assert sglang_tree.cli("apply")[0] == 2
+    code, out, err = sglang_tree.cli("apply", "--keep", spec, "--format", "json")
+    assert (code, err) == (0, "")
+    report = json.loads(out)
+    assert [site["state"] for site in report["sites"] if site["class_method"] == SCOPE] == ["kept by the fork"]
+    assert len(report["files"]) == 4  # the bystanders
+    assert sglang_tree.read(DSV4) == text
+    assert sglang_tree.cli("check", "--keep", spec)[0] == 0
+    assert sglang_tree.cli("check")[0] == 2
+
+
+def test_keep_flag_also_keeps_a_site_to_patch(sglang_tree):
+    text = dsv4_module(INIT, BEFORE, DECODE)
+    sglang_tree.write(DSV4, text)
+    code, out, _err = sglang_tree.cli("apply", "--keep", f"srt/layers/attention/deepseek_v4_backend.py:{SCOPE}")
+    assert code == 0 and "nothing to do" in out
+    assert sglang_tree.read(DSV4) == text
+
+
+def test_keep_flag_naming_no_site_is_refused(sglang_tree):
+    sglang_tree.write(DSV4, dsv4_module(INIT, BEFORE, DECODE))
+    before = sglang_tree.snapshot()
+    code, out, err = sglang_tree.cli("apply", "--keep", "srt/layers/attention/deepseek_v4_backend.py:Nope.init")
+    assert (code, out) == (2, "")
+    assert err.startswith("error: --keep srt/layers/attention/deepseek_v4_backend.py:Nope.init: no site of ")
+    assert err.count("\n") == 1
+    assert sglang_tree.snapshot() == before
+
+
+WORKER_INITS_PER_STEP = """\
+    def draft_forward(self, forward_batch):
+        out_cache_loc = forward_batch.out_cache_loc
+        out_cache_loc = out_cache_loc.reshape(
+            forward_batch.batch_size, self.topk, self.speculative_num_steps
+        )
+        out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(
+            self.speculative_num_steps, -1
+        )
+        for i in range(self.speculative_num_steps - 1):
+            forward_batch.out_cache_loc = out_cache_loc[i]
+            backend = self.draft_attn_backend.attn_backends[i]
+            backend.init_forward_metadata(forward_batch)
+            self.draft_runner.forward(forward_batch, skip_attn_backend_init=True)
+"""
+
+
+@pytest.mark.parametrize("per_step, state", [(BEFORE, State.BY_CALLER), (AFTER, State.UNRECOGNISED)],
+                         ids=["no split here: handled by the worker", "a split here too: twice"])
+def test_a_worker_that_inits_each_step_with_its_row_is_a_caller(sglang_tree, per_step, state):
+    from rule_test_support import WORKER_V2, worker_module
+
+    sglang_tree.write(DSV4, dsv4_module(INIT, per_step, DECODE, header=HEADER_AFTER if per_step is AFTER else HEADER))
+    worker = worker_module("EagleDraftWorker", WORKER_INITS_PER_STEP)
+    sglang_tree.write(WORKER_V2, worker)
+    [finding] = sglang_tree.plan([RULE]).findings
+    caller = f"EagleDraftWorker.draft_forward (srt/speculative/eagle_worker_v2.py:{line_of(worker, '= out_cache_loc[i]')})"
+    assert finding.state is state
+    if state is State.BY_CALLER:
+        assert finding.detail == "EagleDraftWorker.draft_forward hands each step its own row: no second split here"
+        assert sglang_tree.apply([RULE, rule("draft-forward:EagleDraftWorker")]).changes  # the worker's split
+        assert [f.state for f in sglang_tree.plan([RULE]).findings] == [State.BY_CALLER]
+    else:
+        assert finding.detail.endswith(f"and in its caller {caller}; keep one of them")
+
+
+def test_a_worker_that_only_forwards_each_row_is_no_caller(sglang_tree):
+    from rule_test_support import WORKER_V2, worker_module
+
+    sglang_tree.write(DSV4, dsv4_module(INIT, BEFORE, DECODE))
+    sglang_tree.write(WORKER_V2, worker_module("EagleDraftWorker", WORKER_INITS_PER_STEP.replace(
+        "            backend.init_forward_metadata(forward_batch)\n", "")))
+    [finding] = sglang_tree.plan([RULE]).findings
+    assert finding.state is State.TO_PATCH

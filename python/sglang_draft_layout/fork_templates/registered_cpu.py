@@ -3,6 +3,8 @@
 Written by sglang-draft-layout (``apply``); ``sglang-draft-layout check`` reports it stale
 when it differs from what the tool would write. Needs nothing but this tree: the checks on
 the source read it with ``ast`` (the pattern code below is the tool's, embedded verbatim).
+A site the fork keeps as it wrote it (``# sglang-draft-layout: keep`` on its def line or
+statement) is left out of the checks.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import ast
 import unittest
 from pathlib import Path
-from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple
+from typing import Dict, FrozenSet, Iterator, List, NamedTuple, Optional, Tuple
 
 import torch
 
@@ -35,12 +37,13 @@ DRAFT_LAYOUT_FOLDERS = ("srt/layers/attention", "srt/speculative")
 
 
 def draft_layout_modules():
-    """(path relative to the package, parsed module) of every module in those folders."""
+    """(path relative to the package, parsed module, its lines) of every module in those folders."""
     package = Path(sglang.__file__).resolve().parent
     for folder in DRAFT_LAYOUT_FOLDERS:
         for path in sorted((package / folder).rglob("*.py")):
             source = path.read_text(encoding="utf-8")
-            yield path.relative_to(package).as_posix(), ast.parse(source, str(path))
+            relative = path.relative_to(package).as_posix()
+            yield relative, ast.parse(source, str(path)), source.splitlines()
 
 
 class TestDraftLayoutHelpers(CustomTestCase):
@@ -78,15 +81,25 @@ class TestDraftLayoutCallSites(CustomTestCase):
     def test_no_inline_draft_layout(self):
         inline = [
             f"sglang/{path}:{line}: {cls}.{method}: {what}"
-            for path, tree in draft_layout_modules()
-            for cls, method, line, what in inline_draft_layout(tree)
+            for path, tree, lines in draft_layout_modules()
+            for cls, method, line, what in inline_draft_layout(tree, lines)
         ]
         message = "draft layouts computed without the helpers:\n" + "\n".join(inline)
         self.assertFalse(inline, message)
 
+    def test_per_step_layout_split_once(self):
+        # multi-step backend -> per-step backend that bakes out_cache_loc: one split
+        problems = [
+            f"sglang/{path}:{line}: {scope}: {what}"
+            for path, tree, lines in draft_layout_modules()
+            for scope, line, what in split_path_problems(tree, lines)
+        ]
+        message = "per-step out_cache_loc split twice or never:\n" + "\n".join(problems)
+        self.assertFalse(problems, message)
+
     def test_known_draft_backends_found(self):
         defined, found = set(), set()
-        for _path, tree in draft_layout_modules():
+        for _path, tree, _lines in draft_layout_modules():
             defined.update(
                 n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)
             )

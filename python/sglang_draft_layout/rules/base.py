@@ -30,6 +30,8 @@ class State(enum.Enum):
     #: a site whose own form has no bug to fix (e.g. CUDA-graph rows counted per branch already)
     NOT_AFFECTED = "not affected"
     UNRECOGNISED = "unrecognised"
+    KEPT = "kept by the fork"  # the maintainer's pragma or --keep: left as the fork wrote it
+    BY_CALLER = "handled by the fork's caller"  # a caller already splits the layout: nothing to add here
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,8 @@ class Rule:
     upstream: str
     find: Callable[["Rule", "Source"], Finding] = field(compare=False, repr=False)
     counts_as_site: bool = True
+    #: other classes of the file the rule reads (a caller of its site): always parsed
+    reads: tuple[str, ...] = ()
 
     def report(self, state: State, line: Optional[int] = None, detail: str = "",
                edits: Sequence[Edit] = (), imports: Sequence[tuple[str, str]] = ()) -> Finding:
@@ -98,6 +102,10 @@ def code_lines(code: str) -> list[str]:
 
 class Source:
     """One file (its text with ``\\n`` line ends: ``stored.StoredText``): its lines and Python's ast of it."""
+
+    #: the tree's other files as the engine read them (relative path -> Source), for rules that
+    #: look at a site's callers elsewhere; empty when the file is judged alone
+    others: dict[str, "Source"] = {}
 
     def __init__(self, path: str, code: str) -> None:
         self.path = path

@@ -20,24 +20,77 @@ layout, left as it is (rewriting it with the helper would move every draft slot)
 from __future__ import annotations
 
 import ast
-
 from typing import Optional
 
-from ..layout_patterns import PER_STEP_HELPER, called_name, factors, is_self_attr, nodes_of, out_cache_loc_layouts
+from ..layout_patterns import PER_STEP_HELPER, Split, called_name, factors, is_self_attr, nodes_of, out_cache_loc_layouts
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State, locate_method
 
 WORKERS = (
     ("srt/speculative/eagle_worker_v2.py", "EagleDraftWorker"),
     ("srt/speculative/eagle_worker.py", "EAGLEWorker"),
 )
-CALL = f"""
-{{target}} = {PER_STEP_HELPER}(
-    {{buffer}},
-    {{batch_size}},
-    self.topk,
-    self.speculative_num_steps,
-)
-"""
+CALL = f"""{PER_STEP_HELPER}(
+{{pad}}    {{buffer}},
+{{pad}}    {{batch_size}},
+{{pad}}    {{topk}},
+{{pad}}    {{num_steps}},
+{{pad}})"""
+
+
+def _indent(line: str) -> str:
+    return line[: len(line) - len(line.lstrip())]
+
+
+def helper_edit(source: Source, method: ast.AST, split: Split) -> Edit:
+    """The edit that computes ``split`` with the helper, keeping the fork's own expressions.
+
+    Two statements become one ``x = per_step_draft_out_cache_loc(...)``; a split inside
+    an expression becomes the helper call there. The call is exploded one argument per
+    line (black keeps it so: magic trailing comma), indented from the line it starts on.
+    """
+    texts = {name: source.text(getattr(split, name)) for name in ("buffer", "batch_size", "topk", "num_steps")}
+    if split.statements:
+        target = split.statements[0].targets[0].id  # type: ignore[attr-defined]
+        new = f"{target} = " + CALL.format(pad="", **texts) + "\n"
+        return Edit(split.statements[0], replace=new, absorb=tuple(split.statements[1:]))
+    holder = _holding_statement(method, split.node)
+    head = "return " if isinstance(holder, ast.Return) else ""
+    if isinstance(holder, ast.Assign) and len(holder.targets) == 1 and isinstance(holder.targets[0], ast.Name):
+        head = f"{holder.targets[0].id} = "
+    if head and holder.value is not None:  # the statement anew, parentheses around its value dropped
+        value = source.text(holder.value)
+        start = len(source.text(_span(holder.value, split.node, end=False)))
+        end = len(value) - len(source.text(_span(holder.value, split.node, end=True)))
+        before, after = value[:start], value[end:]
+        if "\n" not in before + after:
+            return Edit(holder, replace=head + before + CALL.format(pad="", **texts) + after + "\n")
+    pad = _indent(source.lines[split.node.lineno - 1])[len(_indent(source.lines[holder.lineno - 1])):]
+    return Edit(split.node, replace=CALL.format(pad=pad, **texts))
+
+
+def _span(outer: ast.expr, inner: ast.expr, end: bool) -> ast.AST:
+    """A stand-in node covering ``outer`` up to ``inner``'s start (or from its end), to measure the text around it."""
+    node = ast.Constant(None)
+    if end:
+        node.lineno, node.col_offset = inner.end_lineno, inner.end_col_offset
+        node.end_lineno, node.end_col_offset = outer.end_lineno, outer.end_col_offset
+    else:
+        node.lineno, node.col_offset = outer.lineno, outer.col_offset
+        node.end_lineno, node.end_col_offset = inner.lineno, inner.col_offset
+    return node
+
+
+def _holding_statement(method: ast.AST, node: ast.AST) -> ast.stmt:
+    """The innermost statement of ``method`` holding ``node``."""
+    holders = [s for s in nodes_of(method, ast.stmt)
+               if (s.lineno, s.col_offset) <= (node.lineno, node.col_offset)
+               and (node.end_lineno, node.end_col_offset) <= (s.end_lineno, s.end_col_offset)]
+    return holders[-1]
+
+
+def helper_call(method: ast.AST) -> Optional[ast.Call]:
+    """The first ``per_step_draft_out_cache_loc(...)`` call of ``method``."""
+    return next((n for n in nodes_of(method, ast.Call) if called_name(n) == PER_STEP_HELPER), None)
 
 
 def step_major_split(method: ast.FunctionDef) -> Optional[ast.Subscript]:
@@ -59,13 +112,12 @@ def _find(rule: Rule, source: Source) -> Finding:
     method = locate_method(rule, source)
     if isinstance(method, Finding):
         return method
-    helper_calls = [n for n in nodes_of(method, ast.Call) if called_name(n) == PER_STEP_HELPER]
-    if helper_calls:
-        return rule.report(State.PATCHED, helper_calls[0].lineno)
-    for stmts, target, buffer, batch_size in out_cache_loc_layouts(method):
-        new = CALL.format(target=target.id, buffer=source.text(buffer), batch_size=source.text(batch_size)).lstrip()
-        return rule.report(State.TO_PATCH, stmts[0].lineno,
-                           edits=[Edit(stmts[0], replace=new, absorb=tuple(stmts[1:]))],
+    call = helper_call(method)
+    if call is not None:
+        return rule.report(State.PATCHED, call.lineno)
+    for split in out_cache_loc_layouts(method):
+        first = split.statements[0] if split.statements else split.node
+        return rule.report(State.TO_PATCH, first.lineno, edits=[helper_edit(source, method, split)],
                            imports=[(EAGLE_UTILS, PER_STEP_HELPER)])
     split = step_major_split(method)
     if split is not None:

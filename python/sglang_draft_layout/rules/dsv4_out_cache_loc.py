@@ -9,18 +9,35 @@ first draft decode with ``--disable-cuda-graph`` (CUDA graphs bypass this path).
 Upstream (PR 26239) slices with
 ``per_step_draft_out_cache_loc(...)[self.speculative_step_id]`` when
 ``self.topk > 0 and self.speculative_num_steps > 1``.
-Invariant: the metadata's write targets are the slots the draft worker writes at this step.
+Invariant: the metadata's write targets are the slots the draft worker writes at this step,
+split from the flat buffer exactly once on the path multi-step backend -> per-step backend.
+
+A fork's own fix is the same site: a split of its own feeding ``out_cache_loc=`` (inline,
+through a local, or in a method of the class the site calls; any spelling
+``layout_patterns.out_cache_loc_layouts`` proves equal) is rewritten to the helper where it
+is. A caller that already hands each step its own row (``DeepseekV4MultiStepBackend.init_forward_metadata``
+setting ``forward_batch.out_cache_loc = rows[i]`` before each step's ``init_forward_metadata``)
+leaves nothing to add here (handled by the fork's caller; the structural guard rewrites the
+caller's own split to the helper); so does an EAGLE worker whose ``draft_forward`` sets each
+step's row and then calls ``init_forward_metadata`` itself. A split here as well splits twice
+and is refused.
 """
 
 from __future__ import annotations
 
 import ast
-from typing import Iterator
+from typing import Iterator, Optional
 
-from ..layout_patterns import PER_STEP_HELPER, called_name, in_order, is_self_attr
+from ..layout_patterns import (
+    PER_STEP_HELPER, Split, called_name, helper_calls, in_order, is_self_attr, nodes_of, out_cache_loc_layouts,
+    per_step_rows_set, self_called, split_paths,
+)
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State
+from .draft_forward import WORKERS, helper_edit
 
 CLASS = "DeepseekV4AttnBackend"
+#: the multi-step backend that calls each step's DeepseekV4AttnBackend.init_forward_metadata
+MULTI_STEP = "DeepseekV4MultiStepBackend"
 PRELUDE = """
 # DSv4 bakes this step's KV write target (c4/c128) into metadata,
 # so slice the shared multi-step out_cache_loc now, not at forward time.
@@ -44,28 +61,92 @@ def out_cache_loc_argument(node: ast.AST) -> ast.keyword | None:
     return next((k for k in node.keywords if k.arg == "out_cache_loc"), None)
 
 
-def decode_branches(source: Source) -> Iterator[ast.If]:
-    """``if <...>.is_decode_or_idle():`` blocks of the class's methods that build decode metadata."""
+def decode_branches(source: Source) -> Iterator[tuple[ast.FunctionDef, ast.If]]:
+    """(method, ``if <...>.is_decode_or_idle():`` block) of the class's methods that build decode metadata."""
     for method in source.methods(CLASS):
         for node in in_order(method):
             if isinstance(node, ast.If) and called_name(node.test) == "is_decode_or_idle" and any(
                 out_cache_loc_argument(n) for stmt in node.body for n in in_order(stmt)
             ):
-                yield node
+                yield method, node
+
+
+def _within(node: ast.AST, outer: ast.AST) -> bool:
+    return (outer.lineno, outer.col_offset) <= (node.lineno, node.col_offset) and \
+        (node.end_lineno, node.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
+
+
+def _fed_by(source: Source, method: ast.FunctionDef, value: ast.expr) -> tuple[list[Split], list[ast.Call], str]:
+    """The fork's own per-step split feeding ``out_cache_loc=value``, hand-written or via the helper,
+    and where: in ``value``, in the values of the locals it names, or in a method of the class it
+    calls as ``self.<name>(...)`` there. ("", nothing found.)"""
+    names = {n.id for n in in_order(value) if isinstance(n, ast.Name)}
+    feeding = [value] + [a.value for a in nodes_of(method, ast.Assign)
+                         if any(isinstance(t, ast.Name) and t.id in names for t in a.targets)]
+    splits = [s for s in out_cache_loc_layouts(method) if any(_within(s.node, e) for e in feeding)]
+    helpers = [c for c in helper_calls(method) if any(_within(c, e) for e in feeding)]
+    if splits or helpers:
+        return splits, helpers, method.name
+    cls = source.cls(CLASS)
+    called = {c.func.attr for e in feeding for c in in_order(e)
+              if isinstance(c, ast.Call) and is_self_attr(c.func, getattr(c.func, "attr", ""))}
+    for callee in self_called(cls, method):
+        if callee.name in called and (out_cache_loc_layouts(callee) or helper_calls(callee)):
+            return out_cache_loc_layouts(callee), helper_calls(callee), callee.name
+    return [], [], ""
+
+
+def caller_rows(source: Source) -> Optional[tuple[str, str, Optional[int]]]:
+    """(``Class.method``, where it sets the row, that line when in this file) of a caller that sets
+    each step's ``out_cache_loc`` row before calling a per-step ``init_forward_metadata``: a
+    multi-step backend of this file, or an EAGLE worker's ``draft_forward``."""
+    for path in split_paths(source.tree):
+        if path.per_step.name == CLASS and path.caller_rows:
+            line = path.caller_rows[0].lineno
+            return f"{path.caller.name}.{path.caller_method.name}", f"line {line}", line
+    for name in (MULTI_STEP,):  # its per-step backends built some other way: still a caller
+        method = source.method(name, "init_forward_metadata")
+        rows = per_step_rows_set(method) if method is not None else []
+        if rows:
+            return f"{name}.init_forward_metadata", f"line {rows[0].lineno}", rows[0].lineno
+    for relative, worker in WORKERS:
+        other = source.others.get(relative)
+        method = other.method(worker, "draft_forward") if other is not None else None
+        rows = per_step_rows_set(method) if method is not None else []
+        if rows:
+            return f"{worker}.draft_forward", f"{relative}:{rows[0].lineno}", None
+    return None
 
 
 def _find(rule: Rule, source: Source) -> Finding:
     if source.cls(CLASS) is None:
         return rule.report(State.ABSENT, detail=f"no class {CLASS}")
+    caller = caller_rows(source)
     unknown_line = None
-    for branch in decode_branches(source):
-        if any(called_name(n) == PER_STEP_HELPER for stmt in branch.body for n in in_order(stmt)):
-            return rule.report(State.PATCHED, branch.lineno)
+    for method, branch in decode_branches(source):
         for stmt in branch.body:
             loc = next(filter(None, map(out_cache_loc_argument, in_order(stmt))), None)
             if loc is None:
                 continue
-            if not (isinstance(loc.value, ast.Attribute) and loc.value.attr == "out_cache_loc"):
+            in_branch = [c for s in branch.body for c in helper_calls(s)]
+            splits, helpers, where = ([], in_branch, method.name) if in_branch else _fed_by(source, method, loc.value)
+            plain = isinstance(loc.value, ast.Attribute) and loc.value.attr == "out_cache_loc"
+            if caller and (splits or helpers):
+                return rule.report(State.UNRECOGNISED, stmt.lineno,
+                                   f"splits the per-step out_cache_loc twice: here (in {where}) and in its caller "
+                                   f"{caller[0]} ({caller[1]}); keep one of them")
+            if caller and plain:
+                return rule.report(State.BY_CALLER, caller[2] or stmt.lineno,
+                                   f"{caller[0]} hands each step its own row: no second split here")
+            if helpers:
+                return rule.report(State.PATCHED, helpers[0].lineno if where != method.name else branch.lineno)
+            if splits:
+                owner = source.method(CLASS, where)
+                return rule.report(
+                    State.TO_PATCH, splits[0].node.lineno,
+                    f"the fork's own split (in {where}): via {PER_STEP_HELPER}",
+                    edits=[helper_edit(source, owner, splits[0])], imports=[(EAGLE_UTILS, PER_STEP_HELPER)])
+            if not plain:
                 unknown_line = stmt.lineno
                 break
             batch = source.text(loc.value.value)
@@ -87,5 +168,6 @@ RULES = [
         site="per-step out_cache_loc (decode)",
         upstream="PR 26239",
         find=_find,
+        reads=(MULTI_STEP,),
     )
 ]

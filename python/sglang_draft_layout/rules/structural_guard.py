@@ -21,6 +21,11 @@ class must have it where it launches the kernel itself and subclasses one of tho
 backends (it overrides the method upstream checks); elsewhere it is not required.
 A form no rule knows is unrecognised, so ``apply`` refuses. Classes that only inherit
 or delegate per step hold no form and are never reported.
+
+Split once: a multi-step backend whose ``init_forward_metadata`` calls per-step backends
+that bake out_cache_loc into their metadata (``layout_patterns.split_paths``; DeepSeek-V4's
+pair is the DSv4 rule's) must split the per-step layout exactly once on that path, in the
+caller or in the per-step backend: twice or never is unrecognised.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import re
 from typing import Callable, Collection
 
 from ..layout_patterns import (
-    CAPACITY, HELPERS, KERNEL, LAUNCH, OUT_CACHE_LOC, ROWS, STEP_LENGTH, draft_layout_forms, methods,
+    CAPACITY, HELPERS, KERNEL, LAUNCH, OUT_CACHE_LOC, ROWS, STEP_LENGTH, draft_layout_forms, methods, split_paths,
 )
 from . import draft_forward, kv_indices_capacity_check, kv_indices_step_slice
 from .base import Finding, Rule, Source, State
@@ -42,8 +47,10 @@ from .kv_indices_graph_width import max_bs_parameter
 
 #: the folders (under the sglang package) the guard reads
 GUARDED_FOLDERS = ("srt/layers/attention", "srt/speculative")
+#: the calls that move the steps dimension first in a per-step out_cache_loc split
+_MOVES = ("permute", "movedim", "transpose", "swapaxes", "swapdims")
 #: a file matters only if it names the steps and one of these
-_LAYOUT_TOKENS = ("generate_draft_decode_kv_indices", "max_context_len", "permute")
+_LAYOUT_TOKENS = ("generate_draft_decode_kv_indices", "max_context_len", ".init_forward_metadata(", *_MOVES)
 #: the text every form shows: a row shape ``(self.speculative_num_steps, ...``, a
 #: product with ``self.topk`` added to another product (a used length), the steps beside a
 #: ``permute``, the kernel, or a helper; a class or method without it is never parsed or walked
@@ -52,6 +59,8 @@ _FORM_TEXT = re.compile(
     r"|self\.topk\s*(?:\*\s*[\w.]+\s*)?\+\s*(?:\(|[\w.]+\s*\*)|\+\s*(?:[\w.]+\s*\*\s*)?self\.topk"
     rf"|{KERNEL}|{'|'.join(HELPERS)}"
 )
+#: a move other than permute chained on a call's result (``x.view(...).movedim(-1, 0)``), as a split writes it
+_CHAINED_MOVE = re.compile(r"\)\s*\.(?:movedim|transpose|swapaxes|swapdims)\(")
 _CHECKED_BACKENDS = {backend.cls for backend in DRAFT_BACKENDS if backend.capacity_check}
 
 
@@ -61,8 +70,14 @@ def names_draft_layout(text: str) -> bool:
 
 
 def may_hold_draft_layout(text: str) -> bool:
-    """The text test a class block or method passes before it is parsed or walked."""
-    return bool(_FORM_TEXT.search(text)) or ("speculative_num_steps" in text and "permute" in text)
+    """The text test a class block or method passes before it is parsed or walked: a form, or
+    a split path's end (a multi-step backend calling its per-step backends' ``init_forward_metadata``,
+    or a per-step backend handing ``out_cache_loc=`` on at init)."""
+    steps = "speculative_num_steps" in text
+    caller = steps and ".init_forward_metadata(" in text and ("attn_backends" in text or ".out_cache_loc = " in text)
+    per_step = "speculative_step_id" in text and "out_cache_loc=" in text and "def init_forward_metadata" in text
+    moved = steps and ("permute" in text or bool(_CHAINED_MOVE.search(text)))
+    return bool(_FORM_TEXT.search(text)) or moved or caller or per_step
 
 
 def _row_width(rule: Rule, source: Source) -> Finding:
@@ -100,9 +115,33 @@ def _templates(cls: ast.ClassDef, forms: Collection[str]) -> list[Rule]:
     return templates
 
 
+def _split_once(rule: Rule, source: Source) -> Finding:
+    """The multi-step backend ``rule.scope`` splits the per-step layout once on its path (patched) or not."""
+    caller, _method = rule.scope.split(".")
+    for path in split_paths(source.tree):
+        if path.caller.name != caller:
+            continue
+        step = f"{path.per_step.name}.{path.per_step_method.name}"
+        if path.splits == 2:
+            return rule.report(State.UNRECOGNISED, path.caller_rows[0].lineno,
+                               f"splits the per-step out_cache_loc, and so does {step}: twice; keep one of them")
+        if path.splits == 0:
+            return rule.report(State.UNRECOGNISED, path.caller_method.lineno,
+                               f"{step} bakes the whole out_cache_loc: split it per step once, here or there")
+        return rule.report(State.PATCHED, path.caller_method.lineno)
+    return rule.report(State.ABSENT, detail=f"no per-step path from {caller}")
+
+
+SPLIT_ONCE = Rule("split-once", "", "", "per-step out_cache_loc split once", "PR 26239", _split_once)
+
+
 def guard_rules(relative: str, source: Source, named: Collection[str]) -> list[Rule]:
-    """A rule per draft layout form of each class in the file that no rule names (``named``)."""
-    rules = []
+    """A rule per draft layout form of each class in the file that no rule names (``named``), and
+    one per multi-step to per-step path whose per-step backend no rule names."""
+    rules = [dataclasses.replace(SPLIT_ONCE, id=f"guard:split-once:{relative}:{scope}", file=relative, scope=scope,
+                                 site=f"{SPLIT_ONCE.site} (structural guard)")
+             for scope in sorted({f"{p.caller.name}.{p.caller_method.name}" for p in split_paths(source.tree)
+                                  if p.per_step.name not in named})]
     for cls in source.definitions():
         if not isinstance(cls, ast.ClassDef) or cls.name in named or not may_hold_draft_layout(source.text(cls)):
             continue

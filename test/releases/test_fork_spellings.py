@@ -1,0 +1,167 @@
+"""Forks with their own fix of a site, built from the real 0.5.12 tree (test/support/fork_edits.py).
+
+Each fork split the per-step out_cache_loc its own way (SPEC, "A real fork's own fix of a
+site"): apply brings it to upstream's helper where the fork split, keeps the fork's other code,
+adds no second split, patches every other site, and leaves every file as lint-clean as the
+original. A form no rule proves equal is refused unless the maintainer keeps it (pragma or
+--keep); then everything else is patched and that site is left as the fork wrote it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sglang_draft_layout import cli, engine
+from sglang_draft_layout.rules.base import State
+from sglang_draft_layout.target import resolve
+from support import fork_edits
+from test_lint import LINTERS, lint_changes
+from test_releases import tree_digest
+
+pytestmark = pytest.mark.releases
+
+DSV4 = fork_edits.DSV4
+SITE = "dsv4-out-cache-loc"
+KEEP = "# sglang-draft-layout: keep"
+
+
+def findings(root: Path) -> dict[str, engine.Finding]:
+    return {f.rule.id: f for f in engine.plan(resolve(str(root)), render_changes=False).findings}
+
+
+def assert_as_clean_as(pristine: Path, root: Path, relative: str) -> None:
+    old = (pristine / "sglang" / relative).read_text()
+    new = (root / "sglang" / relative).read_text()
+    for tool, lint in LINTERS.items():
+        assert lint_changes(new, lint) == lint_changes(old, lint), (tool, relative)
+
+
+#: fork -> (the site's state before apply, the rule that rewrites the fork's split, its fork code kept)
+FORKS = {
+    "dsv4-own-method": (State.TO_PATCH, SITE, ["def _get_mtp_decode_out_cache_loc(", "step_width = bs * topk",
+                                               "        return per_step_draft_out_cache_loc(\n            out_cache_loc,\n"
+                                               "            bs,\n            topk,\n            steps,\n"
+                                               "        )[self.speculative_step_id]\n"]),
+    "dsv4-inline-movedim": (State.TO_PATCH, SITE, ["                bs = forward_batch.batch_size\n"
+                                                   "                out_cache_loc = per_step_draft_out_cache_loc(\n"]),
+    "dsv4-caller-split": (State.BY_CALLER, "guard:draft-forward:srt/layers/attention/deepseek_v4_backend.py:"
+                                           "DeepseekV4MultiStepBackend._split_out_cache_loc_per_step",
+                          ["forward_batch.out_cache_loc = step_out_cache_loc[i]",
+                           "        return per_step_draft_out_cache_loc(\n            out_cache_loc,\n            num_reqs,\n"]),
+    "worker-transposes": (State.TO_PATCH, "draft-forward:EagleDraftWorker",
+                          ["        steps = self.speculative_num_steps\n"
+                           "        out_cache_loc = per_step_draft_out_cache_loc(\n"
+                           "            out_cache_loc,\n            forward_batch.batch_size,\n            topk,\n"
+                           "            steps,\n        )\n"]),
+}
+
+
+@pytest.mark.parametrize("fork", FORKS)
+def test_forks_own_split_is_patched_to_upstreams_form(scratch, pristine, fork, capsys):
+    site_state, rewriting, kept = FORKS[fork]
+    root = scratch("0.5.12")
+    fork_edits.FORKS[fork](root)
+    for relative in (DSV4, fork_edits.WORKER_V2):  # the fork is as lint-clean as the release
+        assert_as_clean_as(pristine("0.5.12"), root, relative)
+
+    before = findings(root)
+    assert before[SITE].state is site_state
+    assert before[rewriting].state is State.TO_PATCH
+    assert not [f for f in before.values() if f.state is State.UNRECOGNISED]
+    assert cli.main(["check", str(root)]) == 1
+    assert cli.main(["apply", str(root)]) == 0
+
+    after = findings(root)
+    assert after[SITE].state is (State.BY_CALLER if site_state is State.BY_CALLER else State.PATCHED)
+    assert {f.state for rule, f in after.items() if rule != SITE} == {State.PATCHED}
+    assert cli.main(["check", str(root)]) == 0
+    text = (root / "sglang" / DSV4).read_text() + (root / "sglang" / fork_edits.WORKER_V2).read_text()
+    for snippet in kept:
+        assert snippet in text
+    assert ".permute(" not in text.split("def draft_forward", 1)[1].split("\n    def ", 1)[0]
+    for relative in (DSV4, fork_edits.WORKER_V2):
+        assert_as_clean_as(pristine("0.5.12"), root, relative)
+    digest = tree_digest(root)
+    capsys.readouterr()
+    assert cli.main(["apply", str(root)]) == 0
+    assert tree_digest(root) == digest and "nothing to do" in capsys.readouterr().out
+
+
+def test_caller_split_gets_no_second_split(scratch):
+    root = scratch("0.5.12")
+    fork_edits.dsv4_caller_split(root)
+    assert cli.main(["apply", str(root)]) == 0
+    text = (root / "sglang" / DSV4).read_text()
+    assert text.count("per_step_draft_out_cache_loc(") == 1  # the caller's, rewritten; none per step
+    assert "out_cache_loc=forward_batch.out_cache_loc,\n            )\n        elif" in text
+
+
+def test_a_path_patched_twice_is_refused(scratch, capsys):
+    """A caller-split fork on which an older `apply` added upstream's per-step split (the server died)."""
+    root = scratch("0.5.12")
+    assert cli.main(["apply", "--no-tests", str(root)]) == 0
+    fork_edits.dsv4_caller_split(root)
+    before = tree_digest(root)
+    capsys.readouterr()
+    assert cli.main(["check", str(root)]) == 2
+    [error] = capsys.readouterr().err.splitlines()
+    assert "DeepseekV4AttnBackend.init_forward_metadata" in error and "splits the per-step out_cache_loc twice" in error
+    assert "in its caller DeepseekV4MultiStepBackend.init_forward_metadata" in error
+    assert cli.main(["apply", str(root)]) == 2
+    assert tree_digest(root) == before
+
+
+def strided_fork(root: Path, pragma: str = "") -> None:
+    """The decode branch passes every num_steps-th slot from the step's own: topk 1's row, unproven for any topk."""
+    fork_edits.edit(root, DSV4, fork_edits.DSV4_DECODE, (
+        "        if forward_batch.forward_mode.is_decode_or_idle():\n"
+        "            step, steps = self.speculative_step_id, self.speculative_num_steps\n"
+        f"            metadata = self.init_forward_metadata_decode({pragma}\n"
+        "                max_seq_len=max_seq_len,\n"
+        "                req_pool_indices=req_pool_indices,\n"
+        "                seq_lens=seq_lens,\n"
+        "                out_cache_loc=forward_batch.out_cache_loc[step::steps],\n"
+        "            )\n"
+    ))
+
+
+def test_unrecognised_own_fix_blocks_apply_and_says_how_to_keep_it(scratch, capsys):
+    root = scratch("0.5.12")
+    strided_fork(root)
+    before = tree_digest(root)
+    assert cli.main(["apply", str(root)]) == 2
+    [error] = capsys.readouterr().err.splitlines()
+    assert error.endswith(f"(to keep the fork's code there: `{KEEP}` on that line or --keep {DSV4}:"
+                          "DeepseekV4AttnBackend.init_forward_metadata); nothing written")
+    assert tree_digest(root) == before
+
+
+@pytest.mark.parametrize("how", ["pragma", "--keep"])
+def test_kept_own_fix_and_everything_else_patched(scratch, pristine, how, capsys):
+    root = scratch("0.5.12")
+    strided_fork(root, "  " + KEEP if how == "pragma" else "")
+    flags = ["--keep", f"python/sglang/{DSV4}:DeepseekV4AttnBackend.init_forward_metadata"] if how == "--keep" else []
+    forked = (root / "sglang" / DSV4).read_text()
+    assert_as_clean_as(pristine("0.5.12"), root, DSV4)
+    assert cli.main(["check", *flags, str(root)]) == 1
+    assert "kept by the fork" in capsys.readouterr().out
+    assert cli.main(["apply", *flags, str(root)]) == 0
+    assert (root / "sglang" / DSV4).read_text() == forked
+    states = engine.plan(resolve(str(root)), render_changes=False, keep=flags[1:]).findings
+    assert {f.rule.id: f.state for f in states if f.state is not State.PATCHED} == {SITE: State.KEPT}
+    assert cli.main(["check", *flags, str(root)]) == 0
+    assert_as_clean_as(pristine("0.5.12"), root, fork_edits.WORKER_V2)
+
+
+def test_upstreams_own_inline_split_is_rewritten_to_its_helper(scratch, pristine):
+    """0.5.23's QwenSparseMultiStepDraftBackend splits by hand ("same expression chain as
+    EagleDraftWorker.draft_forward", which calls the helper there): found by the guard, rewritten lint-clean."""
+    root = scratch("0.5.23")
+    relative = "srt/layers/attention/qwen_sparse_attn_backend.py"
+    assert cli.main(["apply", "--no-tests", str(root)]) == 0
+    text = (root / "sglang" / relative).read_text()
+    assert "        return per_step_draft_out_cache_loc(\n            out_cache_loc,\n            batch_rows,\n" in text
+    assert "from sglang.srt.speculative.eagle_utils import per_step_draft_out_cache_loc\n" in text
+    assert_as_clean_as(pristine("0.5.23"), root, relative)

@@ -1,0 +1,175 @@
+"""Forks with their own fix of a draft layout site, built by editing a real SGLang 0.5.12 tree.
+
+Each edit changes the release's own lines the way a fork did (see SPEC, "A real fork's own
+fix of a site"): DeepSeek-V4's per-step out_cache_loc split by a method of the fork's own,
+in the per-step backend or in the multi-step backend that calls it, and the EAGLE worker's
+split in other spellings. The edited files stay black/isort-clean. Standard library only, so
+that the same fork can be built anywhere the release is installed:
+
+    python test/support/fork_edits.py dsv4-caller-split DEST
+
+edits ``DEST/sglang`` in place (for a fork checkout DEST is its ``python/``), first copied
+there from the ``sglang`` this Python finds when DEST holds none (run with that sglang's Python).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+from typing import Callable, Dict
+
+DSV4 = "srt/layers/attention/deepseek_v4_backend.py"
+WORKER_V2 = "srt/speculative/eagle_worker_v2.py"
+
+#: 0.5.12's decode branch of DeepseekV4AttnBackend.init_forward_metadata
+DSV4_DECODE = (
+    "        if forward_batch.forward_mode.is_decode_or_idle():\n"
+    "            metadata = self.init_forward_metadata_decode(\n"
+    "                max_seq_len=max_seq_len,\n"
+    "                req_pool_indices=req_pool_indices,\n"
+    "                seq_lens=seq_lens,\n"
+    "                out_cache_loc=forward_batch.out_cache_loc,\n"
+    "            )\n"
+)
+#: 0.5.12's DeepseekV4MultiStepBackend.init_forward_metadata
+DSV4_MULTI_STEP = (
+    "    def init_forward_metadata(self, forward_batch: ForwardBatch):\n"
+    "        for i in range(self.speculative_num_steps - 1):\n"
+    "            self.attn_backends[i].init_forward_metadata(forward_batch)\n"
+)
+#: 0.5.12's split in EagleDraftWorker.draft_forward
+WORKER_SPLIT = (
+    "        out_cache_loc = out_cache_loc.reshape(\n"
+    "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+    "        )\n"
+    "        out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(\n"
+    "            self.speculative_num_steps, -1\n"
+    "        )\n"
+)
+
+#: the fork's own method (SPEC's first fork): the step's row, the width spelt as a local
+OWN_METHOD = '''
+    def _get_mtp_decode_out_cache_loc(
+        self, forward_batch: ForwardBatch
+    ) -> torch.Tensor:
+        out_cache_loc = forward_batch.out_cache_loc
+        if self.topk <= 0 or self.speculative_num_steps <= 1:
+            return out_cache_loc
+        bs = forward_batch.batch_size
+        topk = self.topk
+        steps = self.speculative_num_steps
+        step_width = bs * topk
+        return (
+            out_cache_loc.reshape(bs, topk, steps)
+            .permute(2, 0, 1)
+            .reshape(steps, step_width)[self.speculative_step_id]
+        )
+'''
+#: the fork's own caller split (SPEC's second fork): the multi-step backend hands each step its row
+CALLER_SPLIT = '''    def init_forward_metadata(self, forward_batch: ForwardBatch):
+        step_out_cache_loc = self._split_out_cache_loc_per_step(forward_batch)
+        original_out_cache_loc = forward_batch.out_cache_loc
+        try:
+            for i in range(self.speculative_num_steps - 1):
+                if step_out_cache_loc is not None:
+                    forward_batch.out_cache_loc = step_out_cache_loc[i]
+                self.attn_backends[i].init_forward_metadata(forward_batch)
+        finally:
+            forward_batch.out_cache_loc = original_out_cache_loc
+
+    def _split_out_cache_loc_per_step(self, forward_batch: ForwardBatch):
+        out_cache_loc = forward_batch.out_cache_loc
+        if out_cache_loc is None or self.topk <= 0 or self.speculative_num_steps <= 1:
+            return None
+        num_reqs = forward_batch.batch_size
+        topk = self.topk
+        steps = self.speculative_num_steps
+        return (
+            out_cache_loc.reshape(num_reqs, topk, steps)
+            .permute(2, 0, 1)
+            .reshape(steps, -1)
+        )
+'''
+
+
+def edit(tree: Path, relative: str, old: str, new: str) -> None:
+    """Replace the only occurrence of ``old`` in ``tree/sglang/<relative>``."""
+    path = Path(tree) / "sglang" / relative
+    text = path.read_text(encoding="utf-8")
+    if text.count(old) != 1:
+        raise ValueError(f"{path}: expected one {old[:60]!r}, found {text.count(old)}")
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+
+
+def _decode_passing(value: str) -> str:
+    return DSV4_DECODE.replace("out_cache_loc=forward_batch.out_cache_loc,", f"out_cache_loc={value},")
+
+
+def dsv4_own_method(tree: Path) -> None:
+    """DeepseekV4AttnBackend passes the step's row from a method of its own (width ``step_width``)."""
+    edit(tree, DSV4, DSV4_DECODE, _decode_passing("self._get_mtp_decode_out_cache_loc(forward_batch)"))
+    edit(tree, DSV4, "    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:\n",
+         OWN_METHOD.lstrip("\n") + "\n    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:\n")
+
+
+def dsv4_inline_movedim(tree: Path) -> None:
+    """DeepseekV4AttnBackend splits inline: ``movedim(-1, 0)`` and the width ``bs * topk``."""
+    split = (
+        "        if forward_batch.forward_mode.is_decode_or_idle():\n"
+        "            out_cache_loc = forward_batch.out_cache_loc\n"
+        "            if self.topk > 0 and self.speculative_num_steps > 1:\n"
+        "                bs = forward_batch.batch_size\n"
+        "                out_cache_loc = (\n"
+        "                    out_cache_loc.view(bs, self.topk, self.speculative_num_steps)\n"
+        "                    .movedim(-1, 0)\n"
+        "                    .reshape(-1, bs * self.topk)[self.speculative_step_id]\n"
+        "                )\n"
+    )
+    edit(tree, DSV4, DSV4_DECODE, _decode_passing("out_cache_loc").replace(DSV4_DECODE.splitlines(True)[0], split))
+
+
+def dsv4_caller_split(tree: Path) -> None:
+    """DeepseekV4MultiStepBackend splits per step itself and sets each step's row on the batch."""
+    edit(tree, DSV4, DSV4_MULTI_STEP, CALLER_SPLIT)
+
+
+def worker_transposes(tree: Path) -> None:
+    """EagleDraftWorker.draft_forward: two transposes, ``flatten(1)``, locals for topk and steps."""
+    edit(tree, WORKER_V2, WORKER_SPLIT, (
+        "        topk = self.topk\n"
+        "        steps = self.speculative_num_steps\n"
+        "        out_cache_loc = out_cache_loc.view(forward_batch.batch_size, topk, steps)\n"
+        "        out_cache_loc = out_cache_loc.transpose(1, 2).transpose(0, 1).flatten(1)\n"
+    ))
+
+
+FORKS: Dict[str, Callable[[Path], None]] = {
+    "dsv4-own-method": dsv4_own_method,
+    "dsv4-inline-movedim": dsv4_inline_movedim,
+    "dsv4-caller-split": dsv4_caller_split,
+    "worker-transposes": worker_transposes,
+}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("fork", choices=sorted(FORKS))
+    parser.add_argument("dest", type=Path, help="a folder holding sglang/ (a fork checkout's python/), "
+                                                "copied from this Python's sglang when it holds none")
+    args = parser.parse_args(argv)
+    if not (args.dest / "sglang").is_dir():
+        spec = importlib.util.find_spec("sglang")
+        if spec is None or not spec.submodule_search_locations:
+            parser.error("no sglang/ in DEST and none importable to copy")
+        shutil.copytree(list(spec.submodule_search_locations)[0], args.dest / "sglang",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    FORKS[args.fork](args.dest)
+    print(f"{args.dest / 'sglang'}: {args.fork} ({FORKS[args.fork].__doc__.splitlines()[0]})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
