@@ -175,25 +175,13 @@ def _replace(path: Path, data: bytes) -> None:
     """Write ``data`` to a temp file beside ``path`` (flushed to disk) and rename it onto ``path``,
     keeping its mode (and owner, where allowed)."""
     info = path.stat()
-    temp = temp_path(path)
-    try:
-        with _action(path.parent, "writing a temp file into the folder"):
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with _action(path, "writing"):
-            with os.fdopen(fd, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-            os.chmod(temp, stat.S_IMODE(info.st_mode))
-            with contextlib.suppress(PermissionError):
-                os.chown(temp, info.st_uid, info.st_gid)
-        _hook("temp written", path)
-        with _action(path, "renaming"):
-            os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
+
+    def keep_mode_and_owner(temp: Path) -> None:
+        os.chmod(temp, stat.S_IMODE(info.st_mode))
+        with contextlib.suppress(PermissionError):
+            os.chown(temp, info.st_uid, info.st_gid)
+
+    _write_through_temp(path, data, 0o600, keep_mode_and_owner)
 
 
 def _create(path: Path, data: bytes, created_folders: list[Path]) -> None:
@@ -204,15 +192,24 @@ def _create(path: Path, data: bytes, created_folders: list[Path]) -> None:
             folder.mkdir()
     umask = os.umask(0)
     os.umask(umask)
+    _write_through_temp(path, data, 0o666 & ~umask)
+
+
+def _write_through_temp(path: Path, data: bytes, mode: int,
+                        finish: Optional[Callable[[Path], None]] = None) -> None:
+    """``data`` into a new temp file beside ``path`` (created with ``mode``, flushed to disk,
+    then ``finish``-ed), renamed onto ``path``; the temp file never outlives a failure."""
     temp = temp_path(path)
     try:
         with _action(path.parent, "writing a temp file into the folder"):
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 & ~umask)
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
         with _action(path, "writing"):
             with os.fdopen(fd, "wb") as out:
                 out.write(data)
                 out.flush()
                 os.fsync(out.fileno())
+            if finish is not None:
+                finish(temp)
         _hook("temp written", path)
         with _action(path, "renaming"):
             os.replace(temp, path)

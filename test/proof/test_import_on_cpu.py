@@ -57,15 +57,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def venv():
-    from support.sglang_venv import proof_venv
+    from support.sglang_venv import proof_venv_or_skip
 
-    require_release(VERSION)
-    try:
-        return proof_venv(VERSION)
-    except subprocess.CalledProcessError as exc:  # pip could not install a needed package
-        log = Path(exc.cmd[0]).parents[1] / "build.log"
-        tail = log.read_text()[-1500:] if log.exists() else ""
-        pytest.skip(f"the proof venv could not be installed ({exc}); {log}:\n{tail}")
+    return proof_venv_or_skip(VERSION)
 
 
 @pytest.fixture(scope="module")

@@ -128,3 +128,19 @@ def probe_imports(python: Path, tree: Path, modules: list[str], mode: str = "tog
             return json.loads(line[len("IMPORT-PROBE "):])
     raise RuntimeError(f"import probe failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n"
                        f"{proc.stderr[-3000:]}")
+
+
+def proof_venv_or_skip(version: str) -> Path:
+    """For tests: ``proof_venv(version)``, or pytest.skip naming the build log's tail when the
+    wheel cannot be downloaded or pip cannot install a needed package (a skip CI counts as a failure)."""
+    import pytest
+
+    from support.sglang_release import require_release
+
+    require_release(version)
+    try:
+        return proof_venv(version)
+    except subprocess.CalledProcessError as exc:
+        log = Path(exc.cmd[0]).parents[1] / "build.log"
+        tail = log.read_text()[-1500:] if log.exists() else ""
+        pytest.skip(f"the proof venv could not be installed ({exc}); {log}:\n{tail}")
