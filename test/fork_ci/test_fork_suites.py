@@ -184,3 +184,16 @@ def test_registration_line_is_black_clean(tmp_path, suite):
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert f'suite="{suite}"' in path.read_text()
+
+
+def test_a_fork_without_ci_register_gets_no_test_and_one_line(tmp_path, capsys):
+    """Before 0.5.6 SGLang has no sglang/test/ci/ci_register.py: a written test could not register."""
+    fork = make_fork(tmp_path / "fork")
+    (fork / "python/sglang/test/ci/ci_register.py").unlink()
+    assert cli.main(["check", "--gpu-test", "--format", "json", str(fork)]) == 1  # the sites
+    report = json.loads(capsys.readouterr().out)
+    assert report["notes"] == ["no tests written: the fork has no python/sglang/test/ci/ci_register.py to "
+                               "register them with"]
+    assert "test" not in report["summary"]["kinds"]
+    assert cli.main(["apply", "--gpu-test", str(fork)]) == 0
+    assert not (fork / CPU_TEST).exists() and not (fork / GPU_TEST).exists()

@@ -187,6 +187,7 @@ def fork_layout(tmp_path: Path, capsys) -> Tree:
     root = tmp_path / "fork"
     fork = Tree(root / "python", capsys)
     write_bystanders(fork, besides="")
+    fork.write("test/ci/ci_register.py", '"""Stands in for SGLang\'s register_cpu_ci / register_cuda_ci."""\n')
     (root / "test" / "registered").mkdir(parents=True)
     shutil.copy(RUN_SUITE_0_5_12, root / "test" / "run_suite.py")  # the suites the written tests register to
     subprocess.run(["git", "init", "-q", str(root)], check=True)
