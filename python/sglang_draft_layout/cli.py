@@ -22,7 +22,6 @@ from typing import Optional, Sequence, TextIO, Union
 
 from . import __version__, api, engine, releases, transaction
 from .api import Item, Report
-from .layout_patterns import KEEP_PRAGMA
 from .rules.base import State
 from .target import Target, TargetError
 
@@ -213,7 +212,7 @@ def error_line(report: Report, item: Item) -> str:
     where_ = str(report.target.root / item.file) + (f":{item.line}" if item.line else "")
     text = f"{where_}: {item.scope}: {item.site}: {item.detail or item.state}"
     if item.kind == api.CALL_SITE:
-        text += f" (to keep the fork's code there: `{KEEP_PRAGMA}` on that line or --keep {item.file}:{item.scope})"
+        text += engine.keep_hint(item.file, item.scope)
     return text
 
 

@@ -157,13 +157,6 @@ def _rules_by_file(rules: Sequence[Rule]) -> dict[str, list[Rule]]:
     return grouped
 
 
-def _read(path: Path) -> StoredText:
-    try:
-        return StoredText.read(path)
-    except OSError as error:
-        raise TargetError(f"{path}: reading: {error.strerror or error}; nothing written") from None
-
-
 def _sources(target: Target, rules: Sequence[Rule],
              gate: transaction.SignalGate) -> tuple[dict[str, Source], dict[str, StoredText]]:
     """Each file the rules read, and each other file of the structural guard's folders whose
@@ -176,14 +169,14 @@ def _sources(target: Target, rules: Sequence[Rule],
         gate.check()
         if path.is_file():
             whole = any(rule.scope == MODULE_SCOPE for rule in file_rules)
-            stored[relative] = _read(path)
+            stored[relative] = StoredText.read(path)
             sources[relative] = _parse(path, relative, stored[relative].text, None if whole else _read_classes(relative))
     for folder in GUARDED_FOLDERS:
         for path in sorted((target.package / folder).rglob("*.py")):
             relative = path.relative_to(target.package).as_posix()
             gate.check()
             if relative not in sources:
-                text = _read(path)
+                text = StoredText.read(path)
                 if names_draft_layout(text.text):
                     stored[relative] = text
                     sources[relative] = _parse(path, relative, text.text, _read_classes(relative))
@@ -307,7 +300,7 @@ def _file_change(path: Path, relative: str, stored: StoredText, source: Source, 
 
 def _generated_change(generated: fork_tests.GeneratedFile) -> FileChange:
     """A fork test file written whole, in the form of the file it replaces if there is one."""
-    return FileChange.of(generated.path, None if generated.old is None else _read(generated.path), generated.text)
+    return FileChange.of(generated.path, generated.stored, generated.text)
 
 
 def _refuse_links_out_of_tree(target: Target, changes: Sequence[FileChange]) -> None:
@@ -346,8 +339,13 @@ def describe(finding: Finding, target: Target) -> str:
     where = f"{target.package / rule.file}" + (f":{finding.line}" if finding.line else "")
     text = f"{where}: {rule.scope}: {rule.site}: {finding.detail or finding.state.value}"
     if finding.state is State.UNRECOGNISED and rule.scope != MODULE_SCOPE:
-        text += f" (to keep the fork's code there: `{KEEP_PRAGMA}` on that line or --keep {rule.file}:{rule.scope})"
+        text += keep_hint(rule.file, rule.scope)
     return text
+
+
+def keep_hint(file: str, scope: str) -> str:
+    """What an unrecognised call site's error line adds: how the maintainer keeps it."""
+    return f" (to keep the fork's code there: `{KEEP_PRAGMA}` on that line or --keep {file}:{scope})"
 
 
 @contextlib.contextmanager

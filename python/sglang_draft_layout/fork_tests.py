@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from .fork_suites import ForkSuites, choose_suite, read_suites
+from .stored import StoredText
 from .target import Target, TargetError
 
 #: (path under the fork root, template module in fork_templates, what it checks)
@@ -57,7 +58,12 @@ class GeneratedFile:
     path: Path
     what: str
     text: str
-    old: Optional[str]  # the file's current text; None where it does not exist
+    stored: Optional[StoredText]  # the file as it is; None where it does not exist
+
+    @property
+    def old(self) -> Optional[str]:
+        """The file's current text (as the rules read it); None where it does not exist."""
+        return None if self.stored is None else self.stored.text
 
     @property
     def state(self) -> FileState:
@@ -170,9 +176,10 @@ def with_suite(text: str, suite: str, line_length: int = 88) -> str:
     return text[:found.start()] + line + text[found.end():]
 
 
-def _suite(template: str, options: TestOptions, suites: Optional[ForkSuites], old: Optional[str],
+def _suite(template: str, options: TestOptions, suites: Optional[ForkSuites], kept: Optional[str],
            run_suite: Path) -> tuple[Optional[str], Optional[str]]:
-    """(the suite to register the test to, or None with why not) for one template."""
+    """(the suite to register the test to, or None with why not) for one template; ``kept``:
+    the suite the file already there registers to."""
     backend, option = BACKENDS[template]
     asked = options.suite_for(template)
     if asked is not None:
@@ -182,7 +189,6 @@ def _suite(template: str, options: TestOptions, suites: Optional[ForkSuites], ol
                               f"validate_all_suites would fail every CI job (its {backend} suites: {known}); "
                               "nothing written")
         return asked, None
-    kept = register_suite(old) if old is not None else None
     if suites is None:
         if kept is not None:
             return kept, None  # written with a suite named by the maintainer: nothing to check it against
@@ -214,16 +220,16 @@ def generated_files(target: Target, options: TestOptions = TestOptions()) -> tup
     files, notes = [], []
     for relative, template, what in FORK_TESTS:
         path = root / relative
-        old = path.read_text(encoding="utf-8") if path.is_file() else None
-        if template == "registered_gpu" and not (options.gpu_test or options.cuda_suite) and old is None:
+        stored = StoredText.read(path) if path.is_file() else None
+        if template == "registered_gpu" and not (options.gpu_test or options.cuda_suite) and stored is None:
             continue  # the GPU test costs per-commit GPU time: written only when asked for
-        suite, why_not = _suite(template, options, suites, old, run_suite)
+        kept = register_suite(stored.text) if stored is not None else None
+        suite, why_not = _suite(template, options, suites, kept, run_suite)
         if suite is None:
             notes.append(f"no {what} written: {why_not}")
             continue
-        kept = register_suite(old) if old is not None else None
         gone = kept is not None and suites is not None and not suites.accepts(BACKENDS[template][0], kept)
         label = f"{what} (suite {suite}" + (f"; was {kept}, not a suite of the fork)" if gone else ")")
         text = with_suite(render(template), suite, target.line_length)
-        files.append(GeneratedFile(path, label, text, old))
+        files.append(GeneratedFile(path, label, text, stored))
     return files, notes

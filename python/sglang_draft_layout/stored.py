@@ -42,8 +42,12 @@ class StoredText:
 
     @classmethod
     def read(cls, path: Path) -> "StoredText":
-        """The file at ``path`` (an OSError names it); bytes it cannot decode are a TargetError naming it."""
-        return cls.decode(path, path.read_bytes())
+        """The file at ``path``; a file it cannot read or decode is a TargetError naming it."""
+        try:
+            raw = path.read_bytes()
+        except OSError as error:
+            raise TargetError(f"{path}: reading: {error.strerror or error}; nothing written") from None
+        return cls.decode(path, raw)
 
     @classmethod
     def decode(cls, path: Path, raw: bytes) -> "StoredText":

@@ -22,7 +22,9 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
-from ..layout_patterns import PER_STEP_HELPER, Split, called_name, factors, is_self_attr, nodes_of, out_cache_loc_layouts
+from ..layout_patterns import (
+    PER_STEP_HELPER, Split, factors, helper_calls, is_self_attr, nodes_of, out_cache_loc_layouts,
+)
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State, locate_method
 
 WORKERS = (
@@ -88,11 +90,6 @@ def _holding_statement(method: ast.AST, node: ast.AST) -> ast.stmt:
     return holders[-1]
 
 
-def helper_call(method: ast.AST) -> Optional[ast.Call]:
-    """The first ``per_step_draft_out_cache_loc(...)`` call of ``method``."""
-    return next((n for n in nodes_of(method, ast.Call) if called_name(n) == PER_STEP_HELPER), None)
-
-
 def step_major_split(method: ast.FunctionDef) -> Optional[ast.Subscript]:
     """``x[:, self.topk * i : self.topk * (i + 1)]``: step i's columns of a ``[bs, steps * topk]`` view."""
     for node in nodes_of(method, ast.Subscript):
@@ -112,9 +109,9 @@ def _find(rule: Rule, source: Source) -> Finding:
     method = locate_method(rule, source)
     if isinstance(method, Finding):
         return method
-    call = helper_call(method)
-    if call is not None:
-        return rule.report(State.PATCHED, call.lineno)
+    calls = helper_calls(method)
+    if calls:
+        return rule.report(State.PATCHED, calls[0].lineno)
     for split in out_cache_loc_layouts(method):
         first = split.statements[0] if split.statements else split.node
         return rule.report(State.TO_PATCH, first.lineno, edits=[helper_edit(source, method, split)],
