@@ -24,9 +24,10 @@ Per (configuration, concurrency): the patched / unpatched ratio of output tokens
 median, a bootstrap 95% interval and the pairs ±2% would need (ab_stats.py); per tree the
 medians of tokens/s, TTFT and ITL (round medians and p99s) and of bench_serving's accept length
 (the server's average since start, warm-up included). A round starts only when its expected
-length fits before the deadline (``--max-seconds`` from start or ``--deadline-epoch``), so the
-run ends cleanly with whole pairs. Output: OUT/ab_results.json and OUT/ab_summary.md; rounds'
-JSONL and server logs under ``--work`` (default OUT).
+length fits before the deadline (``--max-seconds`` from start, ``--deadline-epoch``, or
+``--deadline-file``, read at every check), so the run ends cleanly with whole pairs. Output:
+OUT/ab_results.json and OUT/ab_summary.md, rewritten after every measured round; rounds' JSONL
+and server logs under ``--work`` (default OUT).
 
 Usage (after ``MODEL_SHAPE=8b bash benchmark/gpu/run_on_h200.sh --setup-only``; or
 benchmark/gpu/ab_h200.sh, which does both):
@@ -81,10 +82,13 @@ def bench_argv(a: argparse.Namespace, port: int, num_prompts: int, concurrency: 
 
 def server_extra_args(cfg: dict, max_concurrency: int, extra: str = "") -> str:
     """Flags appended to serve_checks.py's (argparse keeps the last): room for the largest
-    concurrency, CUDA graphs up to that batch, no piecewise prefill graphs, and no radix cache:
+    concurrency, CUDA graphs up to that batch, no piecewise prefill graphs; no radix cache:
     every round sends the same prompts (fixed seed), so with the cache on a round's prefill work
-    would depend on which prompts earlier runs cached (the 2026-12-01 runs had it on). Both trees alike."""
-    args = [f"--max-running-requests {max_concurrency}", "--disable-piecewise-cuda-graph", "--disable-radix-cache"]
+    would depend on which prompts earlier runs cached (the 2026-12-01 runs had it on); and
+    ``--sleep-on-idle``: the idle server of the pair would otherwise spin a CPU core at 100%
+    while the other one is measured (SGLang's own IdleSleeper docstring). Both trees alike."""
+    args = [f"--max-running-requests {max_concurrency}", "--disable-piecewise-cuda-graph", "--disable-radix-cache",
+            "--sleep-on-idle"]
     if cfg["cg"] == "cg":
         args.append(f"--cuda-graph-max-bs {max_concurrency}")
     return " ".join(args + ([extra] if extra else []))
@@ -227,11 +231,31 @@ def exactness(name: str, port: int, proc: subprocess.Popen, a: argparse.Namespac
                                     "accept_mean", "accept_all_exact", "error", "truncated")}
 
 
-class Pair:
-    """One configuration's two servers and the bench_serving runs against them."""
+class Deadline:
+    """When the run must end (a ``time.time()``). ``--deadline-file``, while it holds an epoch,
+    overrides the given one and is read at every check, so that a run in the background
+    (ab_h200.sh start) can be given the device time that is really left."""
 
-    def __init__(self, config: str, index: int, a: argparse.Namespace, client: Client, deadline: float) -> None:
-        self.config, self.a, self.client, self.deadline = config, a, client, deadline
+    def __init__(self, epoch: float, path: str | None = None) -> None:
+        self.epoch, self.path = epoch, path
+
+    def left(self) -> float:
+        if self.path:
+            try:
+                with open(self.path) as f:
+                    return float(f.read()) - time.time()
+            except (OSError, ValueError):
+                pass
+        return self.epoch - time.time()
+
+
+class Pair:
+    """One configuration's two servers and the bench_serving runs against them; ``on_round`` is
+    called with the record after every measured round (ab_bench writes its outputs then)."""
+
+    def __init__(self, config: str, index: int, a: argparse.Namespace, client: Client, deadline: Deadline,
+                 on_round=lambda record: None) -> None:
+        self.config, self.a, self.client, self.deadline, self.on_round = config, a, client, deadline, on_round
         self.cfg = serve_checks.parse(f"{config}_patched")
         self.names = {tree: f"{config}_{tree}" for tree in TREES}
         self.ports = {tree: a.base_port + (2 * index + j) * a.port_step for j, tree in enumerate(TREES)}
@@ -240,7 +264,7 @@ class Pair:
         self.record["server_extra_args"] = server_extra_args(self.cfg, max(a.concurrencies), a.extra_args)
 
     def left(self) -> float:
-        return self.deadline - time.time()
+        return self.deadline.left()
 
     def bench(self, tree: str, tag: str, prompts: int, concurrency: int, expected_s: float) -> dict | None:
         """One bench_serving run; None (and a note) when it failed, timed out or did not fit."""
@@ -273,7 +297,7 @@ class Pair:
         try:
             t0 = time.time()
             errors = wait_healthy({self.names[t]: (self.procs[t], self.ports[t]) for t in TREES},
-                                  min(self.deadline, t0 + a.startup_timeout))
+                                  t0 + min(self.left(), a.startup_timeout))
             self.record["startup_s"] = round(time.time() - t0, 1)
             self.record["memory"] = {t: read_memprobe(os.path.join(a.logdir, f"memprobe_{self.names[t]}.jsonl"))
                                      for t in TREES}
@@ -284,7 +308,7 @@ class Pair:
                 return self.record
             if a.stress >= 0:
                 self.record["exactness"] = {t: exactness(self.names[t], self.ports[t], self.procs[t], a, prompts_json,
-                                                         self.deadline) for t in TREES}
+                                                         time.time() + self.left()) for t in TREES}
             round_prompts = {}
             for c in a.concurrencies:
                 rates = []
@@ -308,6 +332,7 @@ class Pair:
                 if run is None:
                     break
                 self.record["rounds"].append({"pair": k, **run})
+                self.on_round(self.record)
                 expected[c] = max(expected[c], run["wall_s"] * 1.1)
             return self.record
         finally:
@@ -397,6 +422,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="exactness: serve_checks.py's 8 x 1900-token batches (-1: no exactness check)")
     ap.add_argument("--max-seconds", type=float, default=540, help="stop cleanly this long after start")
     ap.add_argument("--deadline-epoch", type=float, help="stop cleanly at this time.time() (overrides --max-seconds)")
+    ap.add_argument("--deadline-file", help="a file holding a time.time() to stop at, read at every check "
+                    "(overrides both while it holds one)")
     ap.add_argument("--min-config-seconds", type=float, default=150,
                     help="start a configuration only with this much time left")
     ap.add_argument("--startup-timeout", type=float, default=420)
@@ -440,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.client:
         return client_loop()
     t_start = time.time()
-    deadline = a.deadline_epoch or t_start + a.max_seconds
+    deadline = Deadline(a.deadline_epoch or t_start + a.max_seconds, a.deadline_file)
     a.work = a.work or a.out
     a.logdir = os.path.join(a.work, "logs")
     for d in (a.out, os.path.join(a.work, "rounds"), a.logdir):
@@ -451,10 +478,14 @@ def main(argv: list[str] | None = None) -> int:
     records, summaries = [], []
     try:
         for index, config in enumerate(a.configs):
-            if deadline - time.time() < a.min_config_seconds:
+            if deadline.left() < a.min_config_seconds:
                 records.append({"config": config, "notes": ["not started: deadline"], "rounds": []})
             else:
-                records.append(Pair(config, index, a, client, deadline).run(prompts_json))
+                def on_round(record: dict) -> None:
+                    write_outputs(a, records + [record], [s for r in records + [record]
+                                                          for s in summarize(r, a.concurrencies)], t_start)
+
+                records.append(Pair(config, index, a, client, deadline, on_round).run(prompts_json))
             summaries = [s for r in records for s in summarize(r, a.concurrencies)]
             write_outputs(a, records, summaries, t_start)
             print(f"[{time.time() - t_start:.0f}s] {config}: {records[-1]['notes']}", flush=True)

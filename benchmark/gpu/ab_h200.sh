@@ -1,33 +1,80 @@
 #!/bin/bash
-# Issue 19's A/B on the lent H200, in one device call (or two warm ones):
-#   set -o pipefail; DEADLINE_S=560 bash benchmark/gpu/ab_h200.sh --configs flashinfer_cg_k8s5 \
-#       --concurrencies 32 2>&1 | tee $OUT/console.txt          (carry .gpu/sitepack .gpu/lib .whl)
-# 1. run_on_h200.sh --setup-only with MODEL_SHAPE=8b: SGLang 0.5.12 from the sitepack, the
-#    patched copy (apply + check), the exact 8B-shaped models (exact_8b.py, built on the GPU);
-#    all kept in $GPU_WORK (/tmp/sgl_dl) for a warm second call;
-# 2. ab_bench.py with the remaining arguments, stopping cleanly DEADLINE_S seconds after this
-#    script started.
-# $OUT gets at most 6 files: setup.txt, patch.txt, ab_results.json, ab_summary.md, logs.tgz
-# (server logs, memory probe, bench_serving's JSONL per run), nvidia-smi.txt.
+# Issue 19's A/B on the lent H200. From the repository root, carry .gpu/sitepack .gpu/lib .whl:
+#
+#   in one call:   set -o pipefail; DEADLINE_S=560 bash benchmark/gpu/ab_h200.sh [run] AB_ARGS... 2>&1 | tee $OUT/console.txt
+#   over a whole session, the A/B going on in the background between calls (each next call
+#   within the machine's 30 s warm window):
+#     call 1:      DEADLINE_S=1550 WAIT_S=540 bash benchmark/gpu/ab_h200.sh start AB_ARGS...
+#     later calls: [DEADLINE_IN=S] bash benchmark/gpu/ab_h200.sh wait SECONDS
+#
+# run / start: run_on_h200.sh --setup-only with MODEL_SHAPE=8b (SGLang 0.5.12 from the sitepack, the
+#   patched copy by `apply` + `check`, the exact 8B-shaped models built on the GPU; all kept in
+#   $GPU_WORK, /tmp/sgl_dl, for a warm next call), then ab_bench.py AB_ARGS, which ends cleanly by
+#   the deadline: DEADLINE_S seconds after this script started, kept in $GPU_WORK/ab/deadline.
+#   start returns after WAIT_S seconds (as wait does) and leaves the A/B running (setsid).
+# wait: waits until the A/B has ended or SECONDS have passed; DEADLINE_IN=S first moves the
+#   deadline to S seconds from now (to fit the device time that is really left).
+# Either way $OUT gets at most 7 files: setup.txt, patch.txt, console.txt, ab_results.json,
+# ab_summary.md (both rewritten after every measured round), logs.tgz (server logs, memory probe,
+# bench_serving's JSONL per run, the GPU's clocks every 5 s), nvidia-smi.txt.
 set -u
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$REPO"
-T_END=$(( $(date +%s) + ${DEADLINE_S:-560} ))
 export GPU_WORK=${GPU_WORK:-/tmp/sgl_dl} MODEL_SHAPE=${MODEL_SHAPE:-8b} PYTHONUNBUFFERED=1
 OUT=${OUT:-$REPO/benchmark/results/ab-$(date -u +%Y%m%dT%H%M%SZ)}
-export OUT
-mkdir -p "$OUT"
-bash benchmark/gpu/run_on_h200.sh --setup-only || { echo "SETUP FAILED"; exit 1; }
-for lib in .gpu/lib .gpu/recipe/lib; do
-  if ! ldconfig -p 2>/dev/null | grep -q 'libnuma.so.1 ' && [ -f "$lib/libnuma.so.1" ]; then
-    export LD_LIBRARY_PATH=$REPO/$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}; break; fi
-done
-WORK_AB=$GPU_WORK/ab-$(date -u +%H%M%S)
-echo "[ab] $(date -u +%T) setup done; ab_bench until $(date -u -d @$T_END +%T)"
-python3 benchmark/gpu/ab_bench.py --models "$GPU_WORK/models$MODEL_SHAPE" --site "$GPU_WORK/site" \
-  --patched "$GPU_WORK/patched" --out "$OUT" --work "$WORK_AB" --deadline-epoch "$T_END" "$@"
-rc=$?
-nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
-tar -czf "$OUT/logs.tgz" -C "$WORK_AB" . 2>/dev/null
-echo "[ab] $(date -u +%T) done rc=$rc"
-exit $rc
+AB=$GPU_WORK/ab
+mkdir -p "$OUT" "$AB"
+
+setup() {
+  echo $(( $(date +%s) + ${DEADLINE_S:-560} )) > "$AB/deadline"
+  OUT=$AB bash benchmark/gpu/run_on_h200.sh --setup-only || { echo "SETUP FAILED"; return 1; }
+}
+
+bench() {  # ab_bench.py until the deadline; $AB/done when it has ended
+  for lib in .gpu/lib .gpu/recipe/lib; do
+    if ! ldconfig -p 2>/dev/null | grep -q 'libnuma.so.1 ' && [ -f "$lib/libnuma.so.1" ]; then
+      export LD_LIBRARY_PATH=$REPO/$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}; break; fi
+  done
+  rm -f "$AB/done"
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,temperature.gpu,power.draw,utilization.gpu \
+    --format=csv -l 5 > "$AB/work/gpu_clocks.csv" 2>&1 &
+  local smi=$!
+  echo "[ab] $(date -u +%T) ab_bench until $(date -u -d @"$(cat "$AB/deadline")" +%T) (or $AB/deadline when moved)"
+  python3 benchmark/gpu/ab_bench.py --models "$GPU_WORK/models$MODEL_SHAPE" --site "$GPU_WORK/site" \
+    --patched "$GPU_WORK/patched" --out "$AB" --work "$AB/work" --deadline-file "$AB/deadline" "$@"
+  local rc=$?
+  kill $smi 2>/dev/null
+  echo "[ab] $(date -u +%T) done rc=$rc"
+  echo $rc > "$AB/done"
+}
+
+pack() {  # what there is so far, into $OUT
+  cp "$AB"/setup.txt "$AB"/patch.txt "$AB"/console.txt "$AB"/ab_results.json "$AB"/ab_summary.md "$OUT"/ 2>/dev/null
+  nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
+  tar -czf "$OUT/logs.tgz" -C "$AB/work" . 2>/dev/null
+}
+
+wait_for() {  # wait_for SECONDS: until the A/B has ended or SECONDS have passed
+  local end=$(( $(date +%s) + $1 ))
+  while [ ! -f "$AB/done" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
+  tail -n 25 "$AB/console.txt"
+}
+
+cmd=run
+case ${1:-} in run|start|wait|bench) cmd=$1; shift ;; esac
+case $cmd in
+  run)
+    mkdir -p "$AB/work"
+    { setup && bench "$@"; } 2>&1 | tee "$AB/console.txt"
+    rc=$(cat "$AB/done" 2>/dev/null || echo 1)
+    pack; exit "$rc" ;;
+  start)
+    rm -rf "$AB/work" "$AB/done" "$AB"/ab_results.json "$AB"/ab_summary.md; mkdir -p "$AB/work"
+    setup > "$AB/console.txt" 2>&1 || { cat "$AB/console.txt"; pack; exit 1; }
+    setsid nohup bash "$0" bench "$@" >> "$AB/console.txt" 2>&1 < /dev/null &
+    wait_for "${WAIT_S:-0}"; pack ;;
+  wait)
+    [ -n "${DEADLINE_IN:-}" ] && echo $(( $(date +%s) + DEADLINE_IN )) > "$AB/deadline"
+    wait_for "${1:-500}"; pack ;;
+  bench) bench "$@" ;;
+esac

@@ -9,6 +9,7 @@ import ast
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -81,9 +82,10 @@ def test_server_flags_exist_in_launch_server_0_5_12():
         flags = [x for x in ab_bench.server_extra_args({"cg": cg}, 32).split() if x.startswith("--")]
         assert flags and not [f for f in flags if f not in options]
     assert ab_bench.server_extra_args({"cg": "cg"}, 32) == \
-        "--max-running-requests 32 --disable-piecewise-cuda-graph --disable-radix-cache --cuda-graph-max-bs 32"
+        "--max-running-requests 32 --disable-piecewise-cuda-graph --disable-radix-cache --sleep-on-idle " \
+        "--cuda-graph-max-bs 32"
     assert ab_bench.server_extra_args({"cg": "nocg"}, 8, "--foo 1") == \
-        "--max-running-requests 8 --disable-piecewise-cuda-graph --disable-radix-cache --foo 1"
+        "--max-running-requests 8 --disable-piecewise-cuda-graph --disable-radix-cache --sleep-on-idle --foo 1"
 
 
 def test_schedule_interleaves_and_alternates_the_first_tree():
@@ -238,6 +240,7 @@ http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
 FAKE_BENCH_BY_PORT = '''\\
 """Stands in for sglang.bench_serving: tokens/s and accept length by server port, the runs logged."""
 import json
+import os
 import sys
 
 argv = sys.argv[1:]
@@ -245,9 +248,12 @@ port = int(argv[argv.index("--port") + 1])
 base = int(open(__file__.replace("bench_serving.py", "base_port")).read())
 fast = port != base  # the second server of the pair (patched) is 1.25 times as fast
 n = int(argv[argv.index("--num-prompts") + 1])
+output_file = argv[argv.index("--output-file") + 1]
+results = os.path.join(os.path.dirname(os.path.dirname(output_file)), "ab_results.json")
+rounds = len(json.load(open(results))["records"][-1]["rounds"]) if os.path.exists(results) else "-"
 with open(__file__.replace("bench_serving.py", "runs.log"), "a") as log:
-    log.write(f"{port} {n} {argv[argv.index('--max-concurrency') + 1]}\\n")
-with open(argv[argv.index("--output-file") + 1], "a") as f:
+    log.write(f"{port} {n} {argv[argv.index('--max-concurrency') + 1]} {rounds}\\n")
+with open(output_file, "a") as f:
     f.write(json.dumps({"completed": n, "duration": n / 10.0, "output_throughput": 125.0 if fast else 100.0,
                         "accept_length": 4.0 if fast else 2.5, "median_ttft_ms": 10.0}) + "\\n")
 '''
@@ -275,13 +281,25 @@ def test_one_config_end_to_end_with_stand_in_servers(tmp_path):
     runs = [line.split() for line in (site / "sglang" / "runs.log").read_text().splitlines()]
     a, b = str(base), str(base + 1)
     # warm-up (6 waves: 48) and calibration (32) per tree, then 6 pairs of 200 prompts (20 s at 10/s): A B, B A, ...
-    assert runs[:4] == [[a, "48", "8"], [b, "48", "8"], [a, "32", "8"], [b, "32", "8"]]
+    assert [r[:3] for r in runs[:4]] == [[a, "48", "8"], [b, "48", "8"], [a, "32", "8"], [b, "32", "8"]]
     assert [r[0] for r in runs[4:]] == [a, b, b, a] * 3 and {r[1] for r in runs[4:]} == {"200"}
+    # the outputs are rewritten after every measured round: each round sees all earlier ones
+    assert [r[3] for r in runs[4:]] == ["-"] + [str(k) for k in range(1, 12)]
     result = json.loads((out / "ab_results.json").read_text())
     (s,) = result["summaries"]
     assert s["pairs"] == 6 and s["ratio_median"] == pytest.approx(1.25) and s["verdict"] == "patched faster"
     assert s["patched"]["accept_length"] == 4.0 and s["unpatched"]["tokens_per_s"] == 100.0
     assert "| triton_nocg_k4s3 | 8 | 6 | 20.0 |" in (out / "ab_summary.md").read_text()
+
+
+def test_deadline_file_overrides_while_it_holds_an_epoch(tmp_path):
+    path = tmp_path / "deadline"
+    deadline = ab_bench.Deadline(time.time() + 100, str(path))
+    assert 90 < deadline.left() <= 100  # no file yet: the given deadline
+    path.write_text(str(int(time.time()) + 500))
+    assert 490 < deadline.left() <= 500
+    path.write_text("")
+    assert deadline.left() <= 100
 
 
 def test_too_few_pairs_give_the_range_and_no_interval():
