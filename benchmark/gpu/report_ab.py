@@ -10,7 +10,11 @@ ab_bench.summarize (so every run is judged by the same rules), and writes into -
 * ``summary.json``: the same, machine-readable;
 * ``ab_ratio.png``: per (configuration, concurrency) each pair's ratio, the median and its 95%
   interval (or, below 6 pairs, the min-max range, drawn dashed), the ±2% parity band;
-* ``ab_tokens.png``: output tokens/s against concurrency, both trees, each round a dot.
+* ``ab_tokens.png``: output tokens/s against concurrency, both trees, each round a dot;
+* ``ab_drift.png``: per configuration, every run's output tokens/s (warm-up, calibration, measured
+  rounds) against the time it started, both trees: how much the same tree's speed moves while
+  the workload stays the same. Runs without ``t_start`` (before 2026-12-01 evening) are placed
+  by their durations added up in run order (the runs of a sequential A/B follow each other).
 
     python benchmark/gpu/report_ab.py benchmark/gpu/results/h200-2026-12-01-ab/run*/ab_results.json \\
         --out benchmark/gpu/results/h200-2026-12-01-ab
@@ -155,6 +159,48 @@ def plot_tokens(records: list[dict], path: str) -> None:
     plt.close(fig)
 
 
+def run_times(record: dict) -> list[float]:
+    """Each run's start in seconds from the record's first run: ``t_start`` where recorded, else
+    the walls of the runs before it added up."""
+    runs = record["runs"]
+    if runs and all("t_start" in r for r in runs):
+        return [r["t_start"] - runs[0]["t_start"] for r in runs]
+    starts, t = [], 0.0
+    for r in runs:
+        starts.append(t)
+        t += r["wall_s"]
+    return starts
+
+
+def plot_drift(records: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    recs = [r for r in records if r.get("rounds")]
+    fig, axes = plt.subplots(1, len(recs), figsize=(4.2 * len(recs), 3.4), squeeze=False)
+    for ax, record in zip(axes[0], recs):
+        starts = run_times(record)
+        for tree, color in TREE_COLORS.items():
+            for measured, marker in ((False, "o"), (True, "s")):
+                points = [(t, r["output_throughput"]) for t, r in zip(starts, record["runs"])
+                          if r["tree"] == tree and r["tag"].startswith("pair") == measured
+                          and r.get("output_throughput")]
+                if points:
+                    ax.scatter(*zip(*points), color=color, marker=marker, s=22,
+                               facecolors=color if measured else "none",
+                               label=f"{tree}, {'measured round' if measured else 'warm-up / calibration'}")
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("run start, s from the first run")
+        ax.set_ylabel("output tokens/s")
+        ax.set_title(record["config"], fontsize=9)
+        ax.legend(fontsize=6, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("results", nargs="+", help="ab_results.json files")
@@ -174,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     if not a.no_plots:
         plot_ratio(summaries, os.path.join(a.out, "ab_ratio.png"))
         plot_tokens(records, os.path.join(a.out, "ab_tokens.png"))
+        plot_drift(records, os.path.join(a.out, "ab_drift.png"))
     print(text)
     return 0
 
