@@ -14,9 +14,11 @@
 #   start returns after WAIT_S seconds (as wait does) and leaves the A/B running (setsid).
 # wait: waits until the A/B has ended or SECONDS have passed; DEADLINE_IN=S first moves the
 #   deadline to S seconds from now (to fit the device time that is really left).
-# Either way $OUT gets at most 7 files: setup.txt, patch.txt, console.txt, ab_results.json,
+# Either way $OUT gets at most 8 files: setup.txt, patch.txt, console.txt, ab_results.json,
 # ab_summary.md (both rewritten after every measured round), logs.tgz (server logs, memory probe,
-# bench_serving's JSONL per run, the GPU's clocks every 5 s), nvidia-smi.txt.
+# bench_serving's JSONL per run, the GPU's clocks every 5 s), nvidia-smi.txt and
+# flashinfer_jit.tgz (the modules this machine JIT-compiled: unpacked into .gpu/fiaot/ and carried,
+# a next session's setup puts them in place, flashinfer_aot.sh).
 set -u
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$REPO"
@@ -24,6 +26,7 @@ export GPU_WORK=${GPU_WORK:-/tmp/sgl_dl} MODEL_SHAPE=${MODEL_SHAPE:-8b} PYTHONUN
 OUT=${OUT:-$REPO/benchmark/results/ab-$(date -u +%Y%m%dT%H%M%SZ)}
 AB=$GPU_WORK/ab
 mkdir -p "$OUT" "$AB"
+. benchmark/gpu/flashinfer_aot.sh
 
 setup() {
   echo $(( $(date +%s) + ${DEADLINE_S:-560} )) > "$AB/deadline"
@@ -52,6 +55,7 @@ pack() {  # what there is so far, into $OUT
   cp "$AB"/setup.txt "$AB"/patch.txt "$AB"/console.txt "$AB"/ab_results.json "$AB"/ab_summary.md "$OUT"/ 2>/dev/null
   nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
   tar -czf "$OUT/logs.tgz" -C "$AB/work" . 2>/dev/null
+  pack_flashinfer_jit "$OUT/flashinfer_jit.tgz"
 }
 
 wait_for() {  # wait_for SECONDS: until the A/B has ended or SECONDS have passed

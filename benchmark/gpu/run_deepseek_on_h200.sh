@@ -33,6 +33,7 @@ set -u
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$REPO"
 . benchmark/gpu/patch_copy.sh
+. benchmark/gpu/flashinfer_aot.sh
 OUT=${OUT:-$REPO/benchmark/results/gpu-deepseek-$(date -u +%Y%m%dT%H%M%SZ)}
 WORK=${GPU_WORK:-/tmp/sgl_dl}
 SITE=$WORK/site
@@ -79,19 +80,7 @@ setup() {
   done
   [ "$MODE" = unpack ] && { echo "[setup] done at $(el) s (unpack only)"; return 0; }
   # 2. flashinfer modules built ahead of time
-  if [ -d .gpu/fiaot ]; then
-    for so in .gpu/fiaot/*/*.so; do
-      [ -f "$so" ] || continue
-      name=$(basename "$(dirname "$so")")
-      dst=$SITE/flashinfer/data/aot/$name
-      [ -f "$dst/$name.so" ] && continue
-      if PYTHONPATH=$SITE python3 -c "import torch, tvm_ffi, sys; tvm_ffi.load_module(sys.argv[1])" "$so" > "$WORK/aot_$name.txt" 2>&1; then
-        mkdir -p "$dst" && cp "$so" "$dst/" && echo "[setup] flashinfer AOT module in place: $name"
-      else
-        echo "[setup] flashinfer AOT module $name does not load, left out (JIT instead): $(tail -1 "$WORK/aot_$name.txt")"
-      fi
-    done
-  fi
+  install_flashinfer_aot .gpu/fiaot "$SITE" "$WORK"
   # 3. the patched copy, by the project's own apply; 4. models in the background meanwhile
   DLSRC=$REPO/python
   [ -d .gpu/dl_head/python/sglang_draft_layout ] && DLSRC=$REPO/.gpu/dl_head/python

@@ -8,6 +8,8 @@
 # Steps:
 #  1. SGLang 0.5.12: unpack .gpu/sitepack/site312.tar.xz (built by benchmark/gpu/fetch_wheels.sh)
 #     into $GPU_WORK/site; without it, use the sglang installed in this python3.
+#     FlashInfer modules in .gpu/fiaot/NAME/NAME.so, when carried, go into that site's
+#     flashinfer/data/aot/ (flashinfer_aot.sh): flashinfer then loads them instead of compiling.
 #  2. Patched copy: copy that sglang/ package to $GPU_WORK/patched/sglang and run the project's
 #     own `python -m sglang_draft_layout apply` on it (libcst from .whl/ if python3 lacks it);
 #     `check` must say 0 on the copy and 1 (sites left to patch) on the original.
@@ -22,6 +24,7 @@ set -u
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$REPO"
 . benchmark/gpu/patch_copy.sh
+. benchmark/gpu/flashinfer_aot.sh
 OUT=${OUT:-$REPO/benchmark/results/gpu-$(date -u +%Y%m%dT%H%M%SZ)}
 WORK=${GPU_WORK:-/tmp/sgl_dl}
 SHAPE=${MODEL_SHAPE:-tiny}
@@ -48,6 +51,8 @@ setup() {
       || { echo "[setup] no .gpu/sitepack and no sglang installed"; return 1; }
     echo "[setup] using the installed sglang under $SITE"
   fi
+  # FlashInfer modules that need no JIT-compiling (.gpu/fiaot, when carried), into the unpacked site only
+  [ "$SITE" = "$WORK/site" ] && install_flashinfer_aot .gpu/fiaot "$SITE" "$WORK"
   for lib in .gpu/lib .gpu/recipe/lib; do
     if ! ldconfig -p 2>/dev/null | grep -q 'libnuma.so.1 ' && [ -f "$lib/libnuma.so.1" ]; then
       export LD_LIBRARY_PATH=$REPO/$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
