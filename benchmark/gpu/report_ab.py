@@ -2,15 +2,19 @@
 """Report of one or more ab_bench.py runs, on a CPU machine: tables and PNG plots.
 
 Reads each run's ab_results.json, recomputes the summaries from its raw records with the current
-ab_bench.summarize (so every run is judged by the same rules), and writes into --out:
+ab_bench.summarize (so every run is judged by the same rules; a record without a mode, written
+before ab_bench had ``--mode``, is a sequential one), and writes into --out:
 
-* ``summary.md``: one table row per (configuration, concurrency): ratio, interval or range,
+* ``summary.md``: one table row per (configuration, mode, concurrency): ratio, interval or range,
   verdict, pairs for ±2%; per tree tokens/s, TTFT, ITL, accept length; then the exactness check
   and the measured draft kv_indices rows against benchmark/kv_indices_memory.py's formula;
 * ``summary.json``: the same, machine-readable;
 * ``ab_ratio.png``: per (configuration, concurrency) each pair's ratio, the median and its 95%
   interval (or, below 6 pairs, the min-max range, drawn dashed), the ±2% parity band;
-* ``ab_tokens.png``: output tokens/s against concurrency, both trees, each round a dot.
+* ``ab_tokens.png``: output tokens/s against concurrency, both trees, each round a dot;
+* ``ab_time.png``: output tokens/s of every run (warm-up and calibration included) against the
+  time it started, per configuration, both trees: the machine's drift (runs recorded before
+  ab_bench wrote ``t_start`` are left out).
 
     python benchmark/gpu/report_ab.py benchmark/gpu/results/h200-2026-12-01-ab/run*/ab_results.json \\
         --out benchmark/gpu/results/h200-2026-12-01-ab
@@ -78,11 +82,12 @@ def exactness_table(summaries: list[dict]) -> str:
 
 
 def need_table(summaries: list[dict]) -> str:
-    rows = ["| config | conc | pairs measured | sd of log ratio | pairs for ±2% at this round length | "
-            "at 60 s rounds (assumed sd ∝ 1/√s) |", "| --- | --- | --- | --- | --- | --- |"]
+    rows = ["| config | mode | conc | pairs measured | sd of log ratio | pairs for ±2% at this round length | "
+            "at 60 s rounds (assumed sd ∝ 1/√s) |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for s in summaries:
         if "sd_log_ratio" in s:
-            rows.append(f"| {s['config']} | {s['concurrency']} | {s['pairs']} | {s['sd_log_ratio']:.4f} | "
+            rows.append(f"| {s['config']} | {s['mode']} | {s['concurrency']} | {s['pairs']} | "
+                        f"{s['sd_log_ratio']:.4f} | "
                         f"{s['pairs_for_2pct']} ({s['round_seconds']:.0f} s) | {s['pairs_for_2pct_at_60s_rounds']} |")
     return "\n".join(rows) + "\n"
 
@@ -109,7 +114,8 @@ def plot_ratio(summaries: list[dict], path: str) -> None:
         ax.scatter([s["ratio_median"]], [y], marker="D", color="tab:blue", s=40, zorder=4,
                    label="median" if y == 0 else None)
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([f"{s['config']}\nconcurrency {s['concurrency']}, {s['pairs']} pairs" for s in rows])
+    ax.set_yticklabels([f"{s['config']} ({s['mode']})\nconcurrency {s['concurrency']}, {s['pairs']} pairs"
+                        for s in rows])
     ax.set_ylim(-0.6, len(rows) - 0.4)
     ax.set_xlabel("output tokens/s, patched / unpatched")
     handles, labels = ax.get_legend_handles_labels()
@@ -148,7 +154,39 @@ def plot_tokens(records: list[dict], path: str) -> None:
         ax.set_xlabel("concurrency")
         ax.set_ylabel("output tokens/s")
         measured = sorted({r["concurrency"] for r in record["rounds"]})
-        ax.set_title(f"{record['config']} (measured at {', '.join(map(str, measured))})", fontsize=9)
+        ax.set_title(f"{record['config']}, {record.get('mode', 'sequential')} (measured at "
+                     f"{', '.join(map(str, measured))})", fontsize=9)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_time(records: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    recs = [r for r in records if any("t_start" in run for run in r.get("runs", []))]
+    if not recs:
+        return
+    fig, axes = plt.subplots(len(recs), 1, figsize=(8, 2.6 * len(recs)), squeeze=False)
+    for ax, record in zip(axes[:, 0], recs):
+        runs = [run for run in record["runs"] if "t_start" in run and run.get("output_throughput")]
+        t0 = min(run["t_start"] for run in runs)
+        for tree, color in TREE_COLORS.items():
+            mine = [run for run in runs if run["tree"] == tree]
+            measured = [run for run in mine if run["tag"].startswith("pair")]
+            ax.plot([run["t_start"] - t0 for run in measured], [run["output_throughput"] for run in measured], "o-",
+                    color=color, label=f"{tree}: measured rounds")
+            other = [run for run in mine if not run["tag"].startswith("pair")]
+            ax.scatter([run["t_start"] - t0 for run in other], [run["output_throughput"] for run in other],
+                       marker="x", color=color, label=f"{tree}: warm-up, calibration")
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("seconds since the configuration's first run started")
+        ax.set_ylabel("output tokens/s")
+        ax.set_title(f"{record['config']}, {record.get('mode', 'sequential')}", fontsize=9)
         ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -174,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     if not a.no_plots:
         plot_ratio(summaries, os.path.join(a.out, "ab_ratio.png"))
         plot_tokens(records, os.path.join(a.out, "ab_tokens.png"))
+        plot_time(records, os.path.join(a.out, "ab_time.png"))
     print(text)
     return 0
 
