@@ -8,17 +8,38 @@ else on the GPU) goes through:
    draft kv_indices CUDA-graph rows each server allocates;
 2. exactness: serve_checks.py's request plan on each server in turn (outputs must equal the
    model's rule; on the patched tree every accept length must be num_steps + 1);
-3. per concurrency: a warm-up run per tree (``--warmup-waves``, not counted), then a calibration run per tree whose
-   rate sets the prompts of a measured round (``--round-seconds`` of the faster tree, whole
-   waves of the concurrency; the same requests for both trees);
-4. ``--pairs`` pairs of measured rounds in the order of ab_stats.schedule (every concurrency
-   per pair, the first tree alternating), each round one
+3. per concurrency: a warm-up run per tree (``--warmup-waves``, not counted), then a calibration
+   run per tree whose rate sets the prompts of a measured round (``--round-seconds`` times
+   ``--round-margin`` at the faster tree's rate, whole waves of the concurrency; the same
+   requests for both trees);
+4. ``--pairs`` pairs of measured rounds (every concurrency per pair), each round one
    ``python -m sglang.bench_serving --backend sglang --dataset-name random-ids`` run at a fixed
-   seed, infinite request rate and the given ``--max-concurrency``;
+   seed, infinite request rate and the given ``--max-concurrency``. A pair whose shorter round
+   lasted less than ``--round-seconds`` grows the rounds of the next pairs (ab_bench.grown_prompts;
+   both rounds of a pair always have the same prompts);
 5. stop the pair.
 
-bench_serving runs in one long-lived client process (``--client``), which executes the module
-as ``python -m`` does (``runpy``) once per run, so its imports are paid once.
+Two modes (``--mode``) decide how a pair's two rounds meet the machine:
+
+* ``sequential`` (default): one round after the other, in the order of ab_stats.schedule (the
+  first tree alternating pair by pair). Each tree has the GPU and the host to itself, but the two
+  rounds see the machine at different times, and on the lent H200 of 2026-12-01 the same tree on
+  the same workload ran up to 1.7 times faster in one round than in another 10-60 s away (GPU
+  clock steady at 1980 MHz, GPU 9-47% busy in eager mode: the host's speed drifted). That drift
+  lands in the ratio: sequential pairs cannot resolve ±2% there.
+* ``together``: every bench_serving run of a pair (warm-up, calibration, each measured pair) runs
+  on both servers at the same time, each tree through its own client, both started at once and
+  both waited for (ab_stats.together_schedule), so both rounds of a pair see the same machine
+  speed. The cost: the two trees contend for the one GPU and the host's CPUs, so each runs slower
+  than it would alone, and once the faster tree's round ends the slower one runs its tail alone,
+  faster than it ran beside the other; this pulls a ratio that is far from 1 toward 1. Together
+  mode answers the parity question (is the ratio 1 within ±2%?); the gain question (how much
+  faster is the patched tree?) keeps ``sequential``.
+
+bench_serving runs in long-lived client processes (``--client``), which execute the module as
+``python -m`` does (``runpy``) once per run, so its imports are paid once: one client for both
+trees in sequential mode, one per tree in together mode. Every run's record has its ``t_start``
+(time.time()) and ``wall_s``, so rounds can be plotted against time.
 
 Per (configuration, concurrency): the patched / unpatched ratio of output tokens/s per pair, its
 median, a bootstrap 95% interval and the pairs ±2% would need (ab_stats.py); per tree the
@@ -33,6 +54,7 @@ Usage (after ``MODEL_SHAPE=8b bash benchmark/gpu/run_on_h200.sh --setup-only``; 
 benchmark/gpu/ab_h200.sh, which does both):
   python3 benchmark/gpu/ab_bench.py --models /tmp/sgl_dl/models8b --site /tmp/sgl_dl/site \\
       --patched /tmp/sgl_dl/patched --out "$OUT" --configs flashinfer_cg_k8s5 --concurrencies 32
+  (parity, both trees at once: ``--mode together --configs triton_nocg_k4s3 ...``)
 """
 
 from __future__ import annotations
@@ -94,11 +116,24 @@ def server_extra_args(cfg: dict, max_concurrency: int, extra: str = "") -> str:
     return " ".join(args + ([extra] if extra else []))
 
 
-def prompts_for_round(rates: list[float], round_seconds: float, concurrency: int) -> int:
-    """Prompts of a measured round: ``round_seconds`` at the faster calibration rate (requests/s),
-    rounded up to whole waves of ``concurrency``."""
-    n = round_seconds * max(rates)
+def prompts_for_round(rates: list[float], round_seconds: float, concurrency: int, margin: float) -> int:
+    """Prompts of a measured round: ``round_seconds * margin`` at the fastest of ``rates``
+    (requests/s; the calibration runs'), rounded up to whole waves of ``concurrency``. The margin
+    is room for a machine that runs faster later than while it was calibrated (on 2026-12-01
+    eager rounds lasted 12.8-21 s where 20 s were asked)."""
+    n = round_seconds * margin * max(rates)
     return max(concurrency, math.ceil(n / concurrency) * concurrency)
+
+
+def grown_prompts(prompts: int, pair_rounds: list[dict], round_seconds: float, concurrency: int,
+                  margin: float) -> int:
+    """Prompts of the next pairs after a complete pair of ``prompts``-prompt rounds: unchanged
+    while every round lasted ``round_seconds``; else :func:`prompts_for_round` at the rate of the
+    fastest short round (more whole waves, never fewer)."""
+    short = [r["completed"] / r["duration"] for r in pair_rounds if r["duration"] < round_seconds]
+    if not short:
+        return prompts
+    return max(prompts, prompts_for_round(short, round_seconds, concurrency, margin))
 
 
 def client_loop() -> int:
@@ -142,19 +177,23 @@ class Client:
             self.log.write(line)
             self.log.flush()
             if line.startswith(DONE):
-                lines.put(line)
+                lines.put((int(line.split()[1]), time.time()))
 
-    def run(self, argv: list[str], timeout: float) -> int | None:
-        """bench_serving's exit status, or None when it did not finish within ``timeout`` (the
-        client is then replaced, so a late result cannot be taken for the next run's)."""
+    def submit(self, argv: list[str]) -> None:
+        """Start one bench_serving run; :meth:`wait` for it."""
         self.proc.stdin.write(json.dumps(argv) + "\n")
         self.proc.stdin.flush()
+
+    def wait(self, timeout: float) -> tuple[int | None, float]:
+        """(bench_serving's exit status, the time.time() it ended); the status is None when the
+        run did not finish within ``timeout`` (the client is then replaced, so a late result
+        cannot be taken for the next run's)."""
         try:
-            return int(self.lines.get(timeout=max(timeout, 0)).split()[1])
+            return self.lines.get(timeout=max(timeout, 0))
         except queue.Empty:
             serve_checks.kill_group(self.proc)
             self._start()
-            return None
+            return None, time.time()
 
     def close(self) -> None:
         serve_checks.kill_group(self.proc)
@@ -250,44 +289,68 @@ class Deadline:
 
 
 class Pair:
-    """One configuration's two servers and the bench_serving runs against them; ``on_round`` is
-    called with the record after every measured round (ab_bench writes its outputs then)."""
+    """One configuration's two servers and the bench_serving runs against them, each tree's
+    through ``clients[tree]`` (one client for both in sequential mode, one each in together mode);
+    ``on_round`` is called with the record after every measured round (ab_bench writes its
+    outputs then; in together mode after both rounds of a pair)."""
 
-    def __init__(self, config: str, index: int, a: argparse.Namespace, client: Client, deadline: Deadline,
-                 on_round=lambda record: None) -> None:
-        self.config, self.a, self.client, self.deadline, self.on_round = config, a, client, deadline, on_round
+    def __init__(self, config: str, index: int, a: argparse.Namespace, clients: dict[str, Client],
+                 deadline: Deadline, on_round=lambda record: None) -> None:
+        self.config, self.a, self.clients, self.deadline, self.on_round = config, a, clients, deadline, on_round
         self.cfg = serve_checks.parse(f"{config}_patched")
         self.names = {tree: f"{config}_{tree}" for tree in TREES}
         self.ports = {tree: a.base_port + (2 * index + j) * a.port_step for j, tree in enumerate(TREES)}
         self.procs: dict[str, subprocess.Popen] = {}
-        self.record: dict = {"config": config, "notes": [], "runs": [], "rounds": []}
+        self.record: dict = {"config": config, "mode": a.mode, "notes": [], "runs": [], "rounds": []}
         self.record["server_extra_args"] = server_extra_args(self.cfg, max(a.concurrencies), a.extra_args)
 
     def left(self) -> float:
         return self.deadline.left()
 
-    def bench(self, tree: str, tag: str, prompts: int, concurrency: int, expected_s: float) -> dict | None:
-        """One bench_serving run; None (and a note) when it failed, timed out or did not fit."""
-        proc = self.procs[tree]
-        if proc.poll() is not None:
-            self.record["notes"].append(f"{tree} {tag}: server exited rc={proc.returncode}")
-            return None
+    def groups(self) -> list[tuple[str, ...]]:
+        """The trees that run at the same time, in turn: both at once, or one after the other."""
+        return [TREES] if self.a.mode == "together" else [(tree,) for tree in TREES]
+
+    def measured_steps(self) -> list[tuple[int, int, tuple[str, ...]]]:
+        """(pair, concurrency, trees run at once) in run order."""
+        if self.a.mode == "together":
+            return [(k, c, TREES) for k, c in ab_stats.together_schedule(self.a.pairs, self.a.concurrencies)]
+        return [(k, c, (tree,)) for k, c, tree in ab_stats.schedule(self.a.pairs, self.a.concurrencies)]
+
+    def bench(self, trees: tuple[str, ...], tag: str, prompts: int, concurrency: int,
+              expected_s: float) -> dict[str, dict]:
+        """One bench_serving run on every tree of ``trees``, all started at once (each through its
+        own client) and all waited for: {tree: run} of the runs that completed every prompt, a
+        note for each other one; none starts when a server has exited or ``expected_s`` does not
+        fit before the deadline."""
+        for tree in trees:
+            proc = self.procs[tree]
+            if proc.poll() is not None:
+                self.record["notes"].append(f"{tree} {tag}: server exited rc={proc.returncode}")
+                return {}
         if self.left() < expected_s + 5:
-            self.record["notes"].append(f"{tree} {tag}: not started, {self.left():.0f} s left, ~{expected_s:.0f} s needed")
-            return None
-        path = os.path.join(self.a.work, "rounds", f"{self.names[tree]}_c{concurrency}_{tag}.jsonl")
-        t0 = time.time()
-        status = self.client.run(bench_argv(self.a, self.ports[tree], prompts, concurrency, path),
-                                 min(self.left(), 3 * expected_s + 60))
-        result = read_round(path) if status == 0 else None
-        run = {"tree": tree, "tag": tag, "concurrency": concurrency, "prompts": prompts, "status": status,
-               "wall_s": round(time.time() - t0, 1), **(result or {})}
-        self.record["runs"].append(run)
-        if result is None or result.get("completed") != prompts:
-            self.record["notes"].append(f"{tree} {tag} c{concurrency}: bench_serving status {status}, "
-                                        f"completed {None if result is None else result.get('completed')}")
-            return None
-        return run
+            self.record["notes"].append(f"{'+'.join(trees)} {tag}: not started, {self.left():.0f} s left, "
+                                        f"~{expected_s:.0f} s needed")
+            return {}
+        paths, t_start = {}, {}
+        for tree in trees:
+            paths[tree] = os.path.join(self.a.work, "rounds", f"{self.names[tree]}_c{concurrency}_{tag}.jsonl")
+            t_start[tree] = time.time()
+            self.clients[tree].submit(bench_argv(self.a, self.ports[tree], prompts, concurrency, paths[tree]))
+        until = time.time() + min(self.left(), 3 * expected_s + 60)
+        runs = {}
+        for tree in trees:
+            status, t_end = self.clients[tree].wait(until - time.time())
+            result = read_round(paths[tree]) if status == 0 else None
+            run = {"tree": tree, "tag": tag, "concurrency": concurrency, "prompts": prompts, "status": status,
+                   "t_start": round(t_start[tree], 3), "wall_s": round(t_end - t_start[tree], 1), **(result or {})}
+            self.record["runs"].append(run)
+            if result is None or result.get("completed") != prompts:
+                self.record["notes"].append(f"{tree} {tag} c{concurrency}: bench_serving status {status}, "
+                                            f"completed {None if result is None else result.get('completed')}")
+            else:
+                runs[tree] = run
+        return runs
 
     def run(self, prompts_json: dict) -> dict:
         a = self.a
@@ -313,27 +376,36 @@ class Pair:
             for c in a.concurrencies:
                 rates = []
                 for tag, n in (("warmup", a.warmup_waves * c), ("calibration", 4 * c)):
-                    for tree in TREES:
-                        run = self.bench(tree, tag, n, c, 30)
-                        if run and tag == "calibration":
-                            rates.append(run["completed"] / run["duration"])
+                    for trees in self.groups():
+                        runs = self.bench(trees, tag, n, c, 30)
+                        if tag == "calibration":
+                            rates += [run["completed"] / run["duration"] for run in runs.values()]
                 if len(rates) < 2:
                     return self.record
-                round_prompts[c] = prompts_for_round(rates, a.round_seconds, c)
+                round_prompts[c] = prompts_for_round(rates, a.round_seconds, c, a.round_margin)
             self.record["round_prompts"] = round_prompts
-            expected = {c: a.round_seconds * 1.3 + 5 for c in a.concurrencies}
-            for k, c, tree in ab_stats.schedule(a.pairs, a.concurrencies):
+            expected = {c: a.round_seconds * a.round_margin * 1.3 + 5 for c in a.concurrencies}
+            for k, c, trees in self.measured_steps():
                 # a pair's second round needs its first: start a pair's first round only if both fit
                 first = not any(r["pair"] == k and r["concurrency"] == c for r in self.record["rounds"])
-                if first and self.left() < 2 * expected[c] + 10:
+                if len(trees) == 1 and first and self.left() < 2 * expected[c] + 10:
                     self.record["notes"].append(f"pair {k} c{c}: not started, {self.left():.0f} s left")
                     break
-                run = self.bench(tree, f"pair{k}", round_prompts[c], c, expected[c])
-                if run is None:
+                runs = self.bench(trees, f"pair{k}", round_prompts[c], c, expected[c])
+                if len(runs) < len(trees):
                     break
-                self.record["rounds"].append({"pair": k, **run})
+                self.record["rounds"] += [{"pair": k, **run} for run in runs.values()]
                 self.on_round(self.record)
-                expected[c] = max(expected[c], run["wall_s"] * 1.1)
+                expected[c] = max(expected[c], 1.1 * max(run["wall_s"] for run in runs.values()))
+                pair_rounds = [r for r in self.record["rounds"] if r["pair"] == k and r["concurrency"] == c]
+                if len(pair_rounds) == len(TREES):  # both trees had the same prompts; the next pairs may grow
+                    grown = grown_prompts(round_prompts[c], pair_rounds, a.round_seconds, c, a.round_margin)
+                    if grown > round_prompts[c]:
+                        self.record["notes"].append(
+                            f"c{c}: pair {k}'s shortest round took {min(r['duration'] for r in pair_rounds):.1f} s: "
+                            f"{round_prompts[c]} -> {grown} prompts from pair {k + 1} on")
+                        expected[c] *= grown / round_prompts[c]
+                        round_prompts[c] = grown
             return self.record
         finally:
             for proc in self.procs.values():
@@ -351,7 +423,7 @@ def summarize(record: dict, concurrencies: list[int]) -> list[dict]:
             by_pair.setdefault(r["pair"], {})[r["tree"]] = r
         pairs = [(p["unpatched"], p["patched"]) for _, p in sorted(by_pair.items()) if len(p) == 2]
         durations = [r["duration"] for pair in pairs for r in pair]
-        s = {"config": record["config"], "concurrency": c,
+        s = {"config": record["config"], "mode": record.get("mode", "sequential"), "concurrency": c,
              **ab_stats.ratio_summary(pairs, min(durations) if durations else None),
              **{tree: ab_stats.tree_summary([p[i] for p in pairs]) for i, tree in enumerate(TREES)}}
         out.append(s)
@@ -374,10 +446,10 @@ def fmt(x, spec: str) -> str:
 
 
 def markdown_table(summaries: list[dict]) -> str:
-    rows = ["| config | conc | pairs | round s | unpatched tok/s | patched tok/s | patched / unpatched median "
+    rows = ["| config | mode | conc | pairs | round s | unpatched tok/s | patched tok/s | patched / unpatched median "
             "[95% CI] | verdict | pairs for ±2% (at 60 s rounds) | TTFT med / p99 ms A, B | ITL med / p99 ms A, B "
             "| accept A / B |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in summaries:
         A, B = s.get("unpatched", {}), s.get("patched", {})
         if "ratio_median" not in s:
@@ -389,7 +461,8 @@ def markdown_table(summaries: list[dict]) -> str:
         need = "-" if "pairs_for_2pct" not in s else \
             f"{s['pairs_for_2pct']} ({s.get('pairs_for_2pct_at_60s_rounds', '-')})"
         rows.append(
-            f"| {s['config']} | {s['concurrency']} | {s['pairs']} | {fmt(s.get('round_seconds'), '.1f')} | "
+            f"| {s['config']} | {s['mode']} | {s['concurrency']} | {s['pairs']} | "
+            f"{fmt(s.get('round_seconds'), '.1f')} | "
             f"{fmt(A.get('tokens_per_s'), '.0f')} | {fmt(B.get('tokens_per_s'), '.0f')} | {ratio} | "
             f"{s.get('verdict', '-')} | {need} | "
             f"{fmt(A.get('ttft_median_ms'), '.0f')} / {fmt(A.get('ttft_p99_ms'), '.0f')}, "
@@ -412,6 +485,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--concurrencies", nargs="+", type=int, default=[1, 8, 32])
     ap.add_argument("--pairs", type=int, default=6, help="measured pairs per concurrency (>= 6)")
     ap.add_argument("--round-seconds", type=float, default=20, help="measured round length (>= 20)")
+    ap.add_argument("--round-margin", type=float, default=1.5,
+                    help="a measured round's prompts: round-seconds times this at the faster calibration rate "
+                    "(>= 1); later pairs grow by as much after a round shorter than round-seconds")
+    ap.add_argument("--mode", choices=("sequential", "together"), default="sequential",
+                    help="a pair's two rounds one after the other, or both at the same time (module docstring)")
     ap.add_argument("--input-len", type=int, default=512)
     ap.add_argument("--output-len", type=int, default=512)
     ap.add_argument("--range-ratio", type=float, default=0.5, help="lengths drawn from [len * ratio, len]")
@@ -441,6 +519,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             ap.error("--pairs must be at least 6")
         if a.round_seconds < 20:
             ap.error("--round-seconds must be at least 20")
+        if a.round_margin < 1:
+            ap.error("--round-margin must be at least 1")
         if min(a.concurrencies) < 1:
             ap.error("--concurrencies must be positive")
         for stem in a.configs:
@@ -452,9 +532,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def write_outputs(a: argparse.Namespace, records: list[dict], summaries: list[dict], t_start: float) -> None:
-    settings = {k: getattr(a, k) for k in ("configs", "concurrencies", "pairs", "round_seconds", "input_len",
-                                          "output_len", "range_ratio", "seed", "stress", "mem_fraction",
-                                          "max_total_tokens", "extra_args", "models")}
+    settings = {k: getattr(a, k) for k in ("mode", "configs", "concurrencies", "pairs", "round_seconds",
+                                          "round_margin", "warmup_waves", "input_len", "output_len",
+                                          "range_ratio", "seed", "stress", "mem_fraction", "max_total_tokens",
+                                          "extra_args", "models")}
     settings["elapsed_s"] = round(time.time() - t_start, 1)
     with open(os.path.join(a.out, "ab_results.json"), "w") as f:
         json.dump({"settings": settings, "summaries": summaries, "records": records}, f, indent=1)
@@ -474,23 +555,28 @@ def main(argv: list[str] | None = None) -> int:
         os.makedirs(d, exist_ok=True)
     with open(os.path.join(a.models, "prompts.json")) as f:
         prompts_json = json.load(f)
-    client = Client(a, os.path.join(a.logdir, "bench_serving.log"))
+    if a.mode == "together":  # one client per tree, both started now
+        clients = {tree: Client(a, os.path.join(a.logdir, f"bench_serving_{tree}.log")) for tree in TREES}
+    else:
+        client = Client(a, os.path.join(a.logdir, "bench_serving.log"))
+        clients = {tree: client for tree in TREES}
     records, summaries = [], []
     try:
         for index, config in enumerate(a.configs):
             if deadline.left() < a.min_config_seconds:
-                records.append({"config": config, "notes": ["not started: deadline"], "rounds": []})
+                records.append({"config": config, "mode": a.mode, "notes": ["not started: deadline"], "rounds": []})
             else:
                 def on_round(record: dict) -> None:
                     write_outputs(a, records + [record], [s for r in records + [record]
                                                           for s in summarize(r, a.concurrencies)], t_start)
 
-                records.append(Pair(config, index, a, client, deadline, on_round).run(prompts_json))
+                records.append(Pair(config, index, a, clients, deadline, on_round).run(prompts_json))
             summaries = [s for r in records for s in summarize(r, a.concurrencies)]
             write_outputs(a, records, summaries, t_start)
             print(f"[{time.time() - t_start:.0f}s] {config}: {records[-1]['notes']}", flush=True)
     finally:
-        client.close()
+        for client in dict.fromkeys(clients.values()):
+            client.close()
         serve_checks.kill_all()
     print(markdown_table(summaries))
     return 0

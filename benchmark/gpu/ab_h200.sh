@@ -16,9 +16,10 @@
 #   deadline to S seconds from now (to fit the device time that is really left).
 # Either way $OUT gets at most 8 files: setup.txt, patch.txt, console.txt, ab_results.json,
 # ab_summary.md (both rewritten after every measured round), logs.tgz (server logs, memory probe,
-# bench_serving's JSONL per run, the GPU's clocks every 5 s), nvidia-smi.txt and
-# flashinfer_jit.tgz (the modules this machine JIT-compiled: unpacked into .gpu/fiaot/ and carried,
-# a next session's setup puts them in place, flashinfer_aot.sh).
+# bench_serving's JSONL per run, the GPU's clocks every 5 s in gpu_clocks.csv, the host's CPU
+# times and load every 5 s in host.txt), nvidia-smi.txt and flashinfer_jit.tgz (the modules this
+# machine JIT-compiled: unpacked into .gpu/fiaot/ and carried, a next session's setup puts them in
+# place, flashinfer_aot.sh).
 set -u
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$REPO"
@@ -33,6 +34,15 @@ setup() {
   OUT=$AB bash benchmark/gpu/run_on_h200.sh --setup-only || { echo "SETUP FAILED"; return 1; }
 }
 
+host_monitor() {  # the host every 5 s: does steal time (other VMs) or load explain a drift of tokens/s?
+  echo "# epoch | /proc/stat line 1: cpu user nice system idle iowait irq softirq steal guest guest_nice" \
+    "(USER_HZ ticks since boot) | /proc/loadavg"
+  while :; do
+    echo "$(date +%s) | $(head -n 1 /proc/stat) | $(cat /proc/loadavg)"
+    sleep 5
+  done
+}
+
 bench() {  # ab_bench.py until the deadline; $AB/done when it has ended
   for lib in .gpu/lib .gpu/recipe/lib; do
     if ! ldconfig -p 2>/dev/null | grep -q 'libnuma.so.1 ' && [ -f "$lib/libnuma.so.1" ]; then
@@ -42,11 +52,13 @@ bench() {  # ab_bench.py until the deadline; $AB/done when it has ended
   nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,temperature.gpu,power.draw,utilization.gpu \
     --format=csv -l 5 > "$AB/work/gpu_clocks.csv" 2>&1 &
   local smi=$!
+  host_monitor > "$AB/work/host.txt" 2>&1 &
+  local host=$!
   echo "[ab] $(date -u +%T) ab_bench until $(date -u -d @"$(cat "$AB/deadline")" +%T) (or $AB/deadline when moved)"
   python3 benchmark/gpu/ab_bench.py --models "$GPU_WORK/models$MODEL_SHAPE" --site "$GPU_WORK/site" \
     --patched "$GPU_WORK/patched" --out "$AB" --work "$AB/work" --deadline-file "$AB/deadline" "$@"
   local rc=$?
-  kill $smi 2>/dev/null
+  kill $smi $host 2>/dev/null
   echo "[ab] $(date -u +%T) done rc=$rc"
   echo $rc > "$AB/done"
 }

@@ -1,8 +1,10 @@
 """The arithmetic of ab_bench.py, kept free of servers so that it runs (and is tested) on a CPU.
 
-* :func:`schedule`: the order of the measured rounds. Pair k runs every concurrency once per
-  tree; within a pair the two trees alternate which goes first (A B, then B A, ...), so a drift
-  of the machine over a pair's minute does not favour one tree.
+* :func:`schedule`: the order of the measured rounds (ab_bench's sequential mode). Pair k runs
+  every concurrency once per tree; within a pair the two trees alternate which goes first (A B,
+  then B A, ...), so a drift of the machine over a pair's minute does not favour one tree.
+* :func:`together_schedule`: the order of ab_bench's together mode, where both trees run each
+  pair's round at the same time: no tree goes first.
 * :func:`ratio_summary`: per (configuration, concurrency), the patched / unpatched ratio of
   output tokens/s of each pair, its median and a percentile-bootstrap 95% interval of that
   median (seeded; only from MIN_PAIRS_FOR_CI pairs on), the spread of log ratios and the pairs a
@@ -49,6 +51,11 @@ def schedule(pairs: int, concurrencies: list[int]) -> list[tuple[int, int, str]]
             order += [(k, c, tree) for tree in trees]
             slot += 1
     return order
+
+
+def together_schedule(pairs: int, concurrencies: list[int]) -> list[tuple[int, int]]:
+    """(pair, concurrency) in run order when both trees run a pair's rounds at the same time."""
+    return [(k, c) for k in range(pairs) for c in concurrencies]
 
 
 def bootstrap_median_ci(values: list[float], level: float = 0.95, n_boot: int = 20000,

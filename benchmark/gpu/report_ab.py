@@ -2,9 +2,10 @@
 """Report of one or more ab_bench.py runs, on a CPU machine: tables and PNG plots.
 
 Reads each run's ab_results.json, recomputes the summaries from its raw records with the current
-ab_bench.summarize (so every run is judged by the same rules), and writes into --out:
+ab_bench.summarize (so every run is judged by the same rules; a record without a mode, written
+before ab_bench had ``--mode``, is a sequential one), and writes into --out:
 
-* ``summary.md``: one table row per (configuration, concurrency): ratio, interval or range,
+* ``summary.md``: one table row per (configuration, mode, concurrency): ratio, interval or range,
   verdict, pairs for ±2%; per tree tokens/s, TTFT, ITL, accept length; then the exactness check
   and the measured draft kv_indices rows against benchmark/kv_indices_memory.py's formula;
 * ``summary.json``: the same, machine-readable;
@@ -82,11 +83,12 @@ def exactness_table(summaries: list[dict]) -> str:
 
 
 def need_table(summaries: list[dict]) -> str:
-    rows = ["| config | conc | pairs measured | sd of log ratio | pairs for ±2% at this round length | "
-            "at 60 s rounds (assumed sd ∝ 1/√s) |", "| --- | --- | --- | --- | --- | --- |"]
+    rows = ["| config | mode | conc | pairs measured | sd of log ratio | pairs for ±2% at this round length | "
+            "at 60 s rounds (assumed sd ∝ 1/√s) |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for s in summaries:
         if "sd_log_ratio" in s:
-            rows.append(f"| {s['config']} | {s['concurrency']} | {s['pairs']} | {s['sd_log_ratio']:.4f} | "
+            rows.append(f"| {s['config']} | {s['mode']} | {s['concurrency']} | {s['pairs']} | "
+                        f"{s['sd_log_ratio']:.4f} | "
                         f"{s['pairs_for_2pct']} ({s['round_seconds']:.0f} s) | {s['pairs_for_2pct_at_60s_rounds']} |")
     return "\n".join(rows) + "\n"
 
@@ -113,7 +115,8 @@ def plot_ratio(summaries: list[dict], path: str) -> None:
         ax.scatter([s["ratio_median"]], [y], marker="D", color="tab:blue", s=40, zorder=4,
                    label="median" if y == 0 else None)
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([f"{s['config']}\nconcurrency {s['concurrency']}, {s['pairs']} pairs" for s in rows])
+    ax.set_yticklabels([f"{s['config']} ({s['mode']})\nconcurrency {s['concurrency']}, {s['pairs']} pairs"
+                        for s in rows])
     ax.set_ylim(-0.6, len(rows) - 0.4)
     ax.set_xlabel("output tokens/s, patched / unpatched")
     handles, labels = ax.get_legend_handles_labels()
@@ -152,7 +155,8 @@ def plot_tokens(records: list[dict], path: str) -> None:
         ax.set_xlabel("concurrency")
         ax.set_ylabel("output tokens/s")
         measured = sorted({r["concurrency"] for r in record["rounds"]})
-        ax.set_title(f"{record['config']} (measured at {', '.join(map(str, measured))})", fontsize=9)
+        ax.set_title(f"{record['config']}, {record.get('mode', 'sequential')} (measured at "
+                     f"{', '.join(map(str, measured))})", fontsize=9)
         ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -194,7 +198,7 @@ def plot_drift(records: list[dict], path: str) -> None:
         ax.set_ylim(bottom=0)
         ax.set_xlabel("run start, s from the first run")
         ax.set_ylabel("output tokens/s")
-        ax.set_title(record["config"], fontsize=9)
+        ax.set_title(f"{record['config']}, {record.get('mode', 'sequential')}", fontsize=9)
         ax.legend(fontsize=6, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -1,7 +1,8 @@
-"""benchmark/gpu/ab_bench.py and ab_stats.py on CPU: arguments, the flags given to
+"""benchmark/gpu/ab_bench.py, ab_stats.py and report_ab.py on CPU: arguments, the flags given to
 sglang.bench_serving and sglang.launch_server (each must exist in 0.5.12's parsers), the round
-schedule, the bootstrap interval, the pairs a ±2% interval needs, the memory formula check and
-one configuration end to end with stand-in servers."""
+schedules, the round sizes, the bootstrap interval, the pairs a ±2% interval needs, the memory
+formula check, one configuration end to end with stand-in servers in each mode, and the report
+over old and new results files."""
 
 from __future__ import annotations
 
@@ -17,9 +18,14 @@ import pytest
 from support.sglang_release import require_release
 from support.wheel_source import wheel_source
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmark" / "gpu"))
+GPU_BENCH = Path(__file__).resolve().parents[2] / "benchmark" / "gpu"
+sys.path.insert(0, str(GPU_BENCH))
 import ab_bench  # noqa: E402
 import ab_stats  # noqa: E402
+import report_ab  # noqa: E402
+
+#: ab_bench's results of the H200 run of 2026-12-01, written before --mode existed
+OLD_RESULTS = GPU_BENCH / "results" / "h200-2026-12-01-ab2" / "ab_results.json"
 
 REQUIRED = ["--models", "m", "--site", "s", "--patched", "p", "--out", "o"]
 
@@ -40,6 +46,7 @@ def test_defaults_are_the_issue_configs_and_sizes():
     assert a.configs == ["triton_nocg_k1s3", "triton_nocg_k4s3", "flashinfer_nocg_k4s3", "triton_cg_k4s3",
                          "flashinfer_cg_k1s3", "flashinfer_cg_k4s3", "flashinfer_cg_k8s5"]
     assert (a.pairs, a.round_seconds, a.concurrencies) == (6, 20, [1, 8, 32])
+    assert (a.mode, a.round_margin) == ("sequential", 1.5)
     assert (a.input_len * a.range_ratio, a.input_len, a.output_len) == (256, 512, 512)
 
 
@@ -47,6 +54,8 @@ def test_defaults_are_the_issue_configs_and_sizes():
     REQUIRED[2:],                              # no --models
     REQUIRED + ["--pairs", "5"],               # fewer than 6 pairs
     REQUIRED + ["--round-seconds", "10"],      # rounds shorter than 20 s
+    REQUIRED + ["--round-margin", "0.9"],      # rounds planned shorter than --round-seconds
+    REQUIRED + ["--mode", "alternate"],        # neither sequential nor together
     REQUIRED + ["--concurrencies", "0"],
     REQUIRED + ["--configs", "vllm_cg_k4s3"],  # not a serve_checks backend
 ])
@@ -97,6 +106,11 @@ def test_schedule_interleaves_and_alternates_the_first_tree():
     assert all({one[i][2], one[i + 1][2]} == {"unpatched", "patched"} for i in range(0, 12, 2))
 
 
+def test_together_schedule_runs_each_pair_once_per_concurrency():
+    assert ab_stats.together_schedule(2, [8, 32]) == [(0, 8), (0, 32), (1, 8), (1, 32)]
+    assert [(k, c) for k, c, _ in ab_stats.schedule(2, [8, 32])][::2] == ab_stats.together_schedule(2, [8, 32])
+
+
 def test_bootstrap_interval_holds_the_median_and_narrows_with_more_pairs():
     few = [0.97, 1.01, 1.03, 0.99, 1.05, 0.98]
     lo, hi = ab_stats.bootstrap_median_ci(few)
@@ -130,9 +144,19 @@ def test_ratio_summary_verdicts(ratios, verdict):
     assert s["pairs_for_2pct_at_60s_rounds"] <= s["pairs_for_2pct"]
 
 
-def test_prompts_for_round_fill_the_round_at_the_faster_rate_in_whole_waves():
-    assert ab_bench.prompts_for_round([10.0, 12.5], 20, 32) == 256  # 250 -> 8 waves of 32
-    assert ab_bench.prompts_for_round([0.01, 0.02], 20, 8) == 8     # at least one wave
+def test_prompts_for_round_fill_the_round_and_its_margin_at_the_faster_rate_in_whole_waves():
+    assert ab_bench.prompts_for_round([10.0, 12.5], 20, 32, 1.0) == 256  # 250 -> 8 waves of 32
+    assert ab_bench.prompts_for_round([10.0, 12.5], 20, 32, 1.5) == 384  # 375 -> 12 waves
+    assert ab_bench.prompts_for_round([0.01, 0.02], 20, 8, 1.5) == 8     # at least one wave
+
+
+def test_rounds_grow_after_a_pair_with_a_short_round():
+    pair = [{"completed": 256, "duration": 25.6}, {"completed": 256, "duration": 16.0}]
+    # the patched round took 16 s < 20 s at 16 requests/s: 20 s * 1.5 * 16/s = 480 -> 15 waves of 32
+    assert ab_bench.grown_prompts(256, pair, 20, 32, 1.5) == 480
+    assert ab_bench.grown_prompts(256, pair, 20, 32, 1.0) == 320
+    assert ab_bench.grown_prompts(256, pair[:1], 20, 32, 1.5) == 256  # every round long enough
+    assert ab_bench.grown_prompts(640, pair, 20, 32, 1.5) == 640      # never fewer
 
 
 def probe(steps: int, max_bs: int, topk: int, ctx: int, rows_bytes: int, diff: int) -> dict:
@@ -172,7 +196,8 @@ def test_summarize_keeps_only_complete_pairs():
     assert s["unpatched"]["accept_length"] == 4.5 and s["patched"]["accept_length"] == 6.0
     assert s["unpatched"]["tokens_per_s"] == 1000.0 and s["round_seconds"] == 21.0
     table = ab_bench.markdown_table([s])
-    assert "| flashinfer_cg_k8s5 | 32 | 6 | 21.0 | 1000 |" in table and "patched faster" in table
+    assert s["mode"] == "sequential"  # a record without a mode: before --mode existed
+    assert "| flashinfer_cg_k8s5 | sequential | 32 | 6 | 21.0 | 1000 |" in table and "patched faster" in table
 
 
 FAKE_BENCH_SERVING = '''\
@@ -199,18 +224,26 @@ def test_client_runs_the_module_as_python_dash_m_once_per_round(tmp_path):
     (site / "sglang" / "bench_serving.py").write_text(FAKE_BENCH_SERVING)
     a = ab_bench.parse_args(["--models", "m", "--site", str(site), "--patched", "p", "--out", str(tmp_path)])
     client = ab_bench.Client(a, str(tmp_path / "client.log"))
+
+    def run(argv: list[str], timeout: float) -> int | None:
+        t0 = time.time()
+        client.submit(argv)
+        status, t_end = client.wait(timeout)
+        assert t0 <= t_end <= time.time()
+        return status
+
     try:
         first, second = tmp_path / "r0.jsonl", tmp_path / "r1.jsonl"
-        assert client.run(["--output-file", str(first)], timeout=60) == 0
-        assert client.run(["--output-file", str(second), "--exit", "3"], timeout=60) == 3
+        assert run(["--output-file", str(first)], timeout=60) == 0
+        assert run(["--output-file", str(second), "--exit", "3"], timeout=60) == 3
         assert ab_bench.read_round(str(first)) == dict(
             {k: None for k in ab_bench.ROUND_KEYS}, completed=32, output_throughput=123.0, accept_length=4.0)
         ran = json.loads(second.read_text())  # run as `python -m sglang.bench_serving` runs it
         assert ran["run_as"] == "__main__" and ran["argv0"] == str(site / "sglang" / "bench_serving.py")
         hung = client.proc
-        assert client.run(["--output-file", str(first), "--sleep", "30"], timeout=1) is None
+        assert run(["--output-file", str(first), "--sleep", "30"], timeout=1) is None
         assert hung.poll() is not None and client.proc is not hung  # replaced
-        assert client.run(["--output-file", str(second)], timeout=60) == 0
+        assert run(["--output-file", str(second)], timeout=60) == 0
     finally:
         client.close()
     assert client.proc.poll() is not None
@@ -238,30 +271,38 @@ http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
 '''
 
 FAKE_BENCH_BY_PORT = '''\\
-"""Stands in for sglang.bench_serving: tokens/s and accept length by server port, the runs logged."""
+"""Stands in for sglang.bench_serving: tokens/s and accept length by server port, the runs logged
+with their start and end times; the requests of the first measured pair run at 16/s, all others at
+10/s; with a file `sleep` beside it, every run takes that many seconds."""
 import json
 import os
 import sys
+import time
 
+t0 = time.time()
+here = os.path.dirname(__file__)
 argv = sys.argv[1:]
 port = int(argv[argv.index("--port") + 1])
-base = int(open(__file__.replace("bench_serving.py", "base_port")).read())
+base = int(open(os.path.join(here, "base_port")).read())
 fast = port != base  # the second server of the pair (patched) is 1.25 times as fast
 n = int(argv[argv.index("--num-prompts") + 1])
 output_file = argv[argv.index("--output-file") + 1]
+tag = output_file.rsplit("_", 1)[1].split(".")[0]
 results = os.path.join(os.path.dirname(os.path.dirname(output_file)), "ab_results.json")
 rounds = len(json.load(open(results))["records"][-1]["rounds"]) if os.path.exists(results) else "-"
-with open(__file__.replace("bench_serving.py", "runs.log"), "a") as log:
-    log.write(f"{port} {n} {argv[argv.index('--max-concurrency') + 1]} {rounds}\\n")
+if os.path.exists(os.path.join(here, "sleep")):
+    time.sleep(float(open(os.path.join(here, "sleep")).read()))
 with open(output_file, "a") as f:
-    f.write(json.dumps({"completed": n, "duration": n / 10.0, "output_throughput": 125.0 if fast else 100.0,
-                        "accept_length": 4.0 if fast else 2.5, "median_ttft_ms": 10.0}) + "\\n")
+    f.write(json.dumps({"completed": n, "duration": n / (16.0 if tag == "pair0" else 10.0),
+                        "output_throughput": 125.0 if fast else 100.0, "accept_length": 4.0 if fast else 2.5,
+                        "median_ttft_ms": 10.0}) + "\\n")
+with open(os.path.join(here, "runs.log"), "a") as log:
+    log.write(f"{port} {n} {argv[argv.index('--max-concurrency') + 1]} {rounds} {tag} {t0} {time.time()}\\n")
 '''
 
 
-def test_one_config_end_to_end_with_stand_in_servers(tmp_path):
-    """Start the pair, warm up and calibrate each, alternate the trees pair by pair, summarize:
-    with stand-ins for sglang.launch_server and sglang.bench_serving (a real run needs a GPU)."""
+def stand_in_site(tmp_path: Path) -> tuple[Path, int]:
+    """A site whose sglang.launch_server and sglang.bench_serving are the stand-ins; its base port."""
     site = tmp_path / "site"
     (site / "sglang").mkdir(parents=True)
     (site / "sglang" / "__init__.py").write_text("")
@@ -269,27 +310,91 @@ def test_one_config_end_to_end_with_stand_in_servers(tmp_path):
     (site / "sglang" / "bench_serving.py").write_text(FAKE_BENCH_BY_PORT)
     base = 29000 + (hash(str(tmp_path)) % 500) * 2
     (site / "sglang" / "base_port").write_text(str(base))
-    models = tmp_path / "models"
-    models.mkdir()
-    (models / "prompts.json").write_text("{}")
-    out = tmp_path / "out"
-    code = ab_bench.main(["--models", str(models), "--site", str(site), "--patched", str(site), "--out", str(out),
-                          "--configs", "triton_nocg_k4s3", "--concurrencies", "8", "--stress", "-1",
-                          "--base-port", str(base), "--port-step", "1", "--startup-timeout", "60",
-                          "--max-seconds", "300", "--min-config-seconds", "1"])
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "prompts.json").write_text("{}")
+    return site, base
+
+
+def run_stand_in_ab(tmp_path: Path, site: Path, base: int, *args: str) -> list[list[str]]:
+    """ab_bench.main on triton_nocg_k4s3 at concurrency 8; bench_serving's runs, as logged."""
+    code = ab_bench.main(["--models", str(tmp_path / "models"), "--site", str(site), "--patched", str(site),
+                          "--out", str(tmp_path / "out"), "--configs", "triton_nocg_k4s3", "--concurrencies", "8",
+                          "--stress", "-1", "--base-port", str(base), "--port-step", "1", "--startup-timeout", "60",
+                          "--max-seconds", "300", "--min-config-seconds", "1", *args])
     assert code == 0
-    runs = [line.split() for line in (site / "sglang" / "runs.log").read_text().splitlines()]
+    return [line.split() for line in (site / "sglang" / "runs.log").read_text().splitlines()]
+
+
+def test_one_config_end_to_end_with_stand_in_servers(tmp_path):
+    """Start the pair, warm up and calibrate each, alternate the trees pair by pair, grow the
+    rounds after a short pair, summarize: with stand-ins for sglang.launch_server and
+    sglang.bench_serving (a real run needs a GPU)."""
+    site, base = stand_in_site(tmp_path)
+    runs = run_stand_in_ab(tmp_path, site, base)
     a, b = str(base), str(base + 1)
-    # warm-up (6 waves: 48) and calibration (32) per tree, then 6 pairs of 200 prompts (20 s at 10/s): A B, B A, ...
-    assert [r[:3] for r in runs[:4]] == [[a, "48", "8"], [b, "48", "8"], [a, "32", "8"], [b, "32", "8"]]
-    assert [r[0] for r in runs[4:]] == [a, b, b, a] * 3 and {r[1] for r in runs[4:]} == {"200"}
+    # warm-up (6 waves: 48) and calibration (32) per tree, one after the other
+    assert [r[:3] + r[4:5] for r in runs[:4]] == [[a, "48", "8", "warmup"], [b, "48", "8", "warmup"],
+                                                   [a, "32", "8", "calibration"], [b, "32", "8", "calibration"]]
+    # 6 pairs A B, B A, ...: 20 s * 1.5 at 10/s = 300 -> 304 prompts; pair 0 ran at 16/s (19 s < 20 s),
+    # so pairs 1-5 get 20 s * 1.5 at 16/s = 480; both rounds of pair 0 had the same prompts
+    assert [r[0] for r in runs[4:]] == [a, b, b, a] * 3
+    assert [r[1] for r in runs[4:]] == ["304", "304"] + ["480"] * 10
     # the outputs are rewritten after every measured round: each round sees all earlier ones
     assert [r[3] for r in runs[4:]] == ["-"] + [str(k) for k in range(1, 12)]
-    result = json.loads((out / "ab_results.json").read_text())
+    result = json.loads((tmp_path / "out" / "ab_results.json").read_text())
+    assert (result["settings"]["mode"], result["settings"]["round_margin"]) == ("sequential", 1.5)
+    (record,) = result["records"]
+    assert record["mode"] == "sequential" and record["round_prompts"] == {"8": 480}
+    assert record["notes"] == ["c8: pair 0's shortest round took 19.0 s: 304 -> 480 prompts from pair 1 on"]
+    starts = [run["t_start"] for run in record["runs"]]
+    assert len(starts) == 16 and starts == sorted(starts) and starts[0] >= time.time() - 120
     (s,) = result["summaries"]
     assert s["pairs"] == 6 and s["ratio_median"] == pytest.approx(1.25) and s["verdict"] == "patched faster"
     assert s["patched"]["accept_length"] == 4.0 and s["unpatched"]["tokens_per_s"] == 100.0
-    assert "| triton_nocg_k4s3 | 8 | 6 | 20.0 |" in (out / "ab_summary.md").read_text()
+    assert "| triton_nocg_k4s3 | sequential | 8 | 6 | 19.0 |" in (tmp_path / "out" / "ab_summary.md").read_text()
+
+
+def test_together_mode_runs_both_trees_of_every_pair_at_once(tmp_path):
+    """--mode together: warm-up, calibration and each pair on both servers at the same time (the
+    stand-in's logged start and end times overlap), same prompts, the ratio of the simultaneous
+    rounds; then report_ab over these results and the old ones (no mode: sequential)."""
+    site, base = stand_in_site(tmp_path)
+    (site / "sglang" / "sleep").write_text("0.3")
+    runs = run_stand_in_ab(tmp_path, site, base, "--mode", "together")
+    a, b = str(base), str(base + 1)
+    tags = ["warmup", "calibration"] + [f"pair{k}" for k in range(6)]
+    assert [r[4] for r in runs[::2]] == tags and [r[4] for r in runs[1::2]] == tags
+    for first, second in zip(runs[::2], runs[1::2]):
+        assert {first[0], second[0]} == {a, b} and first[1:5] == second[1:5]  # same prompts, same step
+        (start1, end1), (start2, end2) = map(float, first[5:]), map(float, second[5:])
+        assert start1 < end2 and start2 < end1  # both runs were in flight at once
+    assert [r[1] for r in runs[4:]] == ["304"] * 2 + ["480"] * 10
+    assert [r[3] for r in runs[4:]] == ["-", "-"] + [str(2 * (k // 2)) for k in range(2, 12)]
+    result = json.loads((tmp_path / "out" / "ab_results.json").read_text())
+    assert result["settings"]["mode"] == "together"
+    (record,) = result["records"]
+    assert record["mode"] == "together" and all("t_start" in run for run in record["runs"])
+    for k in range(6):
+        pair = [r for r in record["rounds"] if r["pair"] == k]
+        assert sorted(r["tree"] for r in pair) == ["patched", "unpatched"]
+        assert abs(pair[0]["t_start"] - pair[1]["t_start"]) < 0.3
+    (s,) = result["summaries"]
+    assert (s["mode"], s["pairs"], s["verdict"]) == ("together", 6, "patched faster")
+    assert s["ratio_median"] == pytest.approx(1.25)
+    assert "| triton_nocg_k4s3 | together | 8 | 6 |" in (tmp_path / "out" / "ab_summary.md").read_text()
+    assert (tmp_path / "out" / "logs" / "bench_serving_patched.log").exists()
+
+    old = json.loads(OLD_RESULTS.read_text())
+    assert "mode" not in old["settings"] and not any("mode" in r for r in old["records"])
+    assert report_ab.main([str(OLD_RESULTS), str(tmp_path / "out" / "ab_results.json"), "--out",
+                           str(tmp_path / "report"), "--no-plots"]) == 0
+    text = (tmp_path / "report" / "summary.md").read_text()
+    assert "| triton_nocg_k4s3 | together | 8 | 6 |" in text
+    first_old = old["records"][0]
+    ratios = [p["output_throughput"] / u["output_throughput"] for u, p in
+              zip(*[[r for r in first_old["rounds"] if r["tree"] == tree] for tree in ("unpatched", "patched")])]
+    assert f"| {first_old['config']} | sequential | 32 | 6 |" in text
+    assert f"{statistics.median(ratios):.3f} [" in text
 
 
 def test_deadline_file_overrides_while_it_holds_an_epoch(tmp_path):
