@@ -25,8 +25,9 @@ Two modes (``--mode``) decide how a pair's two rounds meet the machine:
   first tree alternating pair by pair). Each tree has the GPU and the host to itself, but the two
   rounds see the machine at different times, and on the lent H200 of 2026-12-01 the same tree on
   the same workload ran up to 1.7 times faster in one round than in another 10-60 s away (GPU
-  clock steady at 1980 MHz, GPU 9-47% busy in eager mode: the host's speed drifted). That drift
-  lands in the ratio: sequential pairs cannot resolve ±2% there.
+  clock at 1980 MHz in 179 of 194 busy samples, the GPU busy a median 29% of the time in eager
+  mode: the host's speed drifted). That drift lands in the ratio: sequential pairs cannot
+  resolve ±2% there.
 * ``together``: every bench_serving run of a pair (warm-up, calibration, each measured pair) runs
   on both servers at the same time, each tree through its own client, both started at once and
   both waited for (ab_stats.together_schedule), so both rounds of a pair see the same machine
