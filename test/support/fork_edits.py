@@ -170,10 +170,11 @@ def worker_bound_view_locals(tree: Path) -> None:
 
 
 def worker_bound_view_read_again(tree: Path) -> None:
-    """EagleDraftWorker.draft_forward: the bound 3-d view is read again (each request's first branch)."""
+    """EagleDraftWorker.draft_forward: the bound 3-d view is read again after its split (each request's
+    first branch)."""
     worker_bound_view(tree)
-    edit(tree, WORKER_V2, "        out_cache_loc = rows.permute(",
-         "        first_branch_slots = rows[:, 0]\n        out_cache_loc = rows.permute(")
+    moved = "        out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n"
+    edit(tree, WORKER_V2, moved, moved + "        first_branch_slots = rows[:, 0]\n")
 
 
 def dsv4_bound_view(tree: Path) -> None:
