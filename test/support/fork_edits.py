@@ -3,7 +3,8 @@
 Each edit changes the release's own lines the way a fork did (see SPEC, "A real fork's own
 fix of a site"): DeepSeek-V4's per-step out_cache_loc split by a method of the fork's own,
 in the per-step backend or in the multi-step backend that calls it, and the EAGLE worker's
-split in other spellings. The edited files stay black/isort-clean. Standard library only, so
+split in other spellings; splits through a 3-d view bound to a local, and methods splitting in
+two branches. The edited files stay black/isort-clean. Standard library only, so
 that the same fork can be built anywhere the release is installed:
 
     python test/support/fork_edits.py dsv4-caller-split DEST

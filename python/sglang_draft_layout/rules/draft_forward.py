@@ -11,6 +11,10 @@ Invariant: the worker writes step i's KV to the same slots that DeepSeek-V4 bake
 its metadata, because both read the layout off one helper, which also checks the
 buffer's length.
 
+A fork's own spelling (any ``layout_patterns.out_cache_loc_layouts`` proves equal, a 3-d view
+bound to a local included) is rewritten where it is, every split of the method in one apply;
+a bound view read elsewhere, or two splits in one statement, are refused.
+
 Not affected: the step-major split of SGLang 0.4.6.post5 and 0.4.7,
 ``x = x.view(bs, -1)`` then ``x[:, self.topk * i : self.topk * (i + 1)]`` (a
 ``[bs, steps, topk]`` layout, not the helper's ``[bs, topk, steps]``): the tree's own
@@ -74,11 +78,11 @@ def _statement_anew(source: Source, holder: ast.stmt, split: Split, texts: dict[
     head = "return " if isinstance(holder, ast.Return) else ""
     if isinstance(holder, ast.Assign) and len(holder.targets) == 1 and isinstance(holder.targets[0], ast.Name):
         head = f"{holder.targets[0].id} = "
-    if not head or holder.value is None:  # type: ignore[attr-defined]
+    if not head or holder.value is None:
         return None
-    value = source.text(holder.value)  # type: ignore[attr-defined]
-    start = len(source.text(_span(holder.value, split.node, end=False)))  # type: ignore[attr-defined]
-    end = len(value) - len(source.text(_span(holder.value, split.node, end=True)))  # type: ignore[attr-defined]
+    value = source.text(holder.value)
+    start = len(source.text(_span(holder.value, split.node, end=False)))
+    end = len(value) - len(source.text(_span(holder.value, split.node, end=True)))
     before, after = value[:start], value[end:]
     if "\n" in before + after:
         return None
@@ -107,7 +111,7 @@ def split_refusal(method: ast.AST, splits: list[Split]) -> Optional[tuple[int, s
             name = split.view.targets[0].id  # type: ignore[union-attr]
             return split.line, (f"the 3-d view `{name}` of its split is also read at line {reads[0].lineno}: "
                                 "rewriting the split would remove it")
-        statements = split.statements or [holding_statement(method, split.node), *filter(None, [split.view])]
+        statements = split.statements or [holding_statement(method, split.node)] + ([split.view] if split.view else [])
         for stmt in statements:
             if id(stmt) in touched:
                 return stmt.lineno, (f"two per-step out_cache_loc splits in one statement (line {stmt.lineno}): "

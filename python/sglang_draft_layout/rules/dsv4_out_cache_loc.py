@@ -15,10 +15,11 @@ split from the flat buffer exactly once on the path multi-step backend -> per-st
 A fork's own fix is the same site: a split of its own feeding ``out_cache_loc=`` (inline,
 through a local, or in a method of the class the site calls; any spelling
 ``layout_patterns.out_cache_loc_layouts`` proves equal) is rewritten to the helper where it
-is. A caller that already hands each step its own row (``DeepseekV4MultiStepBackend.init_forward_metadata``
-setting ``forward_batch.out_cache_loc = rows[i]`` before each step's ``init_forward_metadata``)
-leaves nothing to add here (handled by the fork's caller; the structural guard rewrites the
-caller's own split to the helper); so does an EAGLE worker whose ``draft_forward`` sets each
+is, every such split in the one apply (say one per branch). A caller that already hands each
+step its own row (``DeepseekV4MultiStepBackend.init_forward_metadata`` setting
+``forward_batch.out_cache_loc = rows[i]`` before each step's ``init_forward_metadata``) leaves
+nothing to add here (handled by the fork's caller; the structural guard rewrites the caller's
+own split to the helper); so does an EAGLE worker whose ``draft_forward`` sets each
 step's row and then calls ``init_forward_metadata`` itself. A split here as well splits twice
 and is refused.
 """
