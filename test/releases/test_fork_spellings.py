@@ -69,11 +69,11 @@ FORKS = {
                                   "            out_cache_loc,\n            forward_batch.batch_size,\n            topk,\n"
                                   "            steps,\n        )\n",
                                   "forward_batch.out_cache_loc = step_out_cache_loc[i]\n"]),
-    "dsv4-bound-view": (State.TO_PATCH, SITE, ["                bs = forward_batch.batch_size\n"
+    "dsv4-bound-view": (State.TO_PATCH, SITE, ["                steps = self.speculative_num_steps\n"
                                                "                out_cache_loc = per_step_draft_out_cache_loc(\n"
                                                "                    out_cache_loc,\n                    bs,\n"
                                                "                    self.topk,\n"
-                                               "                    self.speculative_num_steps,\n"
+                                               "                    steps,\n"
                                                "                )[self.speculative_step_id]\n"]),
     # two splits in one method: every one rewritten in one apply
     "worker-two-splits": (State.TO_PATCH, "draft-forward:EagleDraftWorker",

@@ -179,16 +179,18 @@ def worker_bound_view_read_again(tree: Path) -> None:
 
 
 def dsv4_bound_view(tree: Path) -> None:
-    """DeepseekV4AttnBackend splits in the decode branch through a bound 3-d view ``rows``."""
+    """DeepseekV4AttnBackend splits in the decode branch through a bound 3-d view ``rows`` (steps a local:
+    black breaks the line inside the step's subscript)."""
     split = (
         "        if forward_batch.forward_mode.is_decode_or_idle():\n"
         "            out_cache_loc = forward_batch.out_cache_loc\n"
         "            if self.topk > 0 and self.speculative_num_steps > 1:\n"
         "                bs = forward_batch.batch_size\n"
-        "                rows = out_cache_loc.reshape(bs, self.topk, self.speculative_num_steps)\n"
-        "                out_cache_loc = rows.permute(2, 0, 1).reshape(\n"
-        "                    self.speculative_num_steps, -1\n"
-        "                )[self.speculative_step_id]\n"
+        "                steps = self.speculative_num_steps\n"
+        "                rows = out_cache_loc.reshape(bs, self.topk, steps)\n"
+        "                out_cache_loc = rows.permute(2, 0, 1).reshape(steps, -1)[\n"
+        "                    self.speculative_step_id\n"
+        "                ]\n"
     )
     edit(tree, DSV4, DSV4_DECODE, _decode_passing("out_cache_loc").replace(DSV4_DECODE.splitlines(True)[0], split))
 

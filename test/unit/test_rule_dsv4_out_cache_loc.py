@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import black
 import pytest
 
 from rule_test_support import DSV4, assert_refused, keep_hint, line_of, method_source, rule, write_bystanders
@@ -413,6 +414,41 @@ def test_a_split_left_beside_the_helper_is_still_to_patch(sglang_tree):
     [finding] = sglang_tree.apply([RULE]).findings
     assert (finding.state, finding.line) == (State.TO_PATCH, line_of(text, "rows = out_cache_loc.view("))
     assert sglang_tree.read(DSV4) == dsv4_module(INIT, TWO_SPLITS_AFTER, DECODE, header=HEADER_AFTER)
+
+
+#: the bound view's move short enough for black to break inside the subscript instead
+SUBSCRIPT_BROKEN = """\
+            out_cache_loc = forward_batch.out_cache_loc
+            if self.topk > 0 and self.speculative_num_steps > 1:
+                steps = self.speculative_num_steps
+                rows = out_cache_loc.view(forward_batch.batch_size, self.topk, steps)
+                out_cache_loc = rows.permute(2, 0, 1).reshape(steps, -1)[
+                    self.speculative_step_id
+                ]
+"""
+SUBSCRIPT_JOINED = """\
+            out_cache_loc = forward_batch.out_cache_loc
+            if self.topk > 0 and self.speculative_num_steps > 1:
+                steps = self.speculative_num_steps
+                out_cache_loc = per_step_draft_out_cache_loc(
+                    out_cache_loc,
+                    forward_batch.batch_size,
+                    self.topk,
+                    steps,
+                )[self.speculative_step_id]
+"""
+
+
+def test_a_subscript_black_broke_is_joined_after_the_helper_call(sglang_tree):
+    before = TWO_SPLITS.replace(TWO_SPLITS[TWO_SPLITS.index("            out_cache_loc = forward_batch"):
+                                           TWO_SPLITS.index("            metadata = ")], SUBSCRIPT_BROKEN)
+    after = before.replace(SUBSCRIPT_BROKEN, SUBSCRIPT_JOINED)
+    for method in (before, after):  # both as black writes them
+        assert black.format_str("class A:\n" + method, mode=black.Mode()) == "class A:\n" + method
+    sglang_tree.write(DSV4, dsv4_module(INIT, before, DECODE))
+    assert sglang_tree.apply([RULE]).findings[0].state is State.TO_PATCH
+    assert sglang_tree.read(DSV4) == dsv4_module(INIT, after, DECODE, header=HEADER_AFTER)
+    sglang_tree.assert_idempotent([RULE])
 
 
 MULTI_STEP = """

@@ -24,6 +24,7 @@ layout, left as it is (rewriting it with the helper would move every draft slot)
 from __future__ import annotations
 
 import ast
+import re
 from typing import Optional
 
 from ..layout_patterns import (
@@ -83,10 +84,24 @@ def _statement_anew(source: Source, holder: ast.stmt, split: Split, texts: dict[
     value = source.text(holder.value)
     start = len(source.text(_span(holder.value, split.node, end=False)))
     end = len(value) - len(source.text(_span(holder.value, split.node, end=True)))
-    before, after = value[:start], value[end:]
-    if "\n" in before + after:
+    before, after = value[:start], _on_one_line(value[end:])
+    if "\n" in before or after is None:
         return None
     return Edit(holder, replace=head + before + CALL.format(pad="", **texts) + after + "\n")
+
+
+def _on_one_line(text: str) -> Optional[str]:
+    """``text`` (what follows the split in its statement) with the line breaks black put inside its
+    brackets taken out (``[\\n    self.speculative_step_id\\n]``: black joins them once the split
+    before them is the exploded call); None when a comment, a string or a trailing comma is there."""
+    if "\n" not in text:
+        return text
+    if any(mark in text for mark in "#'\"") or re.search(r",\s*\n\s*[)\]}]", text):
+        return None
+    joined = re.sub(r"([(\[{])\s*\n\s*", r"\1", text)
+    joined = re.sub(r"\s*\n\s*([)\]}])", r"\1", joined)
+    joined = re.sub(r",\s*\n\s*", ", ", joined)
+    return None if "\n" in joined else joined
 
 
 def _span(outer: ast.expr, inner: ast.expr, end: bool) -> ast.AST:
