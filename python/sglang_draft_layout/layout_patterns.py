@@ -211,7 +211,10 @@ class Split(NamedTuple):
 
     ``node`` is the ``[steps, bs * topk]`` expression; ``statements`` the two statements
     of the two-statement form (``x = x.reshape(bs, topk, steps)`` then
-    ``x = x.permute(...).reshape(steps, -1)``), else empty. ``buffer``, ``batch_size``,
+    ``x = x.permute(...).reshape(steps, -1)``; ``node`` is then the 3-d view), else empty.
+    ``view`` is the statement binding the 3-d view to a local that ``node``, in the next
+    statement, moves (``rows = x.reshape(bs, topk, steps)`` then
+    ``y = rows.permute(...).reshape(...)``), else None. ``buffer``, ``batch_size``,
     ``topk`` and ``num_steps`` are the expressions the fork wrote (its locals included).
     """
 
@@ -221,6 +224,13 @@ class Split(NamedTuple):
     batch_size: ast.expr
     topk: ast.expr
     num_steps: ast.expr
+    view: Optional[ast.Assign] = None
+
+    @property
+    def line(self) -> int:
+        """The split's first line: its first statement's, its bound view's, or its expression's."""
+        first = self.statements[0] if self.statements else self.view or self.node
+        return first.lineno
 
 
 def _int(node: ast.AST) -> Optional[int]:
@@ -392,6 +402,23 @@ def _assigned(stmt: ast.stmt) -> Optional[ast.Assign]:
     return None
 
 
+def _header_nodes(stmt: ast.stmt) -> Iterator[ast.AST]:
+    """The nodes of ``stmt`` outside the statements nested in it."""
+    stack: List[ast.AST] = [stmt]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack += [c for c in ast.iter_child_nodes(node) if not isinstance(c, ast.stmt)]
+
+
+def _moves_of(stmt: ast.stmt, name: str) -> Iterator[ast.Call]:
+    """The steps-first calls of ``stmt`` (not of a statement nested in it) whose receiver is ``name``."""
+    for node in _header_nodes(stmt):
+        moved = _steps_first(node)
+        if moved and isinstance(moved[0], ast.Name) and moved[0].id == name:
+            yield node  # type: ignore[misc]
+
+
 def out_cache_loc_layouts(func: ast.AST) -> List[Split]:
     """Hand-written per-step out_cache_loc layouts, in one expression or two statements.
 
@@ -401,7 +428,9 @@ def out_cache_loc_layouts(func: ast.AST) -> List[Split]:
     ``reshape(self.speculative_num_steps, -1)``, ``reshape(-1, bs * self.topk)``,
     ``reshape(steps, step_width)`` or ``flatten(1)``; topk, steps and widths also through
     locals bound once. Two statements: ``x = x.reshape(bs, ...)`` then
-    ``x = x.permute(...).reshape(...)``.
+    ``x = x.permute(...).reshape(...)``; or the 3-d view bound to any local
+    (``rows = x.reshape(bs, ...)``) and moved through it in the next statement, anywhere in
+    it (``y = rows.permute(...).reshape(...)[i]``, ``return ...``): ``Split.view``.
     """
     names = Locals(func)
     found: List[Split] = []
@@ -415,27 +444,85 @@ def out_cache_loc_layouts(func: ast.AST) -> List[Split]:
             for first, second in zip(body, body[1:]):
                 one, two = _assigned(first), _assigned(second)
                 split = _split_3d(one.value, names) if one is not None else None
-                if split is None or two is None:
+                if split is None:
                     continue
-                target = one.targets[0].id
-                receiver = _steps_first(two.value)
-                if (
-                    receiver
-                    and isinstance(receiver[0], ast.Name)
-                    and receiver[0].id == target == two.targets[0].id
-                ):
-                    layout = _split_of(two.value, names, split)
-                    if layout is not None:
+                view = one.targets[0].id
+                for call in _moves_of(second, view):
+                    layout = _split_of(call, names, split)
+                    if layout is None:
+                        continue
+                    inner.add(id(call))
+                    if (
+                        two is not None
+                        and two.value is call
+                        and two.targets[0].id == view
+                    ):
                         found.append(
                             layout._replace(node=one.value, statements=[first, second])
                         )
-                        inner.add(id(two.value))
+                    else:
+                        found.append(layout._replace(view=first))
     for call in nodes_of(func, ast.Call):
         if id(call) not in inner:
             layout = _split_of(call, names)
             if layout is not None:
                 found.append(layout)
     return sorted(found, key=lambda s: (s.node.lineno, s.node.col_offset))
+
+
+def holding_statement(func: ast.AST, node: ast.AST) -> ast.stmt:
+    """The innermost statement of ``func`` holding ``node``."""
+    return [s for s in nodes_of(func, ast.stmt) if _inside(node, s)][-1]
+
+
+def _start(node: ast.AST) -> Tuple[int, int]:
+    return node.lineno, node.col_offset
+
+
+def _end(node: ast.AST) -> Tuple[int, int]:
+    return node.end_lineno or node.lineno, node.end_col_offset or 0
+
+
+def _inside(node: ast.AST, outer: ast.AST) -> bool:
+    """``node`` lies within ``outer``'s source range."""
+    return _start(outer) <= _start(node) and _end(node) <= _end(outer)
+
+
+def view_reads(func: ast.AST, split: Split) -> List[ast.Name]:
+    """The reads (loads, ``del``) of ``split``'s bound 3-d view other than the split's own:
+    any after the view is bound (or anywhere in a loop around it), up to the end of the
+    split's statement when that statement binds the name anew. Removing the view's
+    statement would break them.
+    """
+    view = split.view
+    if view is None:
+        return []
+    name = view.targets[0].id  # type: ignore[attr-defined]
+    receiver = _steps_first(split.node)[0]  # type: ignore[index]
+    holder = holding_statement(func, split.node)
+    rebinds = isinstance(holder, ast.Assign) and any(
+        isinstance(t, ast.Name) and t.id == name for t in holder.targets
+    )
+    loops = [
+        loop
+        for loop in [*nodes_of(func, ast.For), *nodes_of(func, ast.While)]
+        if _inside(view, loop)
+    ]
+    reads = []
+    for read in nodes_of(func, ast.Name):
+        if read.id != name or isinstance(read.ctx, ast.Store) or read is receiver:
+            continue
+        if _inside(read, view):
+            continue  # the view's own value (``x = x.view(...)``)
+        if rebinds:
+            seen = _end(view) <= _start(read) and _inside(read, holder)
+        else:
+            seen = _end(view) <= _start(read) or any(
+                _inside(read, loop) for loop in loops
+            )
+        if seen:
+            reads.append(read)
+    return reads
 
 
 def helper_calls(func: ast.AST) -> List[ast.Call]:
@@ -606,8 +693,7 @@ def _inline_forms(func: ast.AST) -> Iterator[Tuple[int, str]]:
         if used_len_operands(node):
             yield node.lineno, f"used length without {USED_LEN_HELPER}"
     for split in out_cache_loc_layouts(func):
-        line = split.statements[0].lineno if split.statements else split.node.lineno
-        yield line, f"per-step out_cache_loc without {PER_STEP_HELPER}"
+        yield split.line, f"per-step out_cache_loc without {PER_STEP_HELPER}"
 
 
 def methods(cls: ast.ClassDef) -> List[ast.FunctionDef]:

@@ -126,20 +126,21 @@ def _match(anchor: ast.AST, start: tuple[int, int], end: tuple[int, int], resolv
 class _ApplyEdits(cst.CSTTransformer):
     """Apply every edit to the node it names, children first, in one pass.
 
-    ``absorbed`` pairs each statement an edit removes with the statement whose
-    replacement takes over its comments.
+    ``absorbed`` pairs each statement an edit removes with the statement that takes over
+    its comments (replaced or not), and says whether the removed one came first.
     """
 
     def __init__(self, edits: Sequence[tuple[Edit, cst.CSTNode]],
-                 absorbed: Sequence[tuple[cst.CSTNode, cst.CSTNode]]) -> None:
+                 absorbed: Sequence[tuple[cst.CSTNode, cst.CSTNode, bool]]) -> None:
         super().__init__()
         self.edits: dict[int, list[Edit]] = defaultdict(list)
         for edit, node in edits:
             self.edits[id(node)].append(edit)
-        self.removed = {id(stmt) for stmt, _taker in absorbed}
+        self.removed = {id(stmt) for stmt, _taker, _first in absorbed}
+        self.comments_before: dict[int, list[cst.EmptyLine]] = defaultdict(list)
         self.comments: dict[int, list[cst.EmptyLine]] = defaultdict(list)
-        for stmt, taker in absorbed:
-            self.comments[id(taker)] += stmt.leading_lines
+        for stmt, taker, first in absorbed:
+            (self.comments_before if first else self.comments)[id(taker)] += stmt.leading_lines
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
         if id(original_node) in self.removed:
@@ -154,9 +155,12 @@ class _ApplyEdits(cst.CSTTransformer):
             node = cst.parse_expression(replacements[0])
             if not node.lpar and not isinstance(node, ATOMS):  # ast's range excludes the parentheses
                 node = node.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
-        elif replacements:
-            comments = [*node.leading_lines, *self.comments[id(original_node)]]
-            node = cst.parse_statement(replacements[0]).with_changes(leading_lines=comments)
+        elif not isinstance(node, cst.BaseExpression):
+            key = id(original_node)
+            comments = [*self.comments_before[key], *node.leading_lines, *self.comments[key]]
+            if replacements:
+                node = cst.parse_statement(replacements[0])
+            node = node.with_changes(leading_lines=comments)
         groups = [[cst.parse_statement(text) for text in e.before] for e in edits if e.before]
         if not groups:
             return node
@@ -187,7 +191,8 @@ def apply_edits(source: Source, edits: Sequence[Edit]) -> str:
         segment = _parse(source, holders[key], key[1])
         anchors = [e.node for e in piece_edits] + [s for e in piece_edits for s in e.absorb]
         nodes = _locate(source, segment, anchors)
-        absorbed = [(nodes[id(stmt)], nodes[id(e.node)]) for e in piece_edits for stmt in e.absorb]
+        absorbed = [(nodes[id(stmt)], nodes[id(e.node)], stmt.lineno < e.node.lineno)
+                    for e in piece_edits for stmt in e.absorb]
         transformer = _ApplyEdits([(e, nodes[id(e.node)]) for e in piece_edits], absorbed)
         replacements[segment.start, segment.end] = segment.text(segment.module.visit(transformer))
     lines = list(source.lines)

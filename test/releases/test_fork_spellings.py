@@ -9,11 +9,13 @@ original. A form no rule proves equal is refused unless the maintainer keeps it 
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
 
 from sglang_draft_layout import cli, engine
+from sglang_draft_layout.layout_patterns import inline_draft_layout
 from sglang_draft_layout.rules.base import State
 from sglang_draft_layout.target import resolve
 from support import fork_edits
@@ -55,7 +57,42 @@ FORKS = {
                            "        out_cache_loc = per_step_draft_out_cache_loc(\n"
                            "            out_cache_loc,\n            forward_batch.batch_size,\n            topk,\n"
                            "            steps,\n        )\n"]),
+    # the 3-d view bound to a local and permuted through it: the helper where the split was, the local gone
+    "worker-bound-view": (State.TO_PATCH, "draft-forward:EagleDraftWorker",
+                          ["            topk_index = self.hot_token_id[topk_index]\n\n"
+                           "        out_cache_loc = per_step_draft_out_cache_loc(\n"
+                           "            out_cache_loc,\n            forward_batch.batch_size,\n            self.topk,\n"
+                           "            self.speculative_num_steps,\n        )\n"]),
+    "worker-bound-view-locals": (State.TO_PATCH, "draft-forward:EagleDraftWorker",
+                                 ["        steps = self.speculative_num_steps\n"
+                                  "        step_out_cache_loc = per_step_draft_out_cache_loc(\n"
+                                  "            out_cache_loc,\n            forward_batch.batch_size,\n            topk,\n"
+                                  "            steps,\n        )\n",
+                                  "forward_batch.out_cache_loc = step_out_cache_loc[i]\n"]),
+    "dsv4-bound-view": (State.TO_PATCH, SITE, ["                steps = self.speculative_num_steps\n"
+                                               "                out_cache_loc = per_step_draft_out_cache_loc(\n"
+                                               "                    out_cache_loc,\n                    bs,\n"
+                                               "                    self.topk,\n"
+                                               "                    steps,\n"
+                                               "                )[self.speculative_step_id]\n"]),
+    # two splits in one method: every one rewritten in one apply
+    "worker-two-splits": (State.TO_PATCH, "draft-forward:EagleDraftWorker",
+                          ["        if self.topk == 1:\n            out_cache_loc = per_step_draft_out_cache_loc(\n",
+                           "        else:\n            out_cache_loc = per_step_draft_out_cache_loc(\n"]),
+    "dsv4-two-splits": (State.TO_PATCH, SITE,
+                        ["            if self.topk > 1 and self.speculative_num_steps > 1:\n"
+                         "                out_cache_loc = per_step_draft_out_cache_loc(\n",
+                         "            elif self.speculative_num_steps > 1:\n"
+                         "                out_cache_loc = per_step_draft_out_cache_loc(\n"]),
 }
+
+
+def hand_splits(root: Path) -> list[tuple[str, str, str, int]]:
+    """(file, class, method, line) of every per-step out_cache_loc split still written by hand."""
+    return [(relative, cls, method, line)
+            for relative in (DSV4, fork_edits.WORKER_V2)
+            for cls, method, line, what in inline_draft_layout(ast.parse((root / "sglang" / relative).read_text()))
+            if what.startswith("per-step out_cache_loc")]
 
 
 @pytest.mark.parametrize("fork", FORKS)
@@ -77,6 +114,7 @@ def test_forks_own_split_is_patched_to_upstreams_form(scratch, pristine, fork, c
     assert after[SITE].state is (State.BY_CALLER if site_state is State.BY_CALLER else State.PATCHED)
     assert {f.state for rule, f in after.items() if rule != SITE} == {State.PATCHED}
     assert cli.main(["check", str(root)]) == 0
+    assert hand_splits(root) == []
     text = (root / "sglang" / DSV4).read_text() + (root / "sglang" / fork_edits.WORKER_V2).read_text()
     for snippet in kept:
         assert snippet in text
@@ -110,6 +148,21 @@ def test_a_path_patched_twice_is_refused(scratch, capsys):
     assert "DeepseekV4AttnBackend.init_forward_metadata" in error and "splits the per-step out_cache_loc twice" in error
     assert "in its caller DeepseekV4MultiStepBackend.init_forward_metadata" in error
     assert cli.main(["apply", str(root)]) == 2
+    assert tree_digest(root) == before
+
+
+def test_a_bound_view_read_again_is_refused_and_nothing_written(scratch, capsys):
+    """The 3-d view ``rows`` is read again after its split: dropping it would break that read, so no guess."""
+    root = scratch("0.5.12")
+    fork_edits.worker_bound_view_read_again(root)
+    before = tree_digest(root)
+    capsys.readouterr()
+    assert cli.main(["apply", str(root)]) == 2
+    [error] = capsys.readouterr().err.splitlines()
+    path = root / "sglang" / fork_edits.WORKER_V2
+    line = path.read_text().splitlines().index("        first_branch_slots = rows[:, 0]") + 1
+    assert f"EagleDraftWorker.draft_forward: per-step out_cache_loc: the 3-d view `rows` of its split is also read at line {line}" \
+        in error and error.endswith("; nothing written")
     assert tree_digest(root) == before
 
 

@@ -6,7 +6,8 @@ backend copied into a new file under a new name, (b) a subclass overriding
 init_cuda_graph_state with 0.5.12's width, (c) a form no rule knows, (d) a class that
 delegates per step, (e) a patched tree whose width local is reverted to 0.5.12's product,
 (f) the DeepSeek-V4 pair copied under new names: never split per step (refused unless kept),
-split in the caller (patched once), split in both (refused).
+split in the caller (patched once; also spelt through a bound 3-d view and movedim), split in both
+(refused).
 """
 
 from __future__ import annotations
@@ -195,9 +196,23 @@ V4_FILE = "srt/layers/attention/fork_v4_backend.py"
 V4_RENAMES = {"DeepseekV4AttnBackend": "ForkV4AttnBackend", "DeepseekV4MultiStepBackend": "ForkV4MultiStepBackend"}
 
 
-def copied_v4_pair(root: Path, caller_split: bool) -> str:
+#: the caller's split (fork_edits.CALLER_SPLIT) through a bound 3-d view and movedim: no `permute` in the class
+CALLER_SPLIT_BOUND_VIEW = ("""\
+        return (
+            out_cache_loc.reshape(num_reqs, topk, steps)
+            .permute(2, 0, 1)
+            .reshape(steps, -1)
+        )
+""", """\
+        rows = out_cache_loc.reshape(num_reqs, topk, steps)
+        return rows.movedim(-1, 0).flatten(1)
+""")
+
+
+def copied_v4_pair(root: Path, caller_split: bool, bound_view: bool = False) -> str:
     """deepseek_v4_backend.py's imports and its two backends, renamed, as a fork's new file
-    (``caller_split``: the multi-step backend splitting per step itself, test/support/fork_edits.py)."""
+    (``caller_split``: the multi-step backend splitting per step itself, test/support/fork_edits.py;
+    ``bound_view``: that split spelt through a bound 3-d view)."""
     from support import fork_edits
 
     text = (root / DSV4).read_text()
@@ -206,6 +221,9 @@ def copied_v4_pair(root: Path, caller_split: bool) -> str:
     if caller_split:
         assert body.count(fork_edits.DSV4_MULTI_STEP) == 1
         body = body.replace(fork_edits.DSV4_MULTI_STEP, fork_edits.CALLER_SPLIT)
+    if bound_view:
+        assert body.count(CALLER_SPLIT_BOUND_VIEW[0]) == 1
+        body = body.replace(*CALLER_SPLIT_BOUND_VIEW)
     for old, new in V4_RENAMES.items():
         body = body.replace(old, new)
     return header + body.rstrip("\n") + "\n"
@@ -235,10 +253,11 @@ def test_copied_v4_pair_that_never_splits_is_refused_unless_kept(scratch, capsys
     assert "kept by the fork" in capsys.readouterr().out
 
 
-def test_copied_v4_pair_splitting_in_the_caller_is_patched_once(scratch, capsys):
+@pytest.mark.parametrize("bound_view", [False, True], ids=["permute chain", "bound view, movedim"])
+def test_copied_v4_pair_splitting_in_the_caller_is_patched_once(scratch, capsys, bound_view):
     root = scratch("0.5.12")
     fork = root / "sglang" / V4_FILE
-    fork.write_text(copied_v4_pair(root, caller_split=True))
+    fork.write_text(copied_v4_pair(root, caller_split=True, bound_view=bound_view))
     forked = fork.read_text()
     assert_as_clean_as(forked, forked)
     assert cli.main(["check", "--no-tests", "--format", "json", str(root)]) == 1
@@ -251,6 +270,8 @@ def test_copied_v4_pair_splitting_in_the_caller_is_patched_once(scratch, capsys)
     assert cli.main(["check", "--no-tests", str(root)]) == 0
     after = fork.read_text()
     assert after.count("per_step_draft_out_cache_loc(") == 1
+    assert "        return per_step_draft_out_cache_loc(\n            out_cache_loc,\n            num_reqs,\n" in after
+    assert ".movedim(" not in after and "rows = " not in after
     assert_as_clean_as(forked, after)
 
 

@@ -3,7 +3,8 @@
 Each edit changes the release's own lines the way a fork did (see SPEC, "A real fork's own
 fix of a site"): DeepSeek-V4's per-step out_cache_loc split by a method of the fork's own,
 in the per-step backend or in the multi-step backend that calls it, and the EAGLE worker's
-split in other spellings. The edited files stay black/isort-clean. Standard library only, so
+split in other spellings; splits through a 3-d view bound to a local, and methods splitting in
+two branches. The edited files stay black/isort-clean. Standard library only, so
 that the same fork can be built anywhere the release is installed:
 
     python test/support/fork_edits.py dsv4-caller-split DEST
@@ -146,11 +147,104 @@ def worker_transposes(tree: Path) -> None:
     ))
 
 
+def worker_bound_view(tree: Path) -> None:
+    """EagleDraftWorker.draft_forward: the 3-d view bound to ``rows``, permuted through it."""
+    edit(tree, WORKER_V2, WORKER_SPLIT, (
+        "        rows = out_cache_loc.reshape(\n"
+        "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+        "        )\n"
+        "        out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n"
+    ))
+
+
+def worker_bound_view_locals(tree: Path) -> None:
+    """EagleDraftWorker.draft_forward: locals for topk and steps, the 3-d view and the steps-first rows
+    each named apart from the buffer."""
+    edit(tree, WORKER_V2, WORKER_SPLIT, (
+        "        topk = self.topk\n"
+        "        steps = self.speculative_num_steps\n"
+        "        slots = out_cache_loc.view(forward_batch.batch_size, topk, steps)\n"
+        "        step_out_cache_loc = slots.movedim(-1, 0).flatten(1)\n"
+    ))
+    edit(tree, WORKER_V2, "forward_batch.out_cache_loc = out_cache_loc[i]\n",
+         "forward_batch.out_cache_loc = step_out_cache_loc[i]\n")
+
+
+def worker_bound_view_read_again(tree: Path) -> None:
+    """EagleDraftWorker.draft_forward: the bound 3-d view is read again after its split (each request's
+    first branch)."""
+    worker_bound_view(tree)
+    moved = "        out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n"
+    edit(tree, WORKER_V2, moved, moved + "        first_branch_slots = rows[:, 0]\n")
+
+
+def dsv4_bound_view(tree: Path) -> None:
+    """DeepseekV4AttnBackend splits in the decode branch through a bound 3-d view ``rows`` (steps a local:
+    black breaks the line inside the step's subscript)."""
+    split = (
+        "        if forward_batch.forward_mode.is_decode_or_idle():\n"
+        "            out_cache_loc = forward_batch.out_cache_loc\n"
+        "            if self.topk > 0 and self.speculative_num_steps > 1:\n"
+        "                bs = forward_batch.batch_size\n"
+        "                steps = self.speculative_num_steps\n"
+        "                rows = out_cache_loc.reshape(bs, self.topk, steps)\n"
+        "                out_cache_loc = rows.permute(2, 0, 1).reshape(steps, -1)[\n"
+        "                    self.speculative_step_id\n"
+        "                ]\n"
+    )
+    edit(tree, DSV4, DSV4_DECODE, _decode_passing("out_cache_loc").replace(DSV4_DECODE.splitlines(True)[0], split))
+
+
+def worker_two_splits(tree: Path) -> None:
+    """EagleDraftWorker.draft_forward splits in two branches: one expression for topk 1, the release's
+    two statements otherwise."""
+    edit(tree, WORKER_V2, WORKER_SPLIT, (
+        "        if self.topk == 1:\n"
+        "            out_cache_loc = (\n"
+        "                out_cache_loc.view(\n"
+        "                    forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+        "                )\n"
+        "                .movedim(-1, 0)\n"
+        "                .flatten(1)\n"
+        "            )\n"
+        "        else:\n"
+        + "".join("    " + line for line in WORKER_SPLIT.splitlines(True))
+    ))
+
+
+def dsv4_two_splits(tree: Path) -> None:
+    """DeepseekV4AttnBackend splits in two branches of the decode branch, each its own spelling."""
+    split = (
+        "        if forward_batch.forward_mode.is_decode_or_idle():\n"
+        "            out_cache_loc = forward_batch.out_cache_loc\n"
+        "            bs = forward_batch.batch_size\n"
+        "            if self.topk > 1 and self.speculative_num_steps > 1:\n"
+        "                out_cache_loc = (\n"
+        "                    out_cache_loc.reshape(bs, self.topk, self.speculative_num_steps)\n"
+        "                    .permute(2, 0, 1)\n"
+        "                    .reshape(self.speculative_num_steps, -1)[self.speculative_step_id]\n"
+        "                )\n"
+        "            elif self.speculative_num_steps > 1:\n"
+        "                out_cache_loc = (\n"
+        "                    out_cache_loc.view(bs, self.topk, self.speculative_num_steps)\n"
+        "                    .movedim(-1, 0)\n"
+        "                    .flatten(1)[self.speculative_step_id]\n"
+        "                )\n"
+    )
+    edit(tree, DSV4, DSV4_DECODE, _decode_passing("out_cache_loc").replace(DSV4_DECODE.splitlines(True)[0], split))
+
+
 FORKS: Dict[str, Callable[[Path], None]] = {
     "dsv4-own-method": dsv4_own_method,
     "dsv4-inline-movedim": dsv4_inline_movedim,
     "dsv4-caller-split": dsv4_caller_split,
     "worker-transposes": worker_transposes,
+    "worker-bound-view": worker_bound_view,
+    "worker-bound-view-locals": worker_bound_view_locals,
+    "worker-bound-view-read-again": worker_bound_view_read_again,
+    "dsv4-bound-view": dsv4_bound_view,
+    "worker-two-splits": worker_two_splits,
+    "dsv4-two-splits": dsv4_two_splits,
 }
 
 

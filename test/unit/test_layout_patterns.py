@@ -10,7 +10,7 @@ import pytest
 
 from sglang_draft_layout.layout_patterns import (
     CAPACITY, LAUNCH, OUT_CACHE_LOC, ROWS, STEP_LENGTH, draft_layout_classes, draft_layout_forms, has_keep_pragma,
-    inline_draft_layout, nodes_of, out_cache_loc_layouts, split_path_problems, split_paths,
+    inline_draft_layout, nodes_of, out_cache_loc_layouts, split_path_problems, split_paths, view_reads,
 )
 from sglang_draft_layout.rules.base import Source
 from sglang_draft_layout.rules.structural_guard import may_hold_draft_layout
@@ -124,6 +124,12 @@ SPELLINGS = {
     "transpose then swapaxes": f"{SPLIT}.transpose(0, 2).swapaxes(1, 2).reshape(self.speculative_num_steps, -1)",
     "returned": f"return {SPLIT[4:]}.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
     "a keyword argument": f"f(loc={SPLIT[4:]}.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)[i])",
+    "3-d view bound to a local": "r = o.view(n, self.topk, self.speculative_num_steps)\n"
+                                 "x = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
+    "bound view, topk and steps locals, movedim": "topk = self.topk\nsteps = self.speculative_num_steps\n"
+                                                  "rows = o.reshape(n, topk, steps)\nx = rows.movedim(-1, 0).flatten(1)",
+    "bound view, returned subscripted": "rows = o.view(n, self.topk, self.speculative_num_steps)\n"
+                                        "return rows.transpose(1, 2).transpose(0, 1).flatten(1)[i]",
 }
 NOT_THE_LAYOUT = {
     "one transpose": f"{SPLIT}.transpose(0, 2).reshape(self.speculative_num_steps, -1)",
@@ -139,6 +145,10 @@ NOT_THE_LAYOUT = {
     "topk a parameter": "x = o.view(n, max_bs, self.speculative_num_steps).permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
     "flatten(0)": f"{SPLIT}.permute(2, 0, 1).flatten(0)",
     "permute by a variable": f"{SPLIT}.permute(*order).reshape(self.speculative_num_steps, -1)",
+    "bound view, a statement between": "r = o.view(n, self.topk, self.speculative_num_steps)\ny = 1\n"
+                                       "x = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
+    "bound view, moved in a nested block": "r = o.view(n, self.topk, self.speculative_num_steps)\nif n:\n"
+                                           "    x = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
 }
 
 
@@ -153,6 +163,32 @@ def test_a_forks_spelling_is_the_per_step_split(body):
 @pytest.mark.parametrize("body", NOT_THE_LAYOUT.values(), ids=NOT_THE_LAYOUT.keys())
 def test_another_layout_is_not_the_per_step_split(body):
     assert out_cache_loc_layouts(method(body)) == []
+
+
+BOUND = "r = o.view(n, self.topk, self.speculative_num_steps)\n"
+MOVED = "r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)"
+VIEW_READS = {  # the body, the lines (the def is line 1) reading the bound 3-d view besides its split
+    "read after its split": (f"{BOUND}x = {MOVED}\ny = r[:, 0]", [4]),
+    "read beside its split": (f"{BOUND}x = f({MOVED}, r)", [3]),
+    "deleted after its split": (f"{BOUND}x = {MOVED}\ndel r", [4]),
+    "rebound by its split": (f"{BOUND}r = {MOVED}[i]\nreturn r", []),
+    "its name read before it is bound": (f"r = o\nz = r.sum()\n{BOUND.replace('o.view', 'r.view')}x = {MOVED}", []),
+    "read before it in a loop": ("for i in n:\n    z = r[0]\n" + textwrap.indent(f"{BOUND}x = {MOVED}", "    "), [3]),
+}
+
+
+@pytest.mark.parametrize("body, lines", VIEW_READS.values(), ids=VIEW_READS.keys())
+def test_the_other_reads_of_a_bound_view(body, lines):
+    func = method(body)
+    [split] = out_cache_loc_layouts(func)
+    assert split.view is not None and ast.unparse(split.view).startswith("r = ")
+    assert (split.statements, ast.unparse(split.node)) == ([], MOVED)
+    assert [name.lineno for name in view_reads(func, split)] == lines
+
+
+def test_the_two_statement_form_has_no_bound_view():
+    [split] = out_cache_loc_layouts(method(FORMS["out_cache_loc"][0]))
+    assert split.view is None and len(split.statements) == 2
 
 
 def test_split_inside_a_forks_method_is_reported_inline():

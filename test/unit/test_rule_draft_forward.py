@@ -188,8 +188,9 @@ REFUSED = {
     "rows last": (
         "        out_cache_loc = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
         "        out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(-1, self.speculative_num_steps)\n"),
-    "two different names": (
+    "bound view, a statement between": (
         "        tmp = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
+        "        scores = None\n"
         "        out_cache_loc = tmp.permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)\n"),
     "statement in between": (
         "        out_cache_loc = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
@@ -280,6 +281,44 @@ FORK_SPELLINGS = {
         "        steps = self.speculative_num_steps\n"
         + helper_call().replace("self.topk,", "topk,").replace("self.speculative_num_steps,", "steps,"),
     ),
+    "3-d view bound to another name": (
+        "        tmp = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
+        "        out_cache_loc = tmp.permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)\n",
+        helper_call(),
+    ),
+    "bound view, three names, topk and steps locals": (
+        "        topk = self.topk\n"
+        "        steps = self.speculative_num_steps\n"
+        "        # [bs, topk, steps]\n"
+        "        slots = out_cache_loc.view(forward_batch.batch_size, topk, steps)\n"
+        "        # steps first\n"
+        "        step_slots = slots.movedim(-1, 0).flatten(1)\n",
+        "        topk = self.topk\n"
+        "        steps = self.speculative_num_steps\n"
+        "        # [bs, topk, steps]\n"
+        "        # steps first\n"
+        + helper_call(target="step_slots").replace("self.topk,", "topk,").replace("self.speculative_num_steps,", "steps,"),
+    ),
+    "bound view moved inside a call": (
+        "        # [bs, topk, steps]\n"
+        "        rows = out_cache_loc.view(\n"
+        "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+        "        )\n"
+        "        self.use(\n"
+        "            rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1),\n"
+        "            1,\n"
+        "        )\n",
+        "        # [bs, topk, steps]\n"
+        "        self.use(\n"
+        "            per_step_draft_out_cache_loc(\n"
+        "                out_cache_loc,\n"
+        "                forward_batch.batch_size,\n"
+        "                self.topk,\n"
+        "                self.speculative_num_steps,\n"
+        "            ),\n"
+        "            1,\n"
+        "        )\n",
+    ),
     "movedim in a subscripted chain, width a local": (
         "        step_width = self.topk * forward_batch.batch_size\n"
         "        first = (\n"
@@ -320,3 +359,69 @@ def test_a_split_inside_a_call_is_rewritten_in_place(sglang_tree):
     sglang_tree.write(WORKER_V2, worker_module(CLS, _draft_forward(before)))
     sglang_tree.apply([RULE])
     assert sglang_tree.read(WORKER_V2) == worker_module(CLS, _draft_forward(after), header=HEADER_AFTER)
+
+
+def test_a_bound_view_read_again_is_refused(sglang_tree):
+    layout = ("        rows = out_cache_loc.view(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
+              "        out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n"
+              "        first = rows[:, 0]\n")
+    text = worker_module(CLS, OTHER, _draft_forward(layout))
+    sglang_tree.write(WORKER_V2, text)
+    write_bystanders(sglang_tree, besides=WORKER_V2)
+    detail = (f"the 3-d view `rows` of its split is also read at line {line_of(text, 'first = rows[:, 0]')}: "
+              "rewriting the split would remove it")
+    [finding] = sglang_tree.plan([RULE]).findings
+    assert (finding.state, finding.detail) == (State.UNRECOGNISED, detail)
+    assert_refused(sglang_tree, WORKER_V2, line_of(text, "rows = out_cache_loc.view("), SCOPE, "per-step out_cache_loc",
+                   detail)
+
+
+TWO_SPLITS = ("        if self.topk == 1:\n"
+              "            out_cache_loc = (\n"
+              "                out_cache_loc.view(\n"
+              "                    forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+              "                )\n"
+              "                .movedim(-1, 0)\n"
+              "                .flatten(1)\n"
+              "            )\n"
+              "        else:\n"
+              "            out_cache_loc = out_cache_loc.reshape(\n"
+              "                forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+              "            )\n"
+              "            out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(\n"
+              "                self.speculative_num_steps, -1\n"
+              "            )\n")
+TWO_SPLITS_AFTER = ("        if self.topk == 1:\n" + helper_call(pad="            ")
+                    + "        else:\n" + helper_call(pad="            "))
+
+
+def test_every_split_of_the_method_is_rewritten_in_one_apply(sglang_tree):
+    text = worker_module(CLS, _draft_forward(TWO_SPLITS))
+    sglang_tree.write(WORKER_V2, text)
+    [finding] = sglang_tree.apply([RULE]).findings
+    assert (finding.state, finding.line) == (State.TO_PATCH, line_of(text, "out_cache_loc.view("))
+    assert sglang_tree.read(WORKER_V2) == worker_module(CLS, _draft_forward(TWO_SPLITS_AFTER), header=HEADER_AFTER)
+    sglang_tree.assert_idempotent([RULE])
+
+
+def test_a_split_left_beside_the_helper_is_still_to_patch(sglang_tree):
+    """A method half patched (its first split only, as version 0.3.0 of this tool left it) is not patched."""
+    half = TWO_SPLITS.replace(TWO_SPLITS.split("        else:\n")[0], "        if self.topk == 1:\n" + helper_call(pad="            "))
+    text = worker_module(CLS, _draft_forward(half), header=HEADER_AFTER)
+    sglang_tree.write(WORKER_V2, text)
+    [finding] = sglang_tree.apply([RULE]).findings
+    assert (finding.state, finding.line) == (State.TO_PATCH, line_of(text, "out_cache_loc = out_cache_loc.reshape("))
+    assert sglang_tree.read(WORKER_V2) == worker_module(CLS, _draft_forward(TWO_SPLITS_AFTER), header=HEADER_AFTER)
+
+
+def test_two_splits_in_one_statement_are_refused(sglang_tree):
+    split = "out_cache_loc.view(forward_batch.batch_size, self.topk, self.speculative_num_steps).movedim(-1, 0).flatten(1)"
+    layout = f"        out_cache_loc = self.pick({split}, {split.replace('view', 'reshape')})\n"
+    text = worker_module(CLS, _draft_forward(layout))
+    sglang_tree.write(WORKER_V2, text)
+    plan = sglang_tree.plan([RULE])
+    [finding] = plan.findings
+    line = line_of(text, "out_cache_loc = self.pick(")
+    assert (finding.state, finding.line, finding.detail) == (
+        State.UNRECOGNISED, line, f"two per-step out_cache_loc splits in one statement (line {line}): rewrite them by hand")
+    assert plan.changes == ()

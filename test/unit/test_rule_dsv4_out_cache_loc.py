@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import black
 import pytest
 
 from rule_test_support import DSV4, assert_refused, keep_hint, line_of, method_source, rule, write_bystanders
@@ -344,6 +345,109 @@ def test_an_unproven_first_split_is_left_and_the_proven_one_rewritten(sglang_tre
     after = sglang_tree.read(DSV4)
     assert ".movedim(-1, 0)[self.speculative_step_id].flatten()" in after
     assert "step_loc = per_step_draft_out_cache_loc(\n" in after and ".transpose(" not in after
+    sglang_tree.assert_idempotent([RULE])
+
+
+#: the decode branch splits in two branches, each in its own spelling
+TWO_SPLITS = BEFORE.replace("""\
+            metadata = self.init_forward_metadata_decode(
+                max_seq_len=max_seq_len,
+                seq_lens=forward_batch.seq_lens,
+                out_cache_loc=forward_batch.out_cache_loc,
+            )
+""", """\
+            out_cache_loc = forward_batch.out_cache_loc
+            bs = forward_batch.batch_size
+            if self.topk > 1 and self.speculative_num_steps > 1:
+                out_cache_loc = (
+                    out_cache_loc.reshape(bs, self.topk, self.speculative_num_steps)
+                    .permute(2, 0, 1)
+                    .reshape(self.speculative_num_steps, -1)[self.speculative_step_id]
+                )
+            elif self.speculative_num_steps > 1:
+                rows = out_cache_loc.view(bs, self.topk, self.speculative_num_steps)
+                out_cache_loc = rows.movedim(-1, 0).flatten(1)[self.speculative_step_id]
+            metadata = self.init_forward_metadata_decode(
+                max_seq_len=max_seq_len,
+                seq_lens=forward_batch.seq_lens,
+                out_cache_loc=out_cache_loc,
+            )
+""")
+FIRST_SPLIT = """\
+                out_cache_loc = (
+                    out_cache_loc.reshape(bs, self.topk, self.speculative_num_steps)
+                    .permute(2, 0, 1)
+                    .reshape(self.speculative_num_steps, -1)[self.speculative_step_id]
+                )
+"""
+SECOND_SPLIT = """\
+                rows = out_cache_loc.view(bs, self.topk, self.speculative_num_steps)
+                out_cache_loc = rows.movedim(-1, 0).flatten(1)[self.speculative_step_id]
+"""
+HELPER_SPLIT = """\
+                out_cache_loc = per_step_draft_out_cache_loc(
+                    out_cache_loc,
+                    bs,
+                    self.topk,
+                    self.speculative_num_steps,
+                )[self.speculative_step_id]
+"""
+TWO_SPLITS_AFTER = TWO_SPLITS.replace(FIRST_SPLIT, HELPER_SPLIT).replace(SECOND_SPLIT, HELPER_SPLIT)
+
+
+def test_every_split_feeding_the_site_is_rewritten_in_one_apply(sglang_tree):
+    """Two branches, the second through a bound 3-d view: both get the helper, the view's local goes."""
+    text = dsv4_module(INIT, TWO_SPLITS, DECODE)
+    sglang_tree.write(DSV4, text)
+    [finding] = sglang_tree.apply([RULE]).findings
+    assert (finding.state, finding.line) == (
+        State.TO_PATCH, line_of(text, "out_cache_loc.reshape(bs, self.topk, self.speculative_num_steps)"))
+    assert sglang_tree.read(DSV4) == dsv4_module(INIT, TWO_SPLITS_AFTER, DECODE, header=HEADER_AFTER)
+    assert [f.state for f in sglang_tree.plan([RULE]).findings] == [State.PATCHED]
+    sglang_tree.assert_idempotent([RULE])
+
+
+def test_a_split_left_beside_the_helper_is_still_to_patch(sglang_tree):
+    """The first split rewritten, the second not (as version 0.3.0 of this tool left it): still to patch."""
+    text = dsv4_module(INIT, TWO_SPLITS.replace(FIRST_SPLIT, HELPER_SPLIT), DECODE, header=HEADER_AFTER)
+    sglang_tree.write(DSV4, text)
+    [finding] = sglang_tree.apply([RULE]).findings
+    assert (finding.state, finding.line) == (State.TO_PATCH, line_of(text, "rows = out_cache_loc.view("))
+    assert sglang_tree.read(DSV4) == dsv4_module(INIT, TWO_SPLITS_AFTER, DECODE, header=HEADER_AFTER)
+
+
+#: the bound view's move short enough for black to break inside the subscript instead
+SUBSCRIPT_BROKEN = """\
+            out_cache_loc = forward_batch.out_cache_loc
+            if self.topk > 0 and self.speculative_num_steps > 1:
+                steps = self.speculative_num_steps
+                rows = out_cache_loc.view(forward_batch.batch_size, self.topk, steps)
+                out_cache_loc = rows.permute(2, 0, 1).reshape(steps, -1)[
+                    self.speculative_step_id
+                ]
+"""
+SUBSCRIPT_JOINED = """\
+            out_cache_loc = forward_batch.out_cache_loc
+            if self.topk > 0 and self.speculative_num_steps > 1:
+                steps = self.speculative_num_steps
+                out_cache_loc = per_step_draft_out_cache_loc(
+                    out_cache_loc,
+                    forward_batch.batch_size,
+                    self.topk,
+                    steps,
+                )[self.speculative_step_id]
+"""
+
+
+def test_a_subscript_black_broke_is_joined_after_the_helper_call(sglang_tree):
+    before = TWO_SPLITS.replace(TWO_SPLITS[TWO_SPLITS.index("            out_cache_loc = forward_batch"):
+                                           TWO_SPLITS.index("            metadata = ")], SUBSCRIPT_BROKEN)
+    after = before.replace(SUBSCRIPT_BROKEN, SUBSCRIPT_JOINED)
+    for method in (before, after):  # both as black writes them
+        assert black.format_str("class A:\n" + method, mode=black.Mode()) == "class A:\n" + method
+    sglang_tree.write(DSV4, dsv4_module(INIT, before, DECODE))
+    assert sglang_tree.apply([RULE]).findings[0].state is State.TO_PATCH
+    assert sglang_tree.read(DSV4) == dsv4_module(INIT, after, DECODE, header=HEADER_AFTER)
     sglang_tree.assert_idempotent([RULE])
 
 

@@ -39,8 +39,9 @@ class Edit:
     """A change at one ast node of the file.
 
     ``replace`` is the node's new source: an expression for an expression node, a
-    statement (dedented) for a statement; the statement keeps the comments above it,
-    and takes over those of the statements in ``absorb``, which are removed.
+    statement (dedented) for a statement; the statement (replaced or not) keeps the
+    comments above it, and takes over those of the statements in ``absorb``, which are
+    removed (their comments in source order around its own).
     ``before`` are statements (dedented source) inserted ahead of the statement
     ``node``; they take over its leading comments and blank lines, unless
     ``keep_comments`` (a top-level definition keeps the comment above it).

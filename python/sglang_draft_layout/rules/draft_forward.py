@@ -11,6 +11,10 @@ Invariant: the worker writes step i's KV to the same slots that DeepSeek-V4 bake
 its metadata, because both read the layout off one helper, which also checks the
 buffer's length.
 
+A fork's own spelling (any ``layout_patterns.out_cache_loc_layouts`` proves equal, a 3-d view
+bound to a local included) is rewritten where it is, every split of the method in one apply;
+a bound view read elsewhere, or two splits in one statement, are refused.
+
 Not affected: the step-major split of SGLang 0.4.6.post5 and 0.4.7,
 ``x = x.view(bs, -1)`` then ``x[:, self.topk * i : self.topk * (i + 1)]`` (a
 ``[bs, steps, topk]`` layout, not the helper's ``[bs, topk, steps]``): the tree's own
@@ -20,10 +24,12 @@ layout, left as it is (rewriting it with the helper would move every draft slot)
 from __future__ import annotations
 
 import ast
+import re
 from typing import Optional
 
 from ..layout_patterns import (
-    PER_STEP_HELPER, Split, factors, helper_calls, is_self_attr, nodes_of, out_cache_loc_layouts,
+    PER_STEP_HELPER, Split, factors, helper_calls, holding_statement, is_self_attr, nodes_of, out_cache_loc_layouts,
+    view_reads,
 )
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State, locate_method
 
@@ -43,31 +49,59 @@ def _indent(line: str) -> str:
     return line[: len(line) - len(line.lstrip())]
 
 
-def helper_edit(source: Source, method: ast.AST, split: Split) -> Edit:
-    """The edit that computes ``split`` with the helper, keeping the fork's own expressions.
+def helper_edit(source: Source, method: ast.AST, split: Split) -> list[Edit]:
+    """The edits that compute ``split`` with the helper, keeping the fork's own expressions.
 
     Two statements become one ``x = per_step_draft_out_cache_loc(...)``; a split inside
-    an expression becomes the helper call there. The call is exploded one argument per
+    an expression becomes the helper call there, and a 3-d view bound for it right before
+    (``Split.view``) goes, its comments kept. The call is exploded one argument per
     line (black keeps it so: magic trailing comma), indented from the line it starts on.
     """
     texts = {name: source.text(getattr(split, name)) for name in ("buffer", "batch_size", "topk", "num_steps")}
     if split.statements:
         target = split.statements[0].targets[0].id  # type: ignore[attr-defined]
         new = f"{target} = " + CALL.format(pad="", **texts) + "\n"
-        return Edit(split.statements[0], replace=new, absorb=tuple(split.statements[1:]))
-    holder = _holding_statement(method, split.node)
+        return [Edit(split.statements[0], replace=new, absorb=tuple(split.statements[1:]))]
+    holder = holding_statement(method, split.node)
+    edit = _statement_anew(source, holder, split, texts)
+    if edit is not None and split.view is not None:  # written in place of the view, which comes first
+        return [Edit(split.view, replace=edit.replace, absorb=(holder,))]
+    if edit is not None:
+        return [edit]
+    pad = _indent(source.lines[split.node.lineno - 1])[len(_indent(source.lines[holder.lineno - 1])):]
+    in_place = Edit(split.node, replace=CALL.format(pad=pad, **texts))
+    return [in_place] if split.view is None else [in_place, Edit(holder, absorb=(split.view,))]
+
+
+def _statement_anew(source: Source, holder: ast.stmt, split: Split, texts: dict[str, str]) -> Optional[Edit]:
+    """``x = <...>`` or ``return <...>`` holding the split on the lines of its value: the statement anew
+    with the helper call, parentheses around its value dropped (None for any other statement)."""
     head = "return " if isinstance(holder, ast.Return) else ""
     if isinstance(holder, ast.Assign) and len(holder.targets) == 1 and isinstance(holder.targets[0], ast.Name):
         head = f"{holder.targets[0].id} = "
-    if head and holder.value is not None:  # the statement anew, parentheses around its value dropped
-        value = source.text(holder.value)
-        start = len(source.text(_span(holder.value, split.node, end=False)))
-        end = len(value) - len(source.text(_span(holder.value, split.node, end=True)))
-        before, after = value[:start], value[end:]
-        if "\n" not in before + after:
-            return Edit(holder, replace=head + before + CALL.format(pad="", **texts) + after + "\n")
-    pad = _indent(source.lines[split.node.lineno - 1])[len(_indent(source.lines[holder.lineno - 1])):]
-    return Edit(split.node, replace=CALL.format(pad=pad, **texts))
+    if not head or holder.value is None:
+        return None
+    value = source.text(holder.value)
+    start = len(source.text(_span(holder.value, split.node, end=False)))
+    end = len(value) - len(source.text(_span(holder.value, split.node, end=True)))
+    before, after = value[:start], _on_one_line(value[end:])
+    if "\n" in before or after is None:
+        return None
+    return Edit(holder, replace=head + before + CALL.format(pad="", **texts) + after + "\n")
+
+
+def _on_one_line(text: str) -> Optional[str]:
+    """``text`` (what follows the split in its statement) with the line breaks black put inside its
+    brackets taken out (``[\\n    self.speculative_step_id\\n]``: black joins them once the split
+    before them is the exploded call); None when a comment, a string or a trailing comma is there."""
+    if "\n" not in text:
+        return text
+    if any(mark in text for mark in "#'\"") or re.search(r",\s*\n\s*[)\]}]", text):
+        return None
+    joined = re.sub(r"([(\[{])\s*\n\s*", r"\1", text)
+    joined = re.sub(r"\s*\n\s*([)\]}])", r"\1", joined)
+    joined = re.sub(r",\s*\n\s*", ", ", joined)
+    return None if "\n" in joined else joined
 
 
 def _span(outer: ast.expr, inner: ast.expr, end: bool) -> ast.AST:
@@ -82,12 +116,32 @@ def _span(outer: ast.expr, inner: ast.expr, end: bool) -> ast.AST:
     return node
 
 
-def _holding_statement(method: ast.AST, node: ast.AST) -> ast.stmt:
-    """The innermost statement of ``method`` holding ``node``."""
-    holders = [s for s in nodes_of(method, ast.stmt)
-               if (s.lineno, s.col_offset) <= (node.lineno, node.col_offset)
-               and (node.end_lineno, node.end_col_offset) <= (s.end_lineno, s.end_col_offset)]
-    return holders[-1]
+def split_refusal(method: ast.AST, splits: list[Split]) -> Optional[tuple[int, str]]:
+    """(line, why) when the splits of ``method`` cannot all be rewritten to the helper: a bound 3-d view
+    read again elsewhere, or two splits whose edits would meet in one statement; else None."""
+    touched: dict[int, ast.stmt] = {}
+    for split in splits:
+        reads = view_reads(method, split)
+        if reads:
+            name = split.view.targets[0].id  # type: ignore[union-attr]
+            return split.line, (f"the 3-d view `{name}` of its split is also read at line {reads[0].lineno}: "
+                                "rewriting the split would remove it")
+        statements = split.statements or [holding_statement(method, split.node)] + ([split.view] if split.view else [])
+        for stmt in statements:
+            if id(stmt) in touched:
+                return stmt.lineno, (f"two per-step out_cache_loc splits in one statement (line {stmt.lineno}): "
+                                     "rewrite them by hand")
+            touched[id(stmt)] = stmt
+    return None
+
+
+def split_finding(rule: Rule, source: Source, method: ast.AST, splits: list[Split], detail: str = "") -> Finding:
+    """Every split of ``splits`` (in ``method``) via the helper, in one finding; unrecognised when one cannot be."""
+    refusal = split_refusal(method, splits)
+    if refusal is not None:
+        return rule.report(State.UNRECOGNISED, *refusal)
+    edits = [edit for split in splits for edit in helper_edit(source, method, split)]
+    return rule.report(State.TO_PATCH, splits[0].line, detail, edits=edits, imports=[(EAGLE_UTILS, PER_STEP_HELPER)])
 
 
 def step_major_split(method: ast.FunctionDef) -> Optional[ast.Subscript]:
@@ -109,13 +163,12 @@ def _find(rule: Rule, source: Source) -> Finding:
     method = locate_method(rule, source)
     if isinstance(method, Finding):
         return method
+    splits = out_cache_loc_layouts(method)
+    if splits:  # every one of them, also beside a helper call
+        return split_finding(rule, source, method, splits)
     calls = helper_calls(method)
     if calls:
         return rule.report(State.PATCHED, calls[0].lineno)
-    for split in out_cache_loc_layouts(method):
-        first = split.statements[0] if split.statements else split.node
-        return rule.report(State.TO_PATCH, first.lineno, edits=[helper_edit(source, method, split)],
-                           imports=[(EAGLE_UTILS, PER_STEP_HELPER)])
     split = step_major_split(method)
     if split is not None:
         return rule.report(State.NOT_AFFECTED, split.lineno,

@@ -15,10 +15,11 @@ split from the flat buffer exactly once on the path multi-step backend -> per-st
 A fork's own fix is the same site: a split of its own feeding ``out_cache_loc=`` (inline,
 through a local, or in a method of the class the site calls; any spelling
 ``layout_patterns.out_cache_loc_layouts`` proves equal) is rewritten to the helper where it
-is. A caller that already hands each step its own row (``DeepseekV4MultiStepBackend.init_forward_metadata``
-setting ``forward_batch.out_cache_loc = rows[i]`` before each step's ``init_forward_metadata``)
-leaves nothing to add here (handled by the fork's caller; the structural guard rewrites the
-caller's own split to the helper); so does an EAGLE worker whose ``draft_forward`` sets each
+is, every such split in the one apply (say one per branch). A caller that already hands each
+step its own row (``DeepseekV4MultiStepBackend.init_forward_metadata`` setting
+``forward_batch.out_cache_loc = rows[i]`` before each step's ``init_forward_metadata``) leaves
+nothing to add here (handled by the fork's caller; the structural guard rewrites the caller's
+own split to the helper); so does an EAGLE worker whose ``draft_forward`` sets each
 step's row and then calls ``init_forward_metadata`` itself. A split here as well splits twice
 and is refused.
 """
@@ -33,7 +34,7 @@ from ..layout_patterns import (
     per_step_rows_set, self_called, split_paths,
 )
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State
-from .draft_forward import WORKERS, helper_edit
+from .draft_forward import WORKERS, split_finding
 
 CLASS = "DeepseekV4AttnBackend"
 #: the multi-step backend that calls each step's DeepseekV4AttnBackend.init_forward_metadata
@@ -129,7 +130,9 @@ def _find(rule: Rule, source: Source) -> Finding:
             if loc is None:
                 continue
             in_branch = [c for s in branch.body for c in helper_calls(s)]
-            splits, helpers, where = ([], in_branch, method.name) if in_branch else _fed_by(source, method, loc.value)
+            splits, helpers, where = _fed_by(source, method, loc.value)
+            if in_branch and not splits:
+                helpers, where = in_branch, method.name
             plain = isinstance(loc.value, ast.Attribute) and loc.value.attr == "out_cache_loc"
             if caller and (splits or helpers):
                 return rule.report(State.UNRECOGNISED, stmt.lineno,
@@ -138,14 +141,11 @@ def _find(rule: Rule, source: Source) -> Finding:
             if caller and plain:
                 return rule.report(State.BY_CALLER, caller[2] or stmt.lineno,
                                    f"{caller[0]} hands each step its own row: no second split here")
+            if splits:  # every one of them, also beside a helper call
+                return split_finding(rule, source, source.method(CLASS, where), splits,
+                                     f"the fork's own split (in {where}): via {PER_STEP_HELPER}")
             if helpers:
                 return rule.report(State.PATCHED, helpers[0].lineno if where != method.name else branch.lineno)
-            if splits:
-                owner = source.method(CLASS, where)
-                return rule.report(
-                    State.TO_PATCH, splits[0].node.lineno,
-                    f"the fork's own split (in {where}): via {PER_STEP_HELPER}",
-                    edits=[helper_edit(source, owner, splits[0])], imports=[(EAGLE_UTILS, PER_STEP_HELPER)])
             if not plain:
                 unknown_line = stmt.lineno
                 break

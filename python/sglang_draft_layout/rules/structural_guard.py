@@ -61,12 +61,19 @@ _FORM_TEXT = re.compile(
 )
 #: a move other than permute chained on a call's result (``x.view(...).movedim(-1, 0)``), as a split writes it
 _CHAINED_MOVE = re.compile(r"\)\s*\.(?:movedim|transpose|swapaxes|swapdims)\(")
+#: a move other than permute of a name (``rows.movedim(-1, 0)``): a split when the name is bound to a view
+_NAME_MOVE = re.compile(r"\b(\w+)\.(?:movedim|transpose|swapaxes|swapdims)\(")
 _CHECKED_BACKENDS = {backend.cls for backend in DRAFT_BACKENDS if backend.capacity_check}
 
 
 def names_draft_layout(text: str) -> bool:
     """The cheap text test a file passes before its class blocks are looked at."""
     return "speculative_num_steps" in text and any(token in text for token in _LAYOUT_TOKENS)
+
+
+def _moves_a_bound_view(text: str) -> bool:
+    """A name bound to ``<...>.view(...)`` or ``<...>.reshape(...)`` that a move other than permute is called on."""
+    return any(re.search(rf"\b{name}\s*=\s*[\w.]+\.(?:view|reshape)\(", text) for name in set(_NAME_MOVE.findall(text)))
 
 
 def may_hold_draft_layout(text: str) -> bool:
@@ -76,7 +83,7 @@ def may_hold_draft_layout(text: str) -> bool:
     steps = "speculative_num_steps" in text
     caller = steps and ".init_forward_metadata(" in text and ("attn_backends" in text or ".out_cache_loc = " in text)
     per_step = "speculative_step_id" in text and "out_cache_loc=" in text and "def init_forward_metadata" in text
-    moved = steps and ("permute" in text or bool(_CHAINED_MOVE.search(text)))
+    moved = steps and ("permute" in text or bool(_CHAINED_MOVE.search(text)) or _moves_a_bound_view(text))
     return bool(_FORM_TEXT.search(text)) or moved or caller or per_step
 
 
