@@ -446,6 +446,15 @@ def fmt(x, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
 
+def verdict_cell(s: dict) -> str:
+    """The verdict, or why a configuration has no measured pair (its first note)."""
+    if "verdict" in s:
+        return s["verdict"]
+    if not s.get("pairs"):
+        return "not run" + (f" ({s['notes'][0]})" if s.get("notes") else "")
+    return "-"
+
+
 def markdown_table(summaries: list[dict]) -> str:
     rows = ["| config | mode | conc | pairs | round s | unpatched tok/s | patched tok/s | patched / unpatched median "
             "[95% CI] | verdict | pairs for ±2% (at 60 s rounds) | TTFT med / p99 ms A, B | ITL med / p99 ms A, B "
@@ -465,7 +474,7 @@ def markdown_table(summaries: list[dict]) -> str:
             f"| {s['config']} | {s['mode']} | {s['concurrency']} | {s['pairs']} | "
             f"{fmt(s.get('round_seconds'), '.1f')} | "
             f"{fmt(A.get('tokens_per_s'), '.0f')} | {fmt(B.get('tokens_per_s'), '.0f')} | {ratio} | "
-            f"{s.get('verdict', '-')} | {need} | "
+            f"{verdict_cell(s)} | {need} | "
             f"{fmt(A.get('ttft_median_ms'), '.0f')} / {fmt(A.get('ttft_p99_ms'), '.0f')}, "
             f"{fmt(B.get('ttft_median_ms'), '.0f')} / {fmt(B.get('ttft_p99_ms'), '.0f')} | "
             f"{fmt(A.get('itl_median_ms'), '.1f')} / {fmt(A.get('itl_p99_ms'), '.1f')}, "

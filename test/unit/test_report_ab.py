@@ -34,10 +34,12 @@ def test_report_tables_from_a_results_file(tmp_path):
               "exactness": {"patched": {"all_match_rule": True, "accept_min": 4.0, "accept_mean": 4.0,
                                         "accept_max": 4.0, "accept_all_exact": True}}}
     path = tmp_path / "ab_results.json"
-    path.write_text(json.dumps({"settings": {"concurrencies": [32]}, "records": [record]}))
+    not_started = {"config": "flashinfer_cg_k1s3", "notes": ["not started: deadline"], "rounds": []}
+    path.write_text(json.dumps({"settings": {"concurrencies": [32]}, "records": [record, not_started]}))
     assert report_ab.main([str(path), "--out", str(tmp_path / "report"), "--no-plots"]) == 0
     summary = (tmp_path / "report" / "summary.md").read_text()
     assert "| triton_nocg_k4s3 | sequential | 32 | 6 | 20.0 | 3000 | 3000 | 1.000 [" in summary
     assert "| triton_nocg_k4s3 | patched | True | 4.0 / 4.0 / 4.0 | True |" in summary
-    (s,) = json.loads((tmp_path / "report" / "summary.json").read_text())
+    (s, skipped) = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert s["pairs"] == 6 and s["verdict"] == "within ±2%"
+    assert "| flashinfer_cg_k1s3 | sequential | 32 | 0 | - | - | - | - | not run (not started: deadline) |" in summary
