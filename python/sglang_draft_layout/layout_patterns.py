@@ -587,6 +587,52 @@ def bakes_out_cache_loc(cls: ast.ClassDef) -> Optional[ast.FunctionDef]:
     return None
 
 
+#: the EAGLE workers (module under the sglang package, class) whose ``draft_forward`` drives
+#: each draft step's backend
+WORKERS = (
+    ("srt/speculative/eagle_worker_v2.py", "EagleDraftWorker"),
+    ("srt/speculative/eagle_worker.py", "EAGLEWorker"),
+)
+
+
+class StepRows(NamedTuple):
+    """An EAGLE worker's ``draft_forward`` (``WORKERS``, another module than the backends')
+    setting each step's out_cache_loc row before that step's ``init_forward_metadata``
+    (``per_step_rows_set``): it splits for every per-step backend it drives."""
+
+    path: str  # the worker's module, relative to the sglang package
+    scope: str  # Class.draft_forward
+    rows: List[ast.Assign]
+    kept: bool  # KEEP_PRAGMA on draft_forward's def line (with the module's lines)
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.rows[0].lineno}"
+
+
+def worker_step_rows(
+    modules: Dict[str, Tuple[ast.Module, Optional[List[str]]]]
+) -> List[StepRows]:
+    """The workers' per-step rows among ``modules`` (path relative to the sglang package ->
+    (its tree, its lines or None)): one ``StepRows`` per worker whose draft_forward sets them.
+    """
+    found = []
+    for path, worker in WORKERS:
+        tree, lines = modules.get(path, (ast.Module(body=[], type_ignores=[]), None))
+        draft_forward = [
+            method
+            for cls in tree.body
+            if isinstance(cls, ast.ClassDef) and cls.name == worker
+            for method in methods(cls)
+            if method.name == "draft_forward"
+        ]
+        rows = per_step_rows_set(draft_forward[0]) if draft_forward else []
+        if rows:
+            kept = lines is not None and has_keep_pragma(lines, draft_forward[0], None)
+            found.append(StepRows(path, f"{worker}.draft_forward", rows, kept))
+    return found
+
+
 class SplitPath(NamedTuple):
     """A multi-step backend's ``init_forward_metadata`` calling a per-step backend that bakes
     out_cache_loc: where the per-step layout is split on that path (once is right)."""
@@ -597,16 +643,22 @@ class SplitPath(NamedTuple):
     per_step_method: ast.FunctionDef
     caller_rows: List[ast.Assign]  # the caller's per-step rows handed on (it splits)
     per_step_splits: List[ast.AST]  # the per-step backend's own splits
+    worker_rows: Tuple[
+        StepRows, ...
+    ] = ()  # EAGLE workers handing each step its row (they split)
 
     @property
     def splits(self) -> int:
-        return bool(self.caller_rows) + bool(self.per_step_splits)
+        return bool(self.caller_rows or self.worker_rows) + bool(self.per_step_splits)
 
 
-def split_paths(tree: ast.Module) -> List[SplitPath]:
+def split_paths(
+    tree: ast.Module, worker_rows: Optional[List[StepRows]] = None
+) -> List[SplitPath]:
     """Every multi-step to per-step ``init_forward_metadata`` path between top-level classes whose per-step
     backend bakes out_cache_loc (the per-step backends: the module's classes the caller's class
-    builds, or subclasses)."""
+    builds, or subclasses); ``worker_rows`` (``worker_step_rows``) split on each of them too.
+    """
     classes = {cls.name: cls for cls in tree.body if isinstance(cls, ast.ClassDef)}
     paths = []
     for caller in classes.values():
@@ -638,6 +690,7 @@ def split_paths(tree: ast.Module) -> List[SplitPath]:
                         baked,
                         per_step_rows_set(method),
                         splits_reached(per_step, baked),
+                        tuple(worker_rows or ()),
                     )
                 )
     return paths
@@ -723,13 +776,17 @@ def inline_draft_layout(
 
 
 def split_path_problems(
-    tree: ast.Module, lines: Optional[List[str]] = None
+    tree: ast.Module,
+    lines: Optional[List[str]] = None,
+    worker_rows: Optional[List[StepRows]] = None,
 ) -> List[Tuple[str, int, str]]:
     """(Class.method, line, what) for each multi-step to per-step path that splits the per-step
-    out_cache_loc twice or never (``split_paths``); with ``lines``, none the fork keeps.
+    out_cache_loc twice or never (``split_paths``, the workers' ``worker_rows`` from the other
+    modules counted); with ``lines``, none the fork keeps (KEEP_PRAGMA on a caller's method,
+    the per-step method or its statement handing out_cache_loc on).
     """
     problems = []
-    for path in split_paths(tree):
+    for path in split_paths(tree, worker_rows):
         scope = f"{path.caller.name}.{path.caller_method.name}"
         step = f"{path.per_step.name}.{path.per_step_method.name}"
         sites = [  # the per-step backend's statements handing out_cache_loc= on
@@ -746,12 +803,15 @@ def split_path_problems(
         ]
         kept = lines is not None and (
             has_keep_pragma(lines, path.caller_method, None)
+            or any(rows.kept for rows in path.worker_rows)
             or any(
                 has_keep_pragma(lines, path.per_step_method, line)
                 for line in [None, *sites]
             )
         )
-        if path.splits == 2 and not kept:
+        if kept or path.splits == 1:
+            continue
+        if path.splits == 2 and path.caller_rows:
             problems.append(
                 (
                     scope,
@@ -759,7 +819,16 @@ def split_path_problems(
                     f"splits per step, and so does {step}: twice",
                 )
             )
-        elif path.splits == 0 and not kept:
+        elif path.splits == 2:
+            workers = ", ".join(f"{w.scope} ({w.where})" for w in path.worker_rows)
+            problems.append(
+                (
+                    step,
+                    path.per_step_splits[0].lineno,  # type: ignore[attr-defined]
+                    f"splits per step, and so does its caller {workers}: twice",
+                )
+            )
+        else:
             problems.append(
                 (
                     scope,

@@ -194,3 +194,39 @@ def test_split_once_and_the_keep_pragma(proof_python, tmp_path):
             "and so does DeepseekV4AttnBackend.init_forward_metadata: twice" in failure)
     assert kept_run.returncode == 0, kept_run.stdout + kept_run.stderr
     assert "Ran 8 tests" in kept_run.stderr
+
+
+def test_split_once_across_modules_the_workers_rows(proof_python, tmp_path, capsys):
+    """The V2 worker inits each DeepSeek-V4 step with the row it sets (another module than the path's):
+    `check` counts that split, so does the written test. Patched: passes. The same worker on a tree an
+    older apply gave DSv4's own split: `check` refuses it, the written test fails naming both places;
+    with the worker's draft_forward kept by pragma it passes."""
+    worker = make_fork(tmp_path / "worker-split")
+    fork_edits.dsv4_worker_split(worker / "python")
+    assert cli.main(["apply", str(worker)]) == 0
+    assert cli.main(["check", str(worker)]) == 0
+    assert "1 handled by the fork's caller" in capsys.readouterr().out
+    twice, kept = make_fork(tmp_path / "worker-split-twice"), make_fork(tmp_path / "worker-split-twice-kept")
+    for fork in (twice, kept):
+        assert cli.main(["apply", str(fork)]) == 0
+        fork_edits.dsv4_worker_split(fork / "python")
+    fork_edits.edit(kept / "python", fork_edits.WORKER_V2, "    def draft_forward(self, forward_batch: ForwardBatch):\n",
+                    f"    def draft_forward(self, forward_batch: ForwardBatch):{KEEP}\n")
+    capsys.readouterr()
+    assert cli.main(["check", str(twice)]) == 2
+    assert "splits the per-step out_cache_loc twice" in capsys.readouterr().err
+
+    patched, split_twice, kept_run = run_generated(proof_python, worker, twice, kept)
+    assert patched.returncode == 0, patched.stdout + patched.stderr
+    assert "Ran 8 tests" in patched.stderr and "\nOK" in patched.stderr
+    assert split_twice.returncode != 0
+    failure = re.split(r"(?:FAIL|ERROR): test_per_step_layout_split_once", split_twice.stderr)[1]
+    rows = (twice / "python/sglang" / fork_edits.WORKER_V2).read_text().splitlines()
+    row = rows.index("            forward_batch.out_cache_loc = out_cache_loc[i]") + 1
+    step_split = (twice / "python/sglang" / fork_edits.DSV4).read_text().splitlines()
+    split_line = next(i for i, line in enumerate(step_split, 1) if "= per_step_draft_out_cache_loc(" in line)
+    assert (f"deepseek_v4_backend.py:{split_line}: DeepseekV4AttnBackend.init_forward_metadata: splits per step, "
+            f"and so does its caller EagleDraftWorker.draft_forward ({fork_edits.WORKER_V2}:{row}): twice") in failure
+    assert re.search(r"FAILED \((errors|failures)=1\)", split_twice.stderr), split_twice.stderr[-2000:]
+    assert kept_run.returncode == 0, kept_run.stdout + kept_run.stderr
+    assert "Ran 8 tests" in kept_run.stderr

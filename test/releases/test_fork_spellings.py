@@ -52,6 +52,11 @@ FORKS = {
                                            "DeepseekV4MultiStepBackend._split_out_cache_loc_per_step",
                           ["forward_batch.out_cache_loc = step_out_cache_loc[i]",
                            "        return per_step_draft_out_cache_loc(\n            out_cache_loc,\n            num_reqs,\n"]),
+    # the V2 worker inits each DSv4 step with the row it sets: handled by the worker, its split to the helper
+    "dsv4-worker-split": (State.BY_CALLER, "draft-forward:EagleDraftWorker",
+                          ["                forward_batch.attn_backend.init_forward_metadata(forward_batch)\n",
+                           "        out_cache_loc = per_step_draft_out_cache_loc(\n",
+                           "out_cache_loc=forward_batch.out_cache_loc,\n"]),
     "worker-transposes": (State.TO_PATCH, "draft-forward:EagleDraftWorker",
                           ["        steps = self.speculative_num_steps\n"
                            "        out_cache_loc = per_step_draft_out_cache_loc(\n"
@@ -148,6 +153,21 @@ def test_a_path_patched_twice_is_refused(scratch, capsys):
     assert "DeepseekV4AttnBackend.init_forward_metadata" in error and "splits the per-step out_cache_loc twice" in error
     assert "in its caller DeepseekV4MultiStepBackend.init_forward_metadata" in error
     assert cli.main(["apply", str(root)]) == 2
+    assert tree_digest(root) == before
+
+
+def test_a_workers_rows_and_a_split_of_dsv4s_own_are_refused(scratch, capsys):
+    """The V2 worker hands each DSv4 step its row and DSv4 splits the step's own too: twice, both named."""
+    root = scratch("0.5.12")
+    fork_edits.dsv4_worker_split_twice(root)
+    before = tree_digest(root)
+    capsys.readouterr()
+    assert cli.main(["apply", str(root)]) == 2
+    [error] = capsys.readouterr().err.splitlines()
+    row = (root / "sglang" / fork_edits.WORKER_V2).read_text().splitlines().index(
+        "            forward_batch.out_cache_loc = out_cache_loc[i]") + 1
+    assert "DeepseekV4AttnBackend.init_forward_metadata" in error and "splits the per-step out_cache_loc twice" in error
+    assert f"in its caller EagleDraftWorker.draft_forward ({fork_edits.WORKER_V2}:{row})" in error
     assert tree_digest(root) == before
 
 

@@ -2,8 +2,9 @@
 
 Each edit changes the release's own lines the way a fork did (see SPEC, "A real fork's own
 fix of a site"): DeepSeek-V4's per-step out_cache_loc split by a method of the fork's own,
-in the per-step backend or in the multi-step backend that calls it, and the EAGLE worker's
-split in other spellings; splits through a 3-d view bound to a local, and methods splitting in
+in the per-step backend, in the multi-step backend that calls it, or by the EAGLE worker
+initing each step's backend with its row (also beside a split of DeepSeek-V4's own: twice), and
+the EAGLE worker's split in other spellings; splits through a 3-d view bound to a local, and methods splitting in
 two branches. The edited files stay black/isort-clean. Standard library only, so
 that the same fork can be built anywhere the release is installed:
 
@@ -137,6 +138,40 @@ def dsv4_caller_split(tree: Path) -> None:
     edit(tree, DSV4, DSV4_MULTI_STEP, CALLER_SPLIT)
 
 
+#: 0.5.12's per-step batch of EagleDraftWorker.draft_forward (the step's row, the step's backend)
+WORKER_STEP = (
+    "            forward_batch.out_cache_loc = out_cache_loc[i]\n"
+    "            forward_batch.attn_backend = self.draft_attn_backend.attn_backends[i]\n"
+)
+#: 0.5.12's EagleDraftWorker.__init__ lines after which a fork's own flag goes
+WORKER_STEPS_ARG = (
+    "        self.device = server_args.device\n"
+    "        self.topk = server_args.speculative_eagle_topk\n"
+    "        self.speculative_num_steps = server_args.speculative_num_steps\n"
+)
+
+
+def dsv4_worker_split(tree: Path) -> None:
+    """EagleDraftWorker.draft_forward inits each DeepSeek-V4 step's backend with the step's row it sets
+    (the release's split), DeepseekV4AttnBackend left as released."""
+    edit(tree, WORKER_V2, WORKER_STEPS_ARG, WORKER_STEPS_ARG + (
+        "        self.init_draft_metadata_per_step = (\n"
+        '            server_args.decode_attention_backend == "dsv4"\n'
+        "        )\n"
+    ))
+    edit(tree, WORKER_V2, WORKER_STEP, WORKER_STEP + (
+        "            if self.init_draft_metadata_per_step:\n"
+        "                # DeepSeek-V4 bakes this step's KV write targets: init with its row\n"
+        "                forward_batch.attn_backend.init_forward_metadata(forward_batch)\n"
+    ))
+
+
+def dsv4_worker_split_twice(tree: Path) -> None:
+    """The worker's per-step rows (``dsv4-worker-split``) and DeepseekV4AttnBackend's own split too."""
+    dsv4_worker_split(tree)
+    dsv4_inline_movedim(tree)
+
+
 def worker_transposes(tree: Path) -> None:
     """EagleDraftWorker.draft_forward: two transposes, ``flatten(1)``, locals for topk and steps."""
     edit(tree, WORKER_V2, WORKER_SPLIT, (
@@ -238,6 +273,8 @@ FORKS: Dict[str, Callable[[Path], None]] = {
     "dsv4-own-method": dsv4_own_method,
     "dsv4-inline-movedim": dsv4_inline_movedim,
     "dsv4-caller-split": dsv4_caller_split,
+    "dsv4-worker-split": dsv4_worker_split,
+    "dsv4-worker-split-twice": dsv4_worker_split_twice,
     "worker-transposes": worker_transposes,
     "worker-bound-view": worker_bound_view,
     "worker-bound-view-locals": worker_bound_view_locals,

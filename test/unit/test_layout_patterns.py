@@ -11,6 +11,7 @@ import pytest
 from sglang_draft_layout.layout_patterns import (
     CAPACITY, LAUNCH, OUT_CACHE_LOC, ROWS, STEP_LENGTH, draft_layout_classes, draft_layout_forms, has_keep_pragma,
     inline_draft_layout, nodes_of, out_cache_loc_layouts, split_path_problems, split_paths, view_reads,
+    worker_step_rows,
 )
 from sglang_draft_layout.rules.base import Source
 from sglang_draft_layout.rules.structural_guard import may_hold_draft_layout
@@ -296,6 +297,57 @@ def test_keep_pragma_on_the_per_step_backends_site_statement_keeps_the_path():
     lines = code.splitlines()
     assert split_path_problems(ast.parse(code)) != []
     assert split_path_problems(ast.parse(code), lines) == []
+
+
+WORKER_V2 = "srt/speculative/eagle_worker_v2.py"
+#: an EAGLE worker (its own module) that sets each step's row, then inits that step's backend
+WORKER = """
+class EagleDraftWorker:
+    def draft_forward(self, forward_batch):
+        rows = forward_batch.out_cache_loc.view(
+            forward_batch.batch_size, self.topk, self.speculative_num_steps
+        ).movedim(-1, 0).flatten(1)
+        for i in range(self.speculative_num_steps - 1):
+            forward_batch.out_cache_loc = rows[i]
+            forward_batch.attn_backend = self.draft_attn_backend.attn_backends[i]
+            forward_batch.attn_backend.init_forward_metadata(forward_batch)
+"""
+
+
+def worker_modules(worker: str = WORKER) -> dict:
+    return {WORKER_V2: (ast.parse(worker), worker.splitlines())}
+
+
+@pytest.mark.parametrize("per_step_splits, problem", [
+    (False, None),
+    (True, f"splits per step, and so does its caller EagleDraftWorker.draft_forward ({WORKER_V2}:8): twice"),
+], ids=["only the worker splits", "the per-step backend splits too"])
+def test_a_workers_rows_in_another_module_split_on_the_path(per_step_splits, problem):
+    code = path_module(per_step_splits, False)
+    tree = ast.parse(code)
+    [rows] = worker_step_rows(worker_modules())
+    assert WORKER.splitlines()[8 - 1] == "            forward_batch.out_cache_loc = rows[i]"
+    assert (rows.path, rows.scope, rows.where, rows.kept) == (WORKER_V2, "EagleDraftWorker.draft_forward",
+                                                             f"{WORKER_V2}:8", False)
+    without_worker = [] if per_step_splits else ["StepBackend.init_forward_metadata gets the whole buffer: never split per step"]
+    assert [what for *_, what in split_path_problems(tree)] == without_worker
+    [path] = split_paths(tree, [rows])
+    assert path.splits == 1 + per_step_splits
+    found = split_path_problems(tree, code.splitlines(), [rows])
+    split_line = next(i for i, line in enumerate(code.splitlines(), 1) if "per_step_draft_out_cache_loc(" in line) \
+        if per_step_splits else None
+    assert found == ([("StepBackend.init_forward_metadata", split_line, problem)] if problem else [])
+    kept = WORKER.replace("draft_forward(self, forward_batch):", "draft_forward(self, forward_batch):  " + KEEP)
+    [kept_rows] = worker_step_rows(worker_modules(kept))
+    assert kept_rows.kept and split_path_problems(tree, code.splitlines(), [kept_rows]) == []
+
+
+def test_a_worker_that_inits_before_setting_the_row_or_another_class_is_no_caller():
+    after = WORKER.replace("            forward_batch.out_cache_loc = rows[i]\n", "") + \
+        "            forward_batch.out_cache_loc = rows[i]\n"
+    assert worker_step_rows(worker_modules(after)) == []
+    assert worker_step_rows(worker_modules(WORKER.replace("EagleDraftWorker", "OtherWorker"))) == []
+    assert worker_step_rows({"srt/speculative/other.py": worker_modules()[WORKER_V2]}) == []
 
 
 @pytest.mark.parametrize("body", SPELLINGS.values(), ids=SPELLINGS.keys())

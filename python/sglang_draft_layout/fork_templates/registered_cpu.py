@@ -88,11 +88,14 @@ class TestDraftLayoutCallSites(CustomTestCase):
         self.assertFalse(inline, message)
 
     def test_per_step_layout_split_once(self):
-        # multi-step backend -> per-step backend that bakes out_cache_loc: one split
+        # multi-step backend -> per-step backend that bakes out_cache_loc: one split,
+        # an EAGLE worker's per-step rows (in its own module) counted
+        modules = {path: (tree, lines) for path, tree, lines in draft_layout_modules()}
+        worker_rows = worker_step_rows(modules)
         problems = [
             f"sglang/{path}:{line}: {scope}: {what}"
-            for path, tree, lines in draft_layout_modules()
-            for scope, line, what in split_path_problems(tree, lines)
+            for path, (tree, lines) in modules.items()
+            for scope, line, what in split_path_problems(tree, lines, worker_rows)
         ]
         message = "per-step out_cache_loc split twice or never:\n" + "\n".join(problems)
         self.assertFalse(problems, message)

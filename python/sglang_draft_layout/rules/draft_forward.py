@@ -28,15 +28,11 @@ import re
 from typing import Optional
 
 from ..layout_patterns import (
-    PER_STEP_HELPER, Split, factors, helper_calls, holding_statement, is_self_attr, nodes_of, out_cache_loc_layouts,
-    view_reads,
+    PER_STEP_HELPER, WORKERS, Split, factors, helper_calls, holding_statement, is_self_attr, nodes_of,
+    out_cache_loc_layouts, view_reads,
 )
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State, locate_method
 
-WORKERS = (
-    ("srt/speculative/eagle_worker_v2.py", "EagleDraftWorker"),
-    ("srt/speculative/eagle_worker.py", "EAGLEWorker"),
-)
 CALL = f"""{PER_STEP_HELPER}(
 {{pad}}    {{buffer}},
 {{pad}}    {{batch_size}},

@@ -31,10 +31,10 @@ from typing import Iterator, Optional
 
 from ..layout_patterns import (
     PER_STEP_HELPER, Split, called_name, helper_calls, in_order, is_self_attr, nodes_of, out_cache_loc_layouts,
-    per_step_rows_set, self_called, split_paths,
+    per_step_rows_set, self_called, split_paths, worker_step_rows,
 )
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State
-from .draft_forward import WORKERS, split_finding
+from .draft_forward import split_finding
 
 CLASS = "DeepseekV4AttnBackend"
 #: the multi-step backend that calls each step's DeepseekV4AttnBackend.init_forward_metadata
@@ -100,8 +100,11 @@ def _fed_by(source: Source, method: ast.FunctionDef, value: ast.expr) -> tuple[l
 def caller_rows(source: Source) -> Optional[tuple[str, str, Optional[int]]]:
     """(``Class.method``, where it sets the row, that line when in this file) of a caller that sets
     each step's ``out_cache_loc`` row before calling a per-step ``init_forward_metadata``: a
-    multi-step backend of this file, or an EAGLE worker's ``draft_forward``."""
-    for path in split_paths(source.tree):
+    multi-step backend of this file, or an EAGLE worker's ``draft_forward`` in its own module
+    (``worker_step_rows``, counted on the paths ``split_paths`` finds as the written CPU test counts it)."""
+    modules = {relative: (other.tree, other.lines) for relative, other in source.others.items()}
+    workers = worker_step_rows(modules)
+    for path in split_paths(source.tree, workers):
         if path.per_step.name == CLASS and path.caller_rows:
             line = path.caller_rows[0].lineno
             return f"{path.caller.name}.{path.caller_method.name}", f"line {line}", line
@@ -110,13 +113,8 @@ def caller_rows(source: Source) -> Optional[tuple[str, str, Optional[int]]]:
         rows = per_step_rows_set(method) if method is not None else []
         if rows:
             return f"{name}.init_forward_metadata", f"line {rows[0].lineno}", rows[0].lineno
-    for relative, worker in WORKERS:
-        other = source.others.get(relative)
-        method = other.method(worker, "draft_forward") if other is not None else None
-        rows = per_step_rows_set(method) if method is not None else []
-        if rows:
-            return f"{worker}.draft_forward", f"{relative}:{rows[0].lineno}", None
-    return None
+    # a worker splits on every path above (``SplitPath.worker_rows``), also for per-step backends built elsewhere
+    return (workers[0].scope, workers[0].where, None) if workers else None
 
 
 def _find(rule: Rule, source: Source) -> Finding:
