@@ -230,21 +230,25 @@ def dsv4_bound_view(tree: Path) -> None:
     edit(tree, DSV4, DSV4_DECODE, _decode_passing("out_cache_loc").replace(DSV4_DECODE.splitlines(True)[0], split))
 
 
+#: EagleDraftWorker.draft_forward splitting in two branches: one expression for topk 1, the release's
+#: two statements otherwise
+WORKER_TWO_SPLITS = (
+    "        if self.topk == 1:\n"
+    "            out_cache_loc = (\n"
+    "                out_cache_loc.view(\n"
+    "                    forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+    "                )\n"
+    "                .movedim(-1, 0)\n"
+    "                .flatten(1)\n"
+    "            )\n"
+    "        else:\n"
+    + "".join("    " + line for line in WORKER_SPLIT.splitlines(True))
+)
+
+
 def worker_two_splits(tree: Path) -> None:
-    """EagleDraftWorker.draft_forward splits in two branches: one expression for topk 1, the release's
-    two statements otherwise."""
-    edit(tree, WORKER_V2, WORKER_SPLIT, (
-        "        if self.topk == 1:\n"
-        "            out_cache_loc = (\n"
-        "                out_cache_loc.view(\n"
-        "                    forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
-        "                )\n"
-        "                .movedim(-1, 0)\n"
-        "                .flatten(1)\n"
-        "            )\n"
-        "        else:\n"
-        + "".join("    " + line for line in WORKER_SPLIT.splitlines(True))
-    ))
+    """EagleDraftWorker.draft_forward splits in two branches (WORKER_TWO_SPLITS)."""
+    edit(tree, WORKER_V2, WORKER_SPLIT, WORKER_TWO_SPLITS)
 
 
 def dsv4_two_splits(tree: Path) -> None:

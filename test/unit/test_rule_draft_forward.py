@@ -14,6 +14,7 @@ from rule_test_support import (
     worker_module, write_bystanders,
 )
 from sglang_draft_layout.rules.base import State
+from support.fork_edits import WORKER_TWO_SPLITS
 
 CLS = "EagleDraftWorker"
 SCOPE = f"{CLS}.draft_forward"
@@ -376,27 +377,12 @@ def test_a_bound_view_read_again_is_refused(sglang_tree):
                    detail)
 
 
-TWO_SPLITS = ("        if self.topk == 1:\n"
-              "            out_cache_loc = (\n"
-              "                out_cache_loc.view(\n"
-              "                    forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
-              "                )\n"
-              "                .movedim(-1, 0)\n"
-              "                .flatten(1)\n"
-              "            )\n"
-              "        else:\n"
-              "            out_cache_loc = out_cache_loc.reshape(\n"
-              "                forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
-              "            )\n"
-              "            out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(\n"
-              "                self.speculative_num_steps, -1\n"
-              "            )\n")
 TWO_SPLITS_AFTER = ("        if self.topk == 1:\n" + helper_call(pad="            ")
                     + "        else:\n" + helper_call(pad="            "))
 
 
 def test_every_split_of_the_method_is_rewritten_in_one_apply(sglang_tree):
-    text = worker_module(CLS, _draft_forward(TWO_SPLITS))
+    text = worker_module(CLS, _draft_forward(WORKER_TWO_SPLITS))
     sglang_tree.write(WORKER_V2, text)
     [finding] = sglang_tree.apply([RULE]).findings
     assert (finding.state, finding.line) == (State.TO_PATCH, line_of(text, "out_cache_loc.view("))
@@ -406,7 +392,8 @@ def test_every_split_of_the_method_is_rewritten_in_one_apply(sglang_tree):
 
 def test_a_split_left_beside_the_helper_is_still_to_patch(sglang_tree):
     """A method half patched (its first split only, as version 0.3.0 of this tool left it) is not patched."""
-    half = TWO_SPLITS.replace(TWO_SPLITS.split("        else:\n")[0], "        if self.topk == 1:\n" + helper_call(pad="            "))
+    topk1_branch = WORKER_TWO_SPLITS.split("        else:\n")[0]
+    half = WORKER_TWO_SPLITS.replace(topk1_branch, "        if self.topk == 1:\n" + helper_call(pad="            "))
     text = worker_module(CLS, _draft_forward(half), header=HEADER_AFTER)
     sglang_tree.write(WORKER_V2, text)
     [finding] = sglang_tree.apply([RULE]).findings
