@@ -141,14 +141,6 @@ STRUCTURAL = {
 }
 
 
-@pytest.mark.parametrize("before, after", STRUCTURAL.values(), ids=STRUCTURAL.keys())
-def test_structural_variants(sglang_tree, before, after):
-    sglang_tree.write(WORKER_V2, worker_module(CLS, _draft_forward(before)))
-    assert sglang_tree.apply([RULE]).findings[0].state is State.TO_PATCH
-    assert sglang_tree.read(WORKER_V2) == worker_module(CLS, _draft_forward(after), header=HEADER_AFTER)
-    sglang_tree.assert_idempotent([RULE])
-
-
 def test_batch_renamed_fb_and_method_moved_last(sglang_tree):
     before = DRAFT_FORWARD.replace("forward_batch", "fb")
     sglang_tree.write(WORKER_V2, worker_module(CLS, OTHER, OTHER.replace("forward_batch_generation", "other"), before))
@@ -333,8 +325,12 @@ FORK_SPELLINGS = {
 }
 
 
-@pytest.mark.parametrize("before, after", FORK_SPELLINGS.values(), ids=FORK_SPELLINGS.keys())
-def test_a_forks_own_spelling_is_rewritten_keeping_its_names(sglang_tree, before, after):
+#: the release's split reformatted or restructured, and a fork's own spellings (its names kept)
+SPELLINGS = {**STRUCTURAL, **FORK_SPELLINGS}
+
+
+@pytest.mark.parametrize("before, after", SPELLINGS.values(), ids=SPELLINGS.keys())
+def test_each_spelling_is_rewritten_to_the_helper(sglang_tree, before, after):
     sglang_tree.write(WORKER_V2, worker_module(CLS, _draft_forward(before)))
     assert sglang_tree.apply([RULE]).findings[0].state is State.TO_PATCH
     assert sglang_tree.read(WORKER_V2) == worker_module(CLS, _draft_forward(after), header=HEADER_AFTER)

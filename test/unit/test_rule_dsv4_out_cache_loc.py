@@ -14,6 +14,7 @@ import pytest
 
 from rule_test_support import DSV4, assert_refused, keep_hint, line_of, method_source, rule, write_bystanders
 from sglang_draft_layout.rules.base import State
+from support import fork_edits
 
 CLS = "DeepseekV4AttnBackend"
 SCOPE = f"{CLS}.init_forward_metadata"
@@ -268,21 +269,7 @@ def test_file_absent_before_0_5_12(sglang_tree):
 CALLS_OWN_METHOD = BEFORE.replace(
     "                out_cache_loc=forward_batch.out_cache_loc,\n            )\n        elif",
     "                out_cache_loc=self._get_mtp_decode_out_cache_loc(forward_batch),\n            )\n        elif")
-OWN_METHOD = """\
-    def _get_mtp_decode_out_cache_loc(self, forward_batch):
-        out_cache_loc = forward_batch.out_cache_loc
-        if self.topk <= 0 or self.speculative_num_steps <= 1:
-            return out_cache_loc
-        bs = forward_batch.batch_size
-        topk = self.topk
-        steps = self.speculative_num_steps
-        step_width = bs * topk
-        return (
-            out_cache_loc.reshape(bs, topk, steps)
-            .permute(2, 0, 1)
-            .reshape(steps, step_width)[self.speculative_step_id]
-        )
-"""
+OWN_METHOD = fork_edits.OWN_METHOD.lstrip("\n")
 OWN_METHOD_AFTER = OWN_METHOD.replace("""\
         return (
             out_cache_loc.reshape(bs, topk, steps)
