@@ -3,20 +3,25 @@
 # runs' modules during the first graph capture and prefill).
 #
 #   install_flashinfer_aot SRC SITE LOGDIR
-#     each SRC/NAME/NAME.so (built by build_flashinfer_aot.py on a CPU machine, or returned by an
-#     earlier device run through pack_flashinfer_jit) goes to SITE/flashinfer/data/aot/NAME/, the
+#     each SRC/NAME/NAME.so (built by build_flashinfer_aot.py on a CPU machine) and each module in
+#     SRC/*.tgz (what an earlier device run returned through pack_flashinfer_jit, carried packed:
+#     a third of the size) goes to SITE/flashinfer/data/aot/NAME/, the
 #     place flashinfer 0.6.11 loads a module from before it would JIT-compile it
 #     (JitSpec.aot_path / is_aot). Each is test-loaded first (tvm_ffi.load_module, with SITE on
 #     the path); one that does not load is left out, and flashinfer JIT-compiles it as before.
 #   pack_flashinfer_jit FILE [MAX_BYTES]
 #     the modules this machine JIT-compiled (~/.cache/flashinfer/VERSION/ARCH/cached_ops/NAME/NAME.so)
 #     into FILE (tar.gz of NAME/NAME.so), unless larger than MAX_BYTES (default 16 MiB, what a
-#     device call returns); unpacked into .gpu/fiaot/ and carried, a next session's machine skips
+#     device call returns); copied into .gpu/fiaot/ and carried, a next session's machine skips
 #     compiling them.
 install_flashinfer_aot() {
-  local src=$1 site=$2 logdir=$3 so name dst
+  local src=$1 site=$2 logdir=$3 so name dst tgz unpacked=$3/fiaot_unpacked
   [ -d "$src" ] || return 0
-  for so in "$src"/*/*.so; do
+  for tgz in "$src"/*.tgz; do
+    [ -f "$tgz" ] || continue
+    mkdir -p "$unpacked" && tar -xzf "$tgz" -C "$unpacked" || echo "[setup] $tgz does not unpack, left out"
+  done
+  for so in "$src"/*/*.so "$unpacked"/*/*.so; do
     [ -f "$so" ] || continue
     name=$(basename "$(dirname "$so")")
     [ "$(basename "$so")" = "$name.so" ] || continue

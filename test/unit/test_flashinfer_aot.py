@@ -54,3 +54,21 @@ def test_pack_takes_the_compiled_modules_alone_and_keeps_under_the_limit(tmp_pat
     out = bash(f'pack_flashinfer_jit "{packed}" 100', env).stdout
     assert "over 100: left out" in out and not packed.exists()
     assert "no JIT-compiled" in bash(f'pack_flashinfer_jit "{packed}"', {"HOME": str(tmp_path)}).stdout
+
+
+def test_install_takes_the_packed_modules_a_device_run_returned(tmp_path):
+    site, src, logs, built = tmp_path / "site", tmp_path / "fiaot", tmp_path / "logs", tmp_path / "built"
+    for folder in (site, src, logs):
+        folder.mkdir()
+    (site / "tvm_ffi.py").write_text("def load_module(path):\n    assert 'broken' not in open(path).read()\n")
+    for name, text in (("norm", "ok"), ("cascade", "broken")):
+        (built / name).mkdir(parents=True)
+        (built / name / f"{name}.so").write_text(text)
+    with tarfile.open(src / "flashinfer_jit-2026-12-01.tgz", "w:gz") as tar:
+        tar.add(built / "norm" / "norm.so", "norm/norm.so")
+        tar.add(built / "cascade" / "cascade.so", "cascade/cascade.so")
+    out = bash(f'install_flashinfer_aot "{src}" "{site}" "{logs}"').stdout
+    aot = site / "flashinfer" / "data" / "aot"
+    assert sorted(p.name for p in aot.iterdir()) == ["norm"]
+    assert (aot / "norm" / "norm.so").read_text() == "ok"
+    assert "in place: norm" in out and "cascade does not load" in out
