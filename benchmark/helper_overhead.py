@@ -9,7 +9,15 @@ the inline expression of unpatched SGLang 0.5.12, and its torch.profiler trace i
 * used length: ``draft_kv_indices_used_len(seq_lens_sum, topk, bs, i + 1)`` against
   ``seq_lens_sum * topk + bs * (i + 1)``;
 * the sites as SGLang runs them: the per-step slice ``buf[i][: used_len(...)]`` and the eager
-  row allocation ``torch.empty((steps, width(...)), dtype=torch.int32, device=...)``.
+  row allocation ``torch.empty((steps, width(...)), dtype=torch.int32, device=...)``;
+* the capacity check the patch adds to FlashInfer's ``common_template`` (used length against the
+  row's width, ``assert ... <= buf.shape[1]``) against nothing (0.5.12 has none).
+
+Per decode iteration: the sum of the differences a draft forward of ``steps`` steps runs on the
+triton or FlashInfer path (what the patched 0.5.12 calls each iteration: the layout once in the
+worker's draft_forward, the row width once in init_forward_metadata, the used length steps - 1
+times in common_template, and on FlashInfer the capacity check once), the bound on the patch's
+host cost that docs/performance.md sets against a decode iteration's time.
 
 Time per call: ``timeit`` with the statement inline (no wrapper function around either side),
 calibrated to about 2 ms per batch, 41 rounds alternating inline / helper; the table gives
@@ -74,7 +82,18 @@ def cases(bs: int, topk: int, steps: int, ctx: int, seq_len: int, device: str) -
          "b = torch.empty((steps, num_seqs * topk * ctx), dtype=torch.int32, device=device)",
          "b = torch.empty((steps, draft_kv_indices_buffer_width(num_seqs, topk, ctx)), dtype=torch.int32, device=device)",
          ns),
+        ("site: capacity check",
+         "pass",
+         "n = draft_kv_indices_used_len(seq_lens_sum, topk, branches, steps)\n"
+         "assert n <= buf.shape[1], f'row too small: need {n} > width {buf.shape[1]}'", ns),
     ]
+
+
+def per_iteration_ns(diffs: dict[str, float], steps: int) -> dict[str, float]:
+    """The patch's host-code change per decode iteration (ns) on each path, from the per-call
+    differences (helper - inline) of the int helpers, the layout and the capacity check."""
+    triton = diffs["out_cache_loc layout"] + diffs["row width (int)"] + (steps - 1) * diffs["used length (int)"]
+    return {"triton": triton, "flashinfer": triton + diffs["site: capacity check"]}
 
 
 def sync(device: str) -> None:
@@ -163,8 +182,10 @@ def main() -> int:
         header += ["kernels inline", "kernels helper"]
     rows = [header]
     op_names: dict[str, tuple[str, str]] = {}
+    per_iteration: list[str] = []
     for setting in SETTINGS:
         bs, topk, steps = setting[:3]
+        diffs: dict[str, float] = {}
         for case, inline, helper, ns in cases(*setting, device=device):
             exec(inline, ns)
             expected = {k: ns[k] for k in ("o", "w", "n", "r", "b") if k in ns}
@@ -178,10 +199,11 @@ def main() -> int:
                     assert value == ns[key], case
             t_inline, t_helper = per_call_times(inline, helper, ns, device)
             ratio = statistics.median(h / i for i, h in zip(t_inline, t_helper))
+            diffs[case] = (statistics.median(t_helper) - statistics.median(t_inline)) * 1e9
             ops_inline, ops_helper = op_counts(inline, ns, device), op_counts(helper, ns, device)
             op_names.setdefault(case, (ops_inline[3], ops_helper[3]))
             row = [case, f"{bs},{topk},{steps}", fmt_ns(statistics.median(t_inline)), fmt_ns(statistics.median(t_helper)),
-                   f"{(statistics.median(t_helper) - statistics.median(t_inline)) * 1e9:+.0f}", f"{ratio:.2f}",
+                   f"{diffs[case]:+.0f}", f"{ratio:.2f}",
                    f"{quartile_spread(t_inline) * 100:.0f}%", f"{min(t_helper) / min(t_inline):.2f}",
                    f"{fmt_count(ops_inline[0])} ({fmt_count(ops_inline[1])})",
                    f"{fmt_count(ops_helper[0])} ({fmt_count(ops_helper[1])})"]
@@ -190,6 +212,8 @@ def main() -> int:
             rows.append(row)
             for key in ("o", "w", "n", "r", "b"):
                 ns.pop(key, None)
+        paths = per_iteration_ns(diffs, steps)
+        per_iteration.append(f"  {bs},{topk},{steps}: " + ", ".join(f"{path} {ns_:+.0f} ns" for path, ns_ in paths.items()))
     widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
     for index, row in enumerate(rows):
         print("  ".join(cell.ljust(w) if c == 0 else cell.rjust(w) for c, (cell, w) in enumerate(zip(row, widths))))
@@ -203,6 +227,9 @@ def main() -> int:
     print("aten ops of one call (top-level > nested):")
     for case, (inline_ops, helper_ops) in op_names.items():
         print(f"  {case}: inline [{inline_ops or '-'}]  helper [{helper_ops or '-'}]")
+    print()
+    print("per decode iteration, helper - inline (layout + width + (steps - 1) x used length [+ FlashInfer's capacity check]):")
+    print("\n".join(per_iteration))
     print(f"elapsed {time.perf_counter() - started:.0f} s")
     return 0
 
