@@ -67,6 +67,7 @@ import math
 import os
 import queue
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -616,6 +617,13 @@ def summarize(record: dict, concurrencies: list[int]) -> list[dict]:
         s = {"config": record["config"], "mode": mode_label(record), "concurrency": c,
              **ab_stats.ratio_summary(pairs, min(durations) if durations else None),
              **{tree: ab_stats.tree_summary([p[i] for p in pairs]) for i, tree in enumerate(TREES)}}
+        if record.get("cpu_split"):  # the halves swap trees pair by pair: does one half favour its tree?
+            by_half: dict[str, list[float]] = {}
+            for k, p in sorted(by_pair.items()):
+                if len(p) == 2:
+                    by_half.setdefault(f"unpatched on {record['cpu_split'][k % 2]}", []).append(
+                        p["patched"]["output_throughput"] / p["unpatched"]["output_throughput"])
+            s["ratio_median_by_half"] = {half: statistics.median(ratios) for half, ratios in by_half.items()}
         out.append(s)
     mem = []
     for tree in TREES:

@@ -475,6 +475,16 @@ def test_deadline_file_overrides_while_it_holds_an_epoch(tmp_path):
     assert deadline.left() <= 100
 
 
+def test_cpu_split_summary_gives_the_median_ratio_with_the_unpatched_tree_on_each_half():
+    record = pair_record([1.01, 0.99, 1.03, 0.98, 1.02, 0.97, 1.04])
+    assert "ratio_median_by_half" not in ab_bench.summarize(record, [32])[0]
+    record["cpu_split"] = ["0-7", "8-15"]
+    (s,) = ab_bench.summarize(record, [32])
+    assert s["mode"] == "sequential+cpu-split" and s["pairs"] == 7
+    assert s["ratio_median_by_half"] == {"unpatched on 0-7": pytest.approx(1.025),  # pairs 0, 2, 4, 6
+                                         "unpatched on 8-15": pytest.approx(0.98)}  # pairs 1, 3, 5
+
+
 def test_too_few_pairs_give_the_range_and_no_interval():
     pairs = [({"output_throughput": 100.0}, {"output_throughput": 100.0 * r}) for r in (1.218, 1.258)]
     s = ab_stats.ratio_summary(pairs, round_seconds=20)
