@@ -271,6 +271,8 @@ class Client:
         self.cpus = cpus
         self.env = dict(os.environ, PYTHONPATH=f"{a.site}:{STANDIN}", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                         TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
+        if cpus:
+            self.env.setdefault("OMP_NUM_THREADS", str(len(cpus)))
         self.log = open(log_path, "a")
         self._start()
 
@@ -320,6 +322,8 @@ def start_server(name: str, port: int, a: argparse.Namespace, extra_args: str,
                            site=a.site, patched=a.patched)
     env = serve_checks.server_env(cfg, opts, os.path.join(a.logdir, f"trace_{name}.txt"))
     env["SGL_DL_MEMPROBE"] = os.path.join(a.logdir, f"memprobe_{name}.jsonl")
+    if cpus:  # OpenMP teams no larger than the half (torch's default counts the machine's cores)
+        env.setdefault("OMP_NUM_THREADS", str(len(cpus)))
     with pinned(cpus):
         proc = subprocess.Popen(serve_checks.server_cmd(cfg, a.models, port, opts), stdout=log,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -286,7 +286,8 @@ def test_client_runs_the_module_as_python_dash_m_once_per_round(tmp_path):
 FAKE_LAUNCH_SERVER = '''\
 """Stands in for sglang.launch_server: answers /health on --port until killed; as SGLang's server
 does, it has a second thread and a child process (`sleep`), and /cpus answers the CPUs each of
-the three may run on; started.log beside it gets its port and the CPUs it started on."""
+the three may run on; started.log beside it gets its port, the CPUs it started on and its
+OMP_NUM_THREADS."""
 import http.server
 import json
 import os
@@ -306,7 +307,7 @@ def cpus(pid):
 
 
 with open(os.path.join(os.path.dirname(__file__), "started.log"), "a") as log:
-    log.write(f"{port} {cpus(os.getpid())}\\n")
+    log.write(f"{port} {cpus(os.getpid())} {os.environ.get('OMP_NUM_THREADS')}\\n")
 
 
 class Health(http.server.BaseHTTPRequestHandler):
@@ -328,10 +329,11 @@ http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
 
 FAKE_BENCH_BY_PORT = '''\\
 """Stands in for sglang.bench_serving: tokens/s and accept length by server port, the runs logged
-with their start and end times (runs.log) and the CPUs its client, the server, the server's second
-thread and its child may run on (cpus.log); the requests of the first measured pair run at 16/s,
-all others at 10/s; with a file `sleep` beside it, every run takes that many seconds; with a file
-`move_deadline` ("TAG SECONDS") beside it, a run of TAG writes now + SECONDS into `deadline`."""
+with their start and end times (runs.log), the CPUs its client, the server, the server's second
+thread and its child may run on and the client's OMP_NUM_THREADS (cpus.log); the requests of the
+first measured pair run at 16/s, all others at 10/s; with a file `sleep` beside it, every run
+takes that many seconds; with a file `move_deadline` ("TAG SECONDS") beside it, a run of TAG
+writes now + SECONDS into `deadline`."""
 import json
 import os
 import sys
@@ -359,7 +361,8 @@ with urllib.request.urlopen(f"http://127.0.0.1:{port}/cpus") as r:
     server = json.loads(r.read())
 client = open("/proc/self/status").read().split("Cpus_allowed_list:")[1].split()[0]
 with open(os.path.join(here, "cpus.log"), "a") as log:
-    log.write(f"{port} {tag} {client} {server['server']} {server['thread']} {server['child']}\\n")
+    log.write(f"{port} {tag} {client} {server['server']} {server['thread']} {server['child']} "
+              f"{os.environ.get('OMP_NUM_THREADS')}\\n")
 with open(output_file, "a") as f:
     f.write(json.dumps({"completed": n, "duration": n / (16.0 if tag == "pair0" else 10.0),
                         "output_throughput": 125.0 if fast else 100.0, "accept_length": 4.0 if fast else 2.5,
@@ -495,13 +498,14 @@ def test_too_few_pairs_give_the_range_and_no_interval():
     assert "1.238 (min-max 1.218-1.258)" in ab_bench.markdown_table([summary])
 
 
-def test_cpu_split_pins_each_tree_to_its_half_and_config_seconds_adds_pairs(tmp_path):
+def test_cpu_split_pins_each_tree_to_its_half_and_config_seconds_adds_pairs(tmp_path, monkeypatch):
     """--cpu-split: each tree's server (its second thread and its child too) and client run on the
     tree's half, the halves disjoint and swapping trees pair by pair, as the stand-ins themselves
     read it from /proc; --config-seconds: pairs beyond --pairs while the measured phase has run
     less than the budget, each started before it ran out."""
     site, base = stand_in_site(tmp_path)
     (site / "sglang" / "sleep").write_text("0.1")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # ab_bench keeps a value it is given
     budget = 4.0
     run_stand_in_ab(tmp_path, site, base, "--mode", "together", "--cpu-split", "--config-seconds", str(budget))
     first, second = ab_bench.cpu_halves(ab_bench.physical_cores(os.sched_getaffinity(0)))
@@ -514,13 +518,15 @@ def test_cpu_split_pins_each_tree_to_its_half_and_config_seconds_adds_pairs(tmp_
     assert pairs > 6 and len(record["rounds"]) == 2 * pairs
 
     started = sorted(line.split() for line in (site / "sglang" / "started.log").read_text().splitlines())
-    assert started == [[str(base), halves[0]], [str(base + 1), halves[1]]]  # started there, before any re-pinning
+    omp = [str(len(first)), str(len(second))]  # OpenMP teams the size of the half (both halves alike)
+    assert started == [[str(base), halves[0], omp[0]], [str(base + 1), halves[1], omp[1]]]  # before any re-pinning
     seen = [line.split() for line in (site / "sglang" / "cpus.log").read_text().splitlines()]
     assert len(seen) == 2 * (2 + pairs)  # warm-up, calibration and every pair, both trees
-    for port, tag, *cpus in seen:
+    for port, tag, *cpus, client_omp in seen:
         pair = int(tag[4:]) if tag.startswith("pair") else 0
         tree = int(port) - base  # 0: unpatched, 1: patched
         assert cpus == [halves[(tree + pair) % 2]] * 4, (port, tag)  # client, server, its thread, its child
+        assert client_omp == omp[tree]
     assert result["settings"]["cpu_split"] == halves and record["cpu_split"] == halves
     assert [p["pair"] for p in record["pinning"]] == list(range(pairs))
     for p in record["pinning"]:
@@ -536,6 +542,7 @@ def test_cpu_split_pins_each_tree_to_its_half_and_config_seconds_adds_pairs(tmp_
     assert record["notes"][-1].startswith(f"{pairs} pairs: the measured phase ran")
     (s,) = result["summaries"]
     assert (s["mode"], s["pairs"]) == ("together+cpu-split", pairs)
+    assert sorted(s["ratio_median_by_half"]) == [f"unpatched on {half}" for half in halves]
     table = (tmp_path / "out" / "ab_summary.md").read_text()
     assert f"| triton_nocg_k4s3 | together+cpu-split | 8 | {pairs} |" in table
 
