@@ -16,7 +16,14 @@ else on the GPU) goes through:
    ``python -m sglang.bench_serving --backend sglang --dataset-name random-ids`` run at a fixed
    seed, infinite request rate and the given ``--max-concurrency``. A pair whose shorter round
    lasted less than ``--round-seconds`` grows the rounds of the next pairs (ab_bench.grown_prompts;
-   both rounds of a pair always have the same prompts);
+   both rounds of a pair always have the same prompts). With ``--config-seconds S`` more pairs
+   follow while the configuration's measured phase (from its first measured pair on, every
+   concurrency) has run less than S seconds and a whole further pair fits before the deadline at
+   the round times expected so far (Pair.another_pair); a pair started just before S ran out
+   still runs, so the phase can overrun S by one pair. Only the clock decides: the rule never
+   looks at the tokens/s, the ratios or their interval, so it cannot stop where the interval
+   happens to look good (no optional-stopping bias); the number of pairs depends on how fast the
+   machine ran, not on which tree was ahead. Default 0: exactly ``--pairs`` pairs;
 5. stop the pair.
 
 Two modes (``--mode``) decide how a pair's two rounds meet the machine:
@@ -37,6 +44,30 @@ Two modes (``--mode``) decide how a pair's two rounds meet the machine:
   mode answers the parity question (is the ratio 1 within ±2%?); the gain question (how much
   faster is the patched tree?) keeps ``sequential``.
 
+``--cpu-split`` (together mode only; refused otherwise): the two trees get disjoint halves of the
+CPUs. On the H200 of 2026-12-01 (results/h200-2026-12-01-ab3) together mode resolved triton
+with CUDA graphs to ±2% (sd of a pair's log ratio 0.011) but not the eager configurations (sd
+0.041-0.103), whose two trees' tokens/s were negatively correlated within a pair (-0.79 to
+-0.11): eager decoding is paced by the host (one scheduler thread per server launching
+kernels), and the two servers and two clients competed for the same 16 CPUs. With the split, each tree's server, with
+everything it spawns, and that tree's client run on one half of the CPUs ab_bench may use
+(os.sched_getaffinity(0)): whole physical cores (SMT siblings, as /sys reports them, stay
+together), as many on each side, in CPU order (cpu_halves; an odd last core is left to ab_bench).
+A server or client is started on its half (:func:`pinned`: the starting thread's affinity, which
+the child inherits), and before the warm-up and before every measured pair every thread of each
+tree's process group is pinned again (:func:`pin_group`), the halves swapping trees pair by pair
+(unpatched on the first half in even pairs), so that a difference between the halves (interrupts
+served on CPU 0, say) cancels over the pairs instead of landing in the ratio; the summary's
+``ratio_median_by_half`` gives the median ratio for each placement. The record keeps each tree's
+half and what the kernel reported after every pinning (``pinning``: processes, threads, the union
+of their CPU sets; a note when it is not the half), each run its ``cpus``; tables show the mode as
+``together+cpu-split``. ``OMP_NUM_THREADS`` is set to the half's size for the servers and clients
+unless it is set already (torch sizes its default pool from the machine's cores, not the
+affinity; SGLang 0.5.12's model runner sets its own to 1 when it loads a model on CUDA). Still
+shared: the GPU, the last-level cache and memory bandwidth. SGLang moves its scheduler only with
+``SGLANG_SET_CPU_AFFINITY`` (off by default) and skips its NUMA binding when the affinity is
+already restricted.
+
 bench_serving runs in long-lived client processes (``--client``), which execute the module as
 ``python -m`` does (``runpy``) once per run, so its imports are paid once: one client for both
 trees in sequential mode, one per tree in together mode. Every run's record has its ``t_start``
@@ -55,7 +86,8 @@ Usage (after ``MODEL_SHAPE=8b bash benchmark/gpu/run_on_h200.sh --setup-only``; 
 benchmark/gpu/ab_h200.sh, which does both):
   python3 benchmark/gpu/ab_bench.py --models /tmp/sgl_dl/models8b --site /tmp/sgl_dl/site \\
       --patched /tmp/sgl_dl/patched --out "$OUT" --configs flashinfer_cg_k8s5 --concurrencies 32
-  (parity, both trees at once: ``--mode together --configs triton_nocg_k4s3 ...``)
+  (parity, both trees at once, each on its own CPUs, pairs for 300 s per configuration:
+  ``--mode together --cpu-split --config-seconds 300 --configs triton_nocg_k4s3 ...``)
 """
 
 from __future__ import annotations
