@@ -49,9 +49,9 @@ CPUs. On the H200 of 2026-12-01 (results/h200-2026-12-01-ab3) together mode reso
 with CUDA graphs to ±2% (sd of a pair's log ratio 0.011) but not the eager configurations (sd
 0.041-0.103), whose two trees' tokens/s were negatively correlated within a pair (-0.79 to
 -0.11): eager decoding is paced by the host (one scheduler thread per server launching
-kernels), and the two servers and two clients competed for the same 16 CPUs. With the split, each tree's server, with
-everything it spawns, and that tree's client run on one half of the CPUs ab_bench may use
-(os.sched_getaffinity(0)): whole physical cores (SMT siblings, as /sys reports them, stay
+kernels), and the two servers and two clients competed for the same 16 CPUs. With the split,
+each tree's server, with everything it spawns, and that tree's client run on one half of the
+CPUs ab_bench may use (os.sched_getaffinity(0)): whole physical cores (SMT siblings, as /sys reports them, stay
 together), as many on each side, in CPU order (cpu_halves; an odd last core is left to ab_bench).
 A server or client is started on its half (:func:`pinned`: the starting thread's affinity, which
 the child inherits), and before the warm-up and before every measured pair every thread of each
@@ -171,7 +171,6 @@ def grown_prompts(prompts: int, pair_rounds: list[dict], round_seconds: float, c
     return max(prompts, prompts_for_round(short, round_seconds, concurrency, margin))
 
 
-
 SIBLINGS = "/sys/devices/system/cpu/cpu{}/topology/thread_siblings_list"
 
 
@@ -269,6 +268,9 @@ def pin_group(pgid: int, cpus: list[int]) -> dict:
         for tid in tids:
             try:
                 os.sched_setaffinity(tid, cpus)
+            except OSError:
+                pass  # exited meanwhile, or refused: the CPUs read below say which
+            try:
                 seen |= os.sched_getaffinity(tid)
                 threads += 1
             except OSError:
@@ -600,38 +602,36 @@ class Pair:
         expected = {c: a.round_seconds * a.round_margin * 1.3 + 5 for c in a.concurrencies}
         measured_since = time.time()
         try:
-            self.measure_pairs(round_prompts, expected, measured_since)
+            k = 0
+            while k < a.pairs or self.another_pair(k, measured_since, expected):
+                if k and self.cpus:
+                    self.pin(k)
+                for c, trees in self.pair_steps(k):
+                    # a pair's second round needs its first: start a pair's first round only if both fit
+                    first = not any(r["pair"] == k and r["concurrency"] == c for r in self.record["rounds"])
+                    if len(trees) == 1 and first and self.left() < 2 * expected[c] + 10:
+                        self.record["notes"].append(f"pair {k} c{c}: not started, {self.left():.0f} s left")
+                        return
+                    runs = self.bench(trees, f"pair{k}", round_prompts[c], c, expected[c])
+                    if len(runs) < len(trees):
+                        return
+                    self.record["rounds"] += [{"pair": k, **run} for run in runs.values()]
+                    self.on_round(self.record)
+                    expected[c] = max(expected[c], 1.1 * max(run["wall_s"] for run in runs.values()))
+                    pair_rounds = [r for r in self.record["rounds"] if r["pair"] == k and r["concurrency"] == c]
+                    if len(pair_rounds) == len(TREES):  # both trees had the same prompts; the next pairs may grow
+                        grown = grown_prompts(round_prompts[c], pair_rounds, a.round_seconds, c, a.round_margin)
+                        if grown > round_prompts[c]:
+                            shortest = min(r["duration"] for r in pair_rounds)
+                            self.record["notes"].append(
+                                f"c{c}: pair {k}'s shortest round took {shortest:.1f} s: "
+                                f"{round_prompts[c]} -> {grown} prompts from pair {k + 1} on")
+                            expected[c] *= grown / round_prompts[c]
+                            round_prompts[c] = grown
+                k += 1
         finally:
             self.record["measured_s"] = round(time.time() - measured_since, 1)
 
-    def measure_pairs(self, round_prompts: dict[int, int], expected: dict[int, float], measured_since: float) -> None:
-        a = self.a
-        k = 0
-        while k < a.pairs or self.another_pair(k, measured_since, expected):
-            if k and self.cpus:
-                self.pin(k)
-            for c, trees in self.pair_steps(k):
-                # a pair's second round needs its first: start a pair's first round only if both fit
-                first = not any(r["pair"] == k and r["concurrency"] == c for r in self.record["rounds"])
-                if len(trees) == 1 and first and self.left() < 2 * expected[c] + 10:
-                    self.record["notes"].append(f"pair {k} c{c}: not started, {self.left():.0f} s left")
-                    return
-                runs = self.bench(trees, f"pair{k}", round_prompts[c], c, expected[c])
-                if len(runs) < len(trees):
-                    return
-                self.record["rounds"] += [{"pair": k, **run} for run in runs.values()]
-                self.on_round(self.record)
-                expected[c] = max(expected[c], 1.1 * max(run["wall_s"] for run in runs.values()))
-                pair_rounds = [r for r in self.record["rounds"] if r["pair"] == k and r["concurrency"] == c]
-                if len(pair_rounds) == len(TREES):  # both trees had the same prompts; the next pairs may grow
-                    grown = grown_prompts(round_prompts[c], pair_rounds, a.round_seconds, c, a.round_margin)
-                    if grown > round_prompts[c]:
-                        self.record["notes"].append(
-                            f"c{c}: pair {k}'s shortest round took {min(r['duration'] for r in pair_rounds):.1f} s: "
-                            f"{round_prompts[c]} -> {grown} prompts from pair {k + 1} on")
-                        expected[c] *= grown / round_prompts[c]
-                        round_prompts[c] = grown
-            k += 1
 
 def mode_label(record: dict) -> str:
     """A record's mode as tables show it: ``sequential`` (also a record written before --mode
