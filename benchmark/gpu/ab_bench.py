@@ -62,9 +62,10 @@ served on CPU 0, say) cancels over the pairs instead of landing in the ratio; th
 half and what the kernel reported after every pinning (``pinning``: processes, threads, the union
 of their CPU sets; a note when it is not the half), each run its ``cpus``; tables show the mode as
 ``together+cpu-split``. ``OMP_NUM_THREADS`` is set to the half's size for the servers and clients
-unless it is set already (torch sizes its default pool from the machine's cores, not the
-affinity; SGLang 0.5.12's model runner sets its own to 1 when it loads a model on CUDA). Still
-shared: the GPU, the last-level cache and memory bandwidth. SGLang moves its scheduler only with
+unless it is set already: GNU OpenMP's default (torch's intra-op threads) already follows the
+affinity a process starts with (torch 2.13 CPU: 1 thread when started on 1 of 2 CPUs), so this
+only makes it explicit and independent of the OpenMP runtime; SGLang 0.5.12's model runner sets
+torch's intra-op threads to 1 anyway when it loads a model on CUDA. Still shared: the GPU, the last-level cache and memory bandwidth. SGLang moves its scheduler only with
 ``SGLANG_SET_CPU_AFFINITY`` (off by default) and skips its NUMA binding when the affinity is
 already restricted.
 
@@ -356,7 +357,7 @@ def start_server(name: str, port: int, a: argparse.Namespace, extra_args: str,
                            site=a.site, patched=a.patched)
     env = serve_checks.server_env(cfg, opts, os.path.join(a.logdir, f"trace_{name}.txt"))
     env["SGL_DL_MEMPROBE"] = os.path.join(a.logdir, f"memprobe_{name}.jsonl")
-    if cpus:  # OpenMP teams no larger than the half (torch's default counts the machine's cores)
+    if cpus:  # OpenMP teams no larger than the half, whatever the OpenMP runtime
         env.setdefault("OMP_NUM_THREADS", str(len(cpus)))
     with pinned(cpus):
         proc = subprocess.Popen(serve_checks.server_cmd(cfg, a.models, port, opts), stdout=log,
