@@ -65,7 +65,8 @@ of their CPU sets; a note when it is not the half), each run its ``cpus``; table
 unless it is set already: GNU OpenMP's default (torch's intra-op threads) already follows the
 affinity a process starts with (torch 2.13 CPU: 1 thread when started on 1 of 2 CPUs), so this
 only makes it explicit and independent of the OpenMP runtime; SGLang 0.5.12's model runner sets
-torch's intra-op threads to 1 anyway when it loads a model on CUDA. Still shared: the GPU, the last-level cache and memory bandwidth. SGLang moves its scheduler only with
+torch's intra-op threads to 1 anyway when it loads a model on CUDA. Still shared: the GPU, the
+last-level cache and memory bandwidth. SGLang moves its scheduler only with
 ``SGLANG_SET_CPU_AFFINITY`` (off by default) and skips its NUMA binding when the affinity is
 already restricted.
 
