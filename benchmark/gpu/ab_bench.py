@@ -51,8 +51,9 @@ with CUDA graphs to ±2% (sd of a pair's log ratio 0.011) but not the eager conf
 -0.11): eager decoding is paced by the host (one scheduler thread per server launching
 kernels), and the two servers and two clients competed for the same 16 CPUs. With the split,
 each tree's server, with everything it spawns, and that tree's client run on one half of the
-CPUs ab_bench may use (os.sched_getaffinity(0)): whole physical cores (SMT siblings, as /sys reports them, stay
-together), as many on each side, in CPU order (cpu_halves; an odd last core is left to ab_bench).
+CPUs ab_bench may use (os.sched_getaffinity(0)): whole physical cores (SMT siblings, as /sys
+reports them, stay together), as many on each side, in CPU order (cpu_halves; an odd last core
+is left to ab_bench).
 A server or client is started on its half (:func:`pinned`: the starting thread's affinity, which
 the child inherits), and before the warm-up and before every measured pair every thread of each
 tree's process group is pinned again (:func:`pin_group`), the halves swapping trees pair by pair
