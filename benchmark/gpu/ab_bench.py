@@ -16,7 +16,14 @@ else on the GPU) goes through:
    ``python -m sglang.bench_serving --backend sglang --dataset-name random-ids`` run at a fixed
    seed, infinite request rate and the given ``--max-concurrency``. A pair whose shorter round
    lasted less than ``--round-seconds`` grows the rounds of the next pairs (ab_bench.grown_prompts;
-   both rounds of a pair always have the same prompts);
+   both rounds of a pair always have the same prompts). With ``--config-seconds S`` more pairs
+   follow while the configuration's measured phase (from its first measured pair on, every
+   concurrency) has run less than S seconds and a whole further pair fits before the deadline at
+   the round times expected so far (Pair.another_pair); a pair started just before S ran out
+   still runs, so the phase can overrun S by one pair. Only the clock decides: the rule never
+   looks at the tokens/s, the ratios or their interval, so it cannot stop where the interval
+   happens to look good (no optional-stopping bias); the number of pairs depends on how fast the
+   machine ran, not on which tree was ahead. Default 0: exactly ``--pairs`` pairs;
 5. stop the pair.
 
 Two modes (``--mode``) decide how a pair's two rounds meet the machine:
@@ -37,6 +44,33 @@ Two modes (``--mode``) decide how a pair's two rounds meet the machine:
   mode answers the parity question (is the ratio 1 within ±2%?); the gain question (how much
   faster is the patched tree?) keeps ``sequential``.
 
+``--cpu-split`` (together mode only; refused otherwise): the two trees get disjoint halves of the
+CPUs. On the H200 of 2026-12-01 (results/h200-2026-12-01-ab3) together mode resolved triton
+with CUDA graphs to ±2% (sd of a pair's log ratio 0.011) but not the eager configurations (sd
+0.041-0.103), whose two trees' tokens/s were negatively correlated within a pair (-0.79 to
+-0.11): eager decoding is paced by the host (one scheduler thread per server launching
+kernels), and the two servers and two clients competed for the same 16 CPUs. With the split,
+each tree's server, with everything it spawns, and that tree's client run on one half of the
+CPUs ab_bench may use (os.sched_getaffinity(0)): whole physical cores (SMT siblings, as /sys
+reports them, stay together), as many on each side, in CPU order (cpu_halves; an odd last core
+is left to ab_bench).
+A server or client is started on its half (:func:`pinned`: the starting thread's affinity, which
+the child inherits), and before the warm-up and before every measured pair every thread of each
+tree's process group is pinned again (:func:`pin_group`), the halves swapping trees pair by pair
+(unpatched on the first half in even pairs), so that a difference between the halves (interrupts
+served on CPU 0, say) cancels over the pairs instead of landing in the ratio; the summary's
+``ratio_median_by_half`` gives the median ratio for each placement. The record keeps each tree's
+half and what the kernel reported after every pinning (``pinning``: processes, threads, the union
+of their CPU sets; a note when it is not the half), each run its ``cpus``; tables show the mode as
+``together+cpu-split``. ``OMP_NUM_THREADS`` is set to the half's size for the servers and clients
+unless it is set already: GNU OpenMP's default (torch's intra-op threads) already follows the
+affinity a process starts with (torch 2.13 CPU: 1 thread when started on 1 of 2 CPUs), so this
+only makes it explicit and independent of the OpenMP runtime; SGLang 0.5.12's model runner sets
+torch's intra-op threads to 1 anyway when it loads a model on CUDA. Still shared: the GPU, the
+last-level cache and memory bandwidth. SGLang moves its scheduler only with
+``SGLANG_SET_CPU_AFFINITY`` (off by default) and skips its NUMA binding when the affinity is
+already restricted.
+
 bench_serving runs in long-lived client processes (``--client``), which execute the module as
 ``python -m`` does (``runpy``) once per run, so its imports are paid once: one client for both
 trees in sequential mode, one per tree in together mode. Every run's record has its ``t_start``
@@ -55,17 +89,20 @@ Usage (after ``MODEL_SHAPE=8b bash benchmark/gpu/run_on_h200.sh --setup-only``; 
 benchmark/gpu/ab_h200.sh, which does both):
   python3 benchmark/gpu/ab_bench.py --models /tmp/sgl_dl/models8b --site /tmp/sgl_dl/site \\
       --patched /tmp/sgl_dl/patched --out "$OUT" --configs flashinfer_cg_k8s5 --concurrencies 32
-  (parity, both trees at once: ``--mode together --configs triton_nocg_k4s3 ...``)
+  (parity, both trees at once, each on its own CPUs, pairs for 300 s per configuration:
+  ``--mode together --cpu-split --config-seconds 300 --configs triton_nocg_k4s3 ...``)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import queue
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -137,6 +174,113 @@ def grown_prompts(prompts: int, pair_rounds: list[dict], round_seconds: float, c
     return max(prompts, prompts_for_round(short, round_seconds, concurrency, margin))
 
 
+SIBLINGS = "/sys/devices/system/cpu/cpu{}/topology/thread_siblings_list"
+
+
+def parse_cpu_list(text: str) -> set[int]:
+    """The CPUs of a kernel CPU list (``0-3,8``, as in /proc/PID/status' Cpus_allowed_list)."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+def format_cpu_list(cpus) -> str:
+    """``{0, 1, 2, 3, 8}`` -> ``0-3,8``."""
+    runs: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if runs and cpu == runs[-1][1] + 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    return ",".join(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in runs)
+
+
+def physical_cores(cpus: set[int], siblings: str = SIBLINGS) -> list[list[int]]:
+    """``cpus`` grouped by physical core (the SMT siblings the kernel reports; a CPU without that
+    file is a core of its own), ordered by first CPU."""
+    cores = set()
+    for cpu in cpus:
+        try:
+            with open(siblings.format(cpu)) as f:
+                core = parse_cpu_list(f.read()) & cpus
+        except (OSError, ValueError):
+            core = {cpu}
+        cores.add(frozenset(core | {cpu}))
+    return sorted(sorted(core) for core in cores)
+
+
+def cpu_halves(cores: list[list[int]]) -> tuple[list[int], list[int]]:
+    """Two disjoint halves of the host's CPUs for ``--cpu-split``: the first and the second
+    ``len(cores) // 2`` physical cores in CPU order, so that no core's SMT siblings serve both
+    trees and both halves hold as many cores (an odd last core stays with ab_bench itself). With
+    a single core its SMT siblings are split instead."""
+    if len(cores) < 2:
+        cores = [[cpu] for core in cores for cpu in core]
+    if len(cores) < 2:
+        raise ValueError(f"--cpu-split needs at least 2 CPUs, this process may use {format_cpu_list(sum(cores, []))}")
+    n = len(cores) // 2
+    return sorted(sum(cores[:n], [])), sorted(sum(cores[n:2 * n], []))
+
+
+@contextlib.contextmanager
+def pinned(cpus: list[int] | None):
+    """Pin the calling thread to ``cpus`` (None: leave it) while the block starts a process: a
+    child inherits the CPU affinity of the thread that starts it, and on Linux
+    ``os.sched_setaffinity(0, ...)`` sets the calling thread's only (ab_bench's reader threads
+    keep theirs). Thread-safe, unlike a ``preexec_fn``; needs no ``taskset``."""
+    if cpus is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def process_group(pgid: int) -> list[int]:
+    """The processes of process group ``pgid`` (from /proc/*/stat): a server or client that
+    ab_bench started (its own session and group) and everything it spawned, as killpg sees them."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[2]) == pgid:
+                        pids.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue  # exited meanwhile
+    return sorted(pids)
+
+
+def pin_group(pgid: int, cpus: list[int]) -> dict:
+    """Pin every thread of every process of group ``pgid`` to ``cpus`` (threads and processes
+    started later inherit it from the thread that starts them); what the kernel then reports: the
+    processes and threads found and the union of their CPU sets."""
+    processes = threads = 0
+    seen: set[int] = set()
+    for pid in process_group(pgid):
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        except OSError:
+            continue  # exited meanwhile
+        processes += 1
+        for tid in tids:
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except OSError:
+                pass  # exited meanwhile, or refused: the CPUs read below say which
+            try:
+                seen |= os.sched_getaffinity(tid)
+                threads += 1
+            except OSError:
+                pass  # exited meanwhile
+    return {"processes": processes, "threads": threads, "cpus": format_cpu_list(seen)}
+
+
 def client_loop() -> int:
     """--client: for each JSON argv list on stdin, run sglang.bench_serving as ``python -m`` does."""
     import runpy
@@ -157,18 +301,23 @@ def client_loop() -> int:
 
 
 class Client:
-    """The long-lived bench_serving client; every run is bounded by a timeout."""
+    """The long-lived bench_serving client; every run is bounded by a timeout. ``cpus``: the CPUs
+    it starts on (--cpu-split; a replacement client starts on the ones it holds then)."""
 
-    def __init__(self, a: argparse.Namespace, log_path: str) -> None:
+    def __init__(self, a: argparse.Namespace, log_path: str, cpus: list[int] | None = None) -> None:
+        self.cpus = cpus
         self.env = dict(os.environ, PYTHONPATH=f"{a.site}:{STANDIN}", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                         TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
+        if cpus:
+            self.env.setdefault("OMP_NUM_THREADS", str(len(cpus)))
         self.log = open(log_path, "a")
         self._start()
 
     def _start(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--client"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, env=self.env, start_new_session=True)
+        with pinned(self.cpus):
+            self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--client"],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                         text=True, env=self.env, start_new_session=True)
         serve_checks._SERVERS.append(self.proc)  # killed with the servers on SIGTERM
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, args=(self.proc, self.lines), daemon=True).start()
@@ -201,15 +350,20 @@ class Client:
         self.log.close()
 
 
-def start_server(name: str, port: int, a: argparse.Namespace, extra_args: str) -> subprocess.Popen:
+def start_server(name: str, port: int, a: argparse.Namespace, extra_args: str,
+                 cpus: list[int] | None = None) -> subprocess.Popen:
+    """One server of a pair, in its own session; with ``cpus`` it and all it spawns start there."""
     cfg = serve_checks.parse(name)
     log = open(os.path.join(a.logdir, f"server_{name}.log"), "w")
     opts = SimpleNamespace(mem_fraction=a.mem_fraction, max_total_tokens=a.max_total_tokens, extra_args=extra_args,
                            site=a.site, patched=a.patched)
     env = serve_checks.server_env(cfg, opts, os.path.join(a.logdir, f"trace_{name}.txt"))
     env["SGL_DL_MEMPROBE"] = os.path.join(a.logdir, f"memprobe_{name}.jsonl")
-    proc = subprocess.Popen(serve_checks.server_cmd(cfg, a.models, port, opts), stdout=log,
-                            stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    if cpus:  # OpenMP teams no larger than the half, whatever the OpenMP runtime
+        env.setdefault("OMP_NUM_THREADS", str(len(cpus)))
+    with pinned(cpus):
+        proc = subprocess.Popen(serve_checks.server_cmd(cfg, a.models, port, opts), stdout=log,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
     serve_checks._SERVERS.append(proc)
     return proc
 
@@ -304,6 +458,10 @@ class Pair:
         self.procs: dict[str, subprocess.Popen] = {}
         self.record: dict = {"config": config, "mode": a.mode, "notes": [], "runs": [], "rounds": []}
         self.record["server_extra_args"] = server_extra_args(self.cfg, max(a.concurrencies), a.extra_args)
+        self.cpus: dict[str, list[int]] | None = None  # each tree's CPUs now (--cpu-split)
+        if a.cpu_halves:
+            self.record["cpu_split"] = [format_cpu_list(half) for half in a.cpu_halves]
+            self.record["pinning"] = []
 
     def left(self) -> float:
         return self.deadline.left()
@@ -312,11 +470,55 @@ class Pair:
         """The trees that run at the same time, in turn: both at once, or one after the other."""
         return [TREES] if self.a.mode == "together" else [(tree,) for tree in TREES]
 
-    def measured_steps(self) -> list[tuple[int, int, tuple[str, ...]]]:
-        """(pair, concurrency, trees run at once) in run order."""
+    def pair_steps(self, k: int) -> list[tuple[int, tuple[str, ...]]]:
+        """(concurrency, trees run at once) of measured pair ``k``, in run order."""
         if self.a.mode == "together":
-            return [(k, c, TREES) for k, c in ab_stats.together_schedule(self.a.pairs, self.a.concurrencies)]
-        return [(k, c, (tree,)) for k, c, tree in ab_stats.schedule(self.a.pairs, self.a.concurrencies)]
+            return [(c, TREES) for kk, c in ab_stats.together_schedule(k + 1, self.a.concurrencies) if kk == k]
+        return [(c, (tree,)) for kk, c, tree in ab_stats.schedule(k + 1, self.a.concurrencies) if kk == k]
+
+    def cpus_for(self, k: int) -> dict[str, list[int]]:
+        """--cpu-split: each tree's half of the CPUs in pair ``k`` (and, for ``k`` = 0, before the
+        measured pairs): the unpatched tree on the first half in even pairs, on the second in odd
+        ones, so a difference between the halves cancels over pairs."""
+        halves = self.a.cpu_halves
+        return {tree: halves[(j + k) % 2] for j, tree in enumerate(TREES)}
+
+    def pin(self, k: int) -> None:
+        """--cpu-split: every thread of each tree's server and client onto the tree's half for
+        pair ``k``; the record keeps what the kernel then reports (a note when it differs)."""
+        self.cpus = self.cpus_for(k)
+        entry: dict = {"pair": k}
+        for tree in TREES:
+            cpus = format_cpu_list(self.cpus[tree])
+            self.clients[tree].cpus = self.cpus[tree]
+            entry[tree] = {"cpus": cpus, "server": pin_group(self.procs[tree].pid, self.cpus[tree]),
+                           "client": pin_group(self.clients[tree].proc.pid, self.cpus[tree])}
+            for what in ("server", "client"):
+                if entry[tree][what]["cpus"] != cpus:
+                    self.record["notes"].append(f"pair {k}: {tree} {what} on CPUs {entry[tree][what]['cpus']}, "
+                                                f"not {cpus}")
+        self.record["pinning"].append(entry)
+
+    def another_pair(self, k: int, measured_since: float, expected: dict[int, float]) -> bool:
+        """--config-seconds: whether to measure pair ``k`` beyond --pairs. Only the clock decides:
+        the measured phase (since ``measured_since``) has run less than --config-seconds and the
+        whole pair fits before the deadline, at the time each of its rounds is expected to take
+        (as :meth:`bench` and the sequential first-round check estimate it). Never the ratios."""
+        a = self.a
+        if not a.config_seconds:
+            return False
+        ran = time.time() - measured_since
+        if ran >= a.config_seconds:
+            self.record["notes"].append(f"{k} pairs: the measured phase ran {ran:.0f} s of --config-seconds "
+                                        f"{a.config_seconds:.0f}")
+            return False
+        per_round = 1 if a.mode == "together" else 2
+        need = sum(per_round * (expected[c] + 5) for c in a.concurrencies)
+        if self.left() < need:
+            self.record["notes"].append(f"{k} pairs: pair {k} not started after {ran:.0f} s of --config-seconds "
+                                        f"{a.config_seconds:.0f}, {self.left():.0f} s left, ~{need:.0f} s needed")
+            return False
+        return True
 
     def bench(self, trees: tuple[str, ...], tag: str, prompts: int, concurrency: int,
               expected_s: float) -> dict[str, dict]:
@@ -345,6 +547,8 @@ class Pair:
             result = read_round(paths[tree]) if status == 0 else None
             run = {"tree": tree, "tag": tag, "concurrency": concurrency, "prompts": prompts, "status": status,
                    "t_start": round(t_start[tree], 3), "wall_s": round(t_end - t_start[tree], 1), **(result or {})}
+            if self.cpus:
+                run["cpus"] = format_cpu_list(self.cpus[tree])
             self.record["runs"].append(run)
             if result is None or result.get("completed") != prompts:
                 self.record["notes"].append(f"{tree} {tag} c{concurrency}: bench_serving status {status}, "
@@ -356,8 +560,9 @@ class Pair:
     def run(self, prompts_json: dict) -> dict:
         a = self.a
         extra = self.record["server_extra_args"]
+        start_cpus = self.cpus_for(0) if a.cpu_halves else {tree: None for tree in TREES}
         for tree in TREES:
-            self.procs[tree] = start_server(self.names[tree], self.ports[tree], a, extra)
+            self.procs[tree] = start_server(self.names[tree], self.ports[tree], a, extra, start_cpus[tree])
         try:
             t0 = time.time()
             errors = wait_healthy({self.names[t]: (self.procs[t], self.ports[t]) for t in TREES},
@@ -370,6 +575,8 @@ class Pair:
                 for name in errors:
                     self.record["notes"] += serve_checks.error_lines(os.path.join(a.logdir, f"server_{name}.log"))
                 return self.record
+            if a.cpu_halves:  # the clients too (the last configuration may have left them swapped); checked
+                self.pin(0)
             if a.stress >= 0:
                 self.record["exactness"] = {t: exactness(self.names[t], self.ports[t], self.procs[t], a, prompts_json,
                                                          time.time() + self.left()) for t in TREES}
@@ -385,32 +592,54 @@ class Pair:
                     return self.record
                 round_prompts[c] = prompts_for_round(rates, a.round_seconds, c, a.round_margin)
             self.record["round_prompts"] = round_prompts
-            expected = {c: a.round_seconds * a.round_margin * 1.3 + 5 for c in a.concurrencies}
-            for k, c, trees in self.measured_steps():
-                # a pair's second round needs its first: start a pair's first round only if both fit
-                first = not any(r["pair"] == k and r["concurrency"] == c for r in self.record["rounds"])
-                if len(trees) == 1 and first and self.left() < 2 * expected[c] + 10:
-                    self.record["notes"].append(f"pair {k} c{c}: not started, {self.left():.0f} s left")
-                    break
-                runs = self.bench(trees, f"pair{k}", round_prompts[c], c, expected[c])
-                if len(runs) < len(trees):
-                    break
-                self.record["rounds"] += [{"pair": k, **run} for run in runs.values()]
-                self.on_round(self.record)
-                expected[c] = max(expected[c], 1.1 * max(run["wall_s"] for run in runs.values()))
-                pair_rounds = [r for r in self.record["rounds"] if r["pair"] == k and r["concurrency"] == c]
-                if len(pair_rounds) == len(TREES):  # both trees had the same prompts; the next pairs may grow
-                    grown = grown_prompts(round_prompts[c], pair_rounds, a.round_seconds, c, a.round_margin)
-                    if grown > round_prompts[c]:
-                        self.record["notes"].append(
-                            f"c{c}: pair {k}'s shortest round took {min(r['duration'] for r in pair_rounds):.1f} s: "
-                            f"{round_prompts[c]} -> {grown} prompts from pair {k + 1} on")
-                        expected[c] *= grown / round_prompts[c]
-                        round_prompts[c] = grown
+            self.measure(round_prompts)
             return self.record
         finally:
             for proc in self.procs.values():
                 serve_checks.kill_group(proc)
+
+    def measure(self, round_prompts: dict[int, int]) -> None:
+        """The measured pairs: --pairs of them, then (--config-seconds) more while
+        :meth:`another_pair` says so; stops early when a round cannot run or fails."""
+        a = self.a
+        expected = {c: a.round_seconds * a.round_margin * 1.3 + 5 for c in a.concurrencies}
+        measured_since = time.time()
+        try:
+            k = 0
+            while k < a.pairs or self.another_pair(k, measured_since, expected):
+                if k and self.cpus:
+                    self.pin(k)
+                for c, trees in self.pair_steps(k):
+                    # a pair's second round needs its first: start a pair's first round only if both fit
+                    first = not any(r["pair"] == k and r["concurrency"] == c for r in self.record["rounds"])
+                    if len(trees) == 1 and first and self.left() < 2 * expected[c] + 10:
+                        self.record["notes"].append(f"pair {k} c{c}: not started, {self.left():.0f} s left")
+                        return
+                    runs = self.bench(trees, f"pair{k}", round_prompts[c], c, expected[c])
+                    if len(runs) < len(trees):
+                        return
+                    self.record["rounds"] += [{"pair": k, **run} for run in runs.values()]
+                    self.on_round(self.record)
+                    expected[c] = max(expected[c], 1.1 * max(run["wall_s"] for run in runs.values()))
+                    pair_rounds = [r for r in self.record["rounds"] if r["pair"] == k and r["concurrency"] == c]
+                    if len(pair_rounds) == len(TREES):  # both trees had the same prompts; the next pairs may grow
+                        grown = grown_prompts(round_prompts[c], pair_rounds, a.round_seconds, c, a.round_margin)
+                        if grown > round_prompts[c]:
+                            shortest = min(r["duration"] for r in pair_rounds)
+                            self.record["notes"].append(
+                                f"c{c}: pair {k}'s shortest round took {shortest:.1f} s: "
+                                f"{round_prompts[c]} -> {grown} prompts from pair {k + 1} on")
+                            expected[c] *= grown / round_prompts[c]
+                            round_prompts[c] = grown
+                k += 1
+        finally:
+            self.record["measured_s"] = round(time.time() - measured_since, 1)
+
+
+def mode_label(record: dict) -> str:
+    """A record's mode as tables show it: ``sequential`` (also a record written before --mode
+    existed), ``together`` or ``together+cpu-split``."""
+    return record.get("mode", "sequential") + ("+cpu-split" if record.get("cpu_split") else "")
 
 
 def summarize(record: dict, concurrencies: list[int]) -> list[dict]:
@@ -424,9 +653,16 @@ def summarize(record: dict, concurrencies: list[int]) -> list[dict]:
             by_pair.setdefault(r["pair"], {})[r["tree"]] = r
         pairs = [(p["unpatched"], p["patched"]) for _, p in sorted(by_pair.items()) if len(p) == 2]
         durations = [r["duration"] for pair in pairs for r in pair]
-        s = {"config": record["config"], "mode": record.get("mode", "sequential"), "concurrency": c,
+        s = {"config": record["config"], "mode": mode_label(record), "concurrency": c,
              **ab_stats.ratio_summary(pairs, min(durations) if durations else None),
              **{tree: ab_stats.tree_summary([p[i] for p in pairs]) for i, tree in enumerate(TREES)}}
+        if record.get("cpu_split"):  # the halves swap trees pair by pair: does one half favour its tree?
+            by_half: dict[str, list[float]] = {}
+            for k, p in sorted(by_pair.items()):
+                if len(p) == 2:
+                    by_half.setdefault(f"unpatched on {record['cpu_split'][k % 2]}", []).append(
+                        p["patched"]["output_throughput"] / p["unpatched"]["output_throughput"])
+            s["ratio_median_by_half"] = {half: statistics.median(ratios) for half, ratios in by_half.items()}
         out.append(s)
     mem = []
     for tree in TREES:
@@ -500,6 +736,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "(>= 1); later pairs grow by as much after a round shorter than round-seconds")
     ap.add_argument("--mode", choices=("sequential", "together"), default="sequential",
                     help="a pair's two rounds one after the other, or both at the same time (module docstring)")
+    ap.add_argument("--cpu-split", action="store_true",
+                    help="together mode: each tree's server (with all it spawns) and client on its own half of "
+                    "this process's CPUs, the halves swapping trees pair by pair (module docstring)")
+    ap.add_argument("--config-seconds", type=float, default=0,
+                    help="after --pairs, more pairs while a configuration's measured phase has run less than this "
+                    "and the deadline allows a whole pair (0: exactly --pairs)")
     ap.add_argument("--input-len", type=int, default=512)
     ap.add_argument("--output-len", type=int, default=512)
     ap.add_argument("--range-ratio", type=float, default=0.5, help="lengths drawn from [len * ratio, len]")
@@ -533,6 +775,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             ap.error("--round-margin must be at least 1")
         if min(a.concurrencies) < 1:
             ap.error("--concurrencies must be positive")
+        if a.config_seconds < 0:
+            ap.error("--config-seconds must not be negative")
+        a.cpu_halves = None
+        if a.cpu_split:
+            if a.mode != "together":
+                ap.error("--cpu-split needs --mode together (in sequential mode each tree has the host to itself)")
+            try:
+                a.cpu_halves = cpu_halves(physical_cores(os.sched_getaffinity(0)))
+            except ValueError as exc:
+                ap.error(str(exc))
         for stem in a.configs:
             try:
                 serve_checks.parse(f"{stem}_patched")
@@ -542,10 +794,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def write_outputs(a: argparse.Namespace, records: list[dict], summaries: list[dict], t_start: float) -> None:
-    settings = {k: getattr(a, k) for k in ("mode", "configs", "concurrencies", "pairs", "round_seconds",
-                                          "round_margin", "warmup_waves", "input_len", "output_len",
-                                          "range_ratio", "seed", "stress", "mem_fraction", "max_total_tokens",
-                                          "extra_args", "models")}
+    settings = {k: getattr(a, k) for k in ("mode", "configs", "concurrencies", "pairs", "config_seconds",
+                                          "round_seconds", "round_margin", "warmup_waves", "input_len",
+                                          "output_len", "range_ratio", "seed", "stress", "mem_fraction",
+                                          "max_total_tokens", "extra_args", "models")}
+    if a.cpu_halves:
+        settings["cpu_split"] = [format_cpu_list(half) for half in a.cpu_halves]
+        settings["cpu_cores"] = [format_cpu_list(core) for core in physical_cores(os.sched_getaffinity(0))]
     settings["elapsed_s"] = round(time.time() - t_start, 1)
     with open(os.path.join(a.out, "ab_results.json"), "w") as f:
         json.dump({"settings": settings, "summaries": summaries, "records": records}, f, indent=1)
@@ -565,8 +820,10 @@ def main(argv: list[str] | None = None) -> int:
         os.makedirs(d, exist_ok=True)
     with open(os.path.join(a.models, "prompts.json")) as f:
         prompts_json = json.load(f)
-    if a.mode == "together":  # one client per tree, both started now
-        clients = {tree: Client(a, os.path.join(a.logdir, f"bench_serving_{tree}.log")) for tree in TREES}
+    if a.mode == "together":  # one client per tree, both started now (--cpu-split: each on its pair-0 half)
+        halves = a.cpu_halves or (None, None)
+        clients = {tree: Client(a, os.path.join(a.logdir, f"bench_serving_{tree}.log"), halves[j])
+                   for j, tree in enumerate(TREES)}
     else:
         client = Client(a, os.path.join(a.logdir, "bench_serving.log"))
         clients = {tree: client for tree in TREES}

@@ -14,6 +14,11 @@
 #   start returns after WAIT_S seconds (as wait does) and leaves the A/B running (setsid).
 # wait: waits until the A/B has ended or SECONDS have passed; DEADLINE_IN=S first moves the
 #   deadline to S seconds from now (to fit the device time that is really left).
+# AB_ARGS for parity: --mode together --cpu-split (each tree's server and client on its own half of
+#   the host's CPUs, the halves swapping trees pair by pair) --config-seconds S (pairs beyond --pairs
+#   while a configuration's measured phase has run less than S s and a pair fits before the deadline),
+#   e.g. start --mode together --cpu-split --config-seconds 300 --concurrencies 32 --configs triton_nocg_k4s3
+#   (ab_bench.py's docstring). Keep setup + WAIT_S + packing under the 600 s of one call: WAIT_S <= 500.
 # Either way $OUT gets at most 8 files: setup.txt, patch.txt, console.txt, ab_results.json,
 # ab_summary.md (both rewritten after every measured round), logs.tgz (server logs, memory probe,
 # bench_serving's JSONL per run, the GPU's clocks every 5 s in gpu_clocks.csv, the host's CPU

@@ -3,7 +3,8 @@
 
 Reads each run's ab_results.json, recomputes the summaries from its raw records with the current
 ab_bench.summarize (so every run is judged by the same rules; a record without a mode, written
-before ab_bench had ``--mode``, is a sequential one), and writes into --out:
+before ab_bench had ``--mode``, is a sequential one; a together one with ``--cpu-split`` shows as
+``together+cpu-split``), and writes into --out:
 
 * ``summary.md``: one table row per (configuration, mode, concurrency): ratio, interval or range,
   verdict, pairs for ±2%; per tree tokens/s, TTFT, ITL, accept length; then the exactness check
@@ -155,7 +156,7 @@ def plot_tokens(records: list[dict], path: str) -> None:
         ax.set_xlabel("concurrency")
         ax.set_ylabel("output tokens/s")
         measured = sorted({r["concurrency"] for r in record["rounds"]})
-        ax.set_title(f"{record['config']}, {record.get('mode', 'sequential')} (measured at "
+        ax.set_title(f"{record['config']}, {ab_bench.mode_label(record)} (measured at "
                      f"{', '.join(map(str, measured))})", fontsize=9)
         ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
@@ -198,7 +199,7 @@ def plot_drift(records: list[dict], path: str) -> None:
         ax.set_ylim(bottom=0)
         ax.set_xlabel("run start, s from the first run")
         ax.set_ylabel("output tokens/s")
-        ax.set_title(f"{record['config']}, {record.get('mode', 'sequential')}", fontsize=9)
+        ax.set_title(f"{record['config']}, {ab_bench.mode_label(record)}", fontsize=9)
         ax.legend(fontsize=6, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import statistics
 import sys
 import time
@@ -46,7 +47,7 @@ def test_defaults_are_the_issue_configs_and_sizes():
     assert a.configs == ["triton_nocg_k1s3", "triton_nocg_k4s3", "flashinfer_nocg_k4s3", "triton_cg_k4s3",
                          "flashinfer_cg_k1s3", "flashinfer_cg_k4s3", "flashinfer_cg_k8s5"]
     assert (a.pairs, a.round_seconds, a.concurrencies) == (6, 20, [1, 8, 32])
-    assert (a.mode, a.round_margin) == ("sequential", 1.5)
+    assert (a.mode, a.round_margin, a.cpu_split, a.cpu_halves, a.config_seconds) == ("sequential", 1.5, False, None, 0)
     assert (a.input_len * a.range_ratio, a.input_len, a.output_len) == (256, 512, 512)
 
 
@@ -58,6 +59,8 @@ def test_defaults_are_the_issue_configs_and_sizes():
     REQUIRED + ["--mode", "alternate"],        # neither sequential nor together
     REQUIRED + ["--concurrencies", "0"],
     REQUIRED + ["--configs", "vllm_cg_k4s3"],  # not a serve_checks backend
+    REQUIRED + ["--cpu-split"],                # sequential: each tree has the host to itself anyway
+    REQUIRED + ["--config-seconds", "-1"],
 ])
 def test_bad_arguments_are_refused(argv):
     with pytest.raises(SystemExit) as exc:
@@ -95,6 +98,37 @@ def test_server_flags_exist_in_launch_server_0_5_12():
         "--cuda-graph-max-bs 32"
     assert ab_bench.server_extra_args({"cg": "nocg"}, 8, "--foo 1") == \
         "--max-running-requests 8 --disable-piecewise-cuda-graph --disable-radix-cache --sleep-on-idle --foo 1"
+
+
+def test_cpu_split_is_refused_with_a_single_cpu(monkeypatch, capsys):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
+    with pytest.raises(SystemExit) as exc:
+        ab_bench.parse_args(REQUIRED + ["--mode", "together", "--cpu-split"])
+    assert exc.value.code == 2
+    assert "--cpu-split needs at least 2 CPUs, this process may use 3" in capsys.readouterr().err
+
+
+def test_cpu_lists_read_and_written_as_the_kernel_writes_them():
+    assert ab_bench.parse_cpu_list("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
+    assert ab_bench.format_cpu_list({11, 0, 1, 2, 3, 8, 10}) == "0-3,8,10-11"
+    assert ab_bench.format_cpu_list({5}) == "5"
+
+
+def test_cpu_halves_keep_each_physical_core_whole_and_as_many_cores_on_each_side(tmp_path):
+    # a 16-vCPU host whose SMT siblings are n and n + 8 (as /sys reports them)
+    for cpu in range(16):
+        (tmp_path / f"cpu{cpu}").write_text(f"{cpu % 8},{cpu % 8 + 8}\n")
+    cores = ab_bench.physical_cores(set(range(16)), str(tmp_path / "cpu{}"))
+    assert cores == [[n, n + 8] for n in range(8)]
+    assert ab_bench.cpu_halves(cores) == ([0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15])
+    # only the allowed CPUs count; a CPU without the file is a core of its own
+    assert ab_bench.physical_cores({0, 8, 1, 99}, str(tmp_path / "cpu{}")) == [[0, 8], [1], [99]]
+    # no SMT: contiguous halves; an odd core stays out, so both trees get as many
+    assert ab_bench.cpu_halves([[n] for n in range(16)]) == (list(range(8)), list(range(8, 16)))
+    assert ab_bench.cpu_halves([[0], [1], [2]]) == ([0], [1])
+    assert ab_bench.cpu_halves([[0, 1]]) == ([0], [1])  # one core: its siblings are split
+    with pytest.raises(ValueError):
+        ab_bench.cpu_halves([[0]])
 
 
 def test_schedule_interleaves_and_alternates_the_first_tree():
@@ -250,18 +284,41 @@ def test_client_runs_the_module_as_python_dash_m_once_per_round(tmp_path):
 
 
 FAKE_LAUNCH_SERVER = '''\
-"""Stands in for sglang.launch_server: answers /health on --port until killed."""
+"""Stands in for sglang.launch_server: answers /health on --port until killed; as SGLang's server
+does, it has a second thread and a child process (`sleep`), and /cpus answers the CPUs each of
+the three may run on; started.log beside it gets its port, the CPUs it started on and its
+OMP_NUM_THREADS."""
 import http.server
+import json
+import os
+import subprocess
 import sys
+import threading
 
 port = int(sys.argv[sys.argv.index("--port") + 1])
+child = subprocess.Popen(["sleep", "600"])
+thread = threading.Thread(target=threading.Event().wait, daemon=True)
+thread.start()
+
+
+def cpus(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(line.split()[1] for line in f if line.startswith("Cpus_allowed_list:"))
+
+
+with open(os.path.join(os.path.dirname(__file__), "started.log"), "a") as log:
+    log.write(f"{port} {cpus(os.getpid())} {os.environ.get('OMP_NUM_THREADS')}\\n")
 
 
 class Health(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         self.send_response(200)
         self.end_headers()
-        self.wfile.write(b"null")
+        body = None
+        if self.path == "/cpus":
+            body = {"server": cpus(os.getpid()), "thread": cpus(f"{os.getpid()}/task/{thread.native_id}"),
+                    "child": cpus(child.pid)}
+        self.wfile.write(json.dumps(body).encode())
 
     def log_message(self, *args):
         pass
@@ -272,12 +329,16 @@ http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
 
 FAKE_BENCH_BY_PORT = '''\\
 """Stands in for sglang.bench_serving: tokens/s and accept length by server port, the runs logged
-with their start and end times; the requests of the first measured pair run at 16/s, all others at
-10/s; with a file `sleep` beside it, every run takes that many seconds."""
+with their start and end times (runs.log), the CPUs its client, the server, the server's second
+thread and its child may run on and the client's OMP_NUM_THREADS (cpus.log); the requests of the
+first measured pair run at 16/s, all others at 10/s; with a file `sleep` beside it, every run
+takes that many seconds; with a file `move_deadline` ("TAG SECONDS") beside it, a run of TAG
+writes now + SECONDS into `deadline`."""
 import json
 import os
 import sys
 import time
+import urllib.request
 
 t0 = time.time()
 here = os.path.dirname(__file__)
@@ -292,6 +353,16 @@ results = os.path.join(os.path.dirname(os.path.dirname(output_file)), "ab_result
 rounds = len(json.load(open(results))["records"][-1]["rounds"]) if os.path.exists(results) else "-"
 if os.path.exists(os.path.join(here, "sleep")):
     time.sleep(float(open(os.path.join(here, "sleep")).read()))
+if os.path.exists(os.path.join(here, "move_deadline")):
+    at, seconds = open(os.path.join(here, "move_deadline")).read().split()
+    if tag == at:
+        open(os.path.join(here, "deadline"), "w").write(str(time.time() + float(seconds)))
+with urllib.request.urlopen(f"http://127.0.0.1:{port}/cpus") as r:
+    server = json.loads(r.read())
+client = open("/proc/self/status").read().split("Cpus_allowed_list:")[1].split()[0]
+with open(os.path.join(here, "cpus.log"), "a") as log:
+    log.write(f"{port} {tag} {client} {server['server']} {server['thread']} {server['child']} "
+              f"{os.environ.get('OMP_NUM_THREADS')}\\n")
 with open(output_file, "a") as f:
     f.write(json.dumps({"completed": n, "duration": n / (16.0 if tag == "pair0" else 10.0),
                         "output_throughput": 125.0 if fast else 100.0, "accept_length": 4.0 if fast else 2.5,
@@ -407,6 +478,16 @@ def test_deadline_file_overrides_while_it_holds_an_epoch(tmp_path):
     assert deadline.left() <= 100
 
 
+def test_cpu_split_summary_gives_the_median_ratio_with_the_unpatched_tree_on_each_half():
+    record = pair_record([1.01, 0.99, 1.03, 0.98, 1.02, 0.97, 1.04])
+    assert "ratio_median_by_half" not in ab_bench.summarize(record, [32])[0]
+    record["cpu_split"] = ["0-7", "8-15"]
+    (s,) = ab_bench.summarize(record, [32])
+    assert s["mode"] == "sequential+cpu-split" and s["pairs"] == 7
+    assert s["ratio_median_by_half"] == {"unpatched on 0-7": pytest.approx(1.025),  # pairs 0, 2, 4, 6
+                                         "unpatched on 8-15": pytest.approx(0.98)}  # pairs 1, 3, 5
+
+
 def test_too_few_pairs_give_the_range_and_no_interval():
     pairs = [({"output_throughput": 100.0}, {"output_throughput": 100.0 * r}) for r in (1.218, 1.258)]
     s = ab_stats.ratio_summary(pairs, round_seconds=20)
@@ -415,3 +496,68 @@ def test_too_few_pairs_give_the_range_and_no_interval():
     record = pair_record([1.218, 1.258])
     (summary,) = ab_bench.summarize(record, [32])
     assert "1.238 (min-max 1.218-1.258)" in ab_bench.markdown_table([summary])
+
+
+def test_cpu_split_pins_each_tree_to_its_half_and_config_seconds_adds_pairs(tmp_path, monkeypatch):
+    """--cpu-split: each tree's server (its second thread and its child too) and client run on the
+    tree's half, the halves disjoint and swapping trees pair by pair, as the stand-ins themselves
+    read it from /proc; --config-seconds: pairs beyond --pairs while the measured phase has run
+    less than the budget, each started before it ran out."""
+    site, base = stand_in_site(tmp_path)
+    (site / "sglang" / "sleep").write_text("0.1")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # ab_bench keeps a value it is given
+    budget = 4.0
+    run_stand_in_ab(tmp_path, site, base, "--mode", "together", "--cpu-split", "--config-seconds", str(budget))
+    first, second = ab_bench.cpu_halves(ab_bench.physical_cores(os.sched_getaffinity(0)))
+    assert first and second and not set(first) & set(second)
+    assert set(first) | set(second) <= os.sched_getaffinity(0)
+    halves = [ab_bench.format_cpu_list(first), ab_bench.format_cpu_list(second)]
+    result = json.loads((tmp_path / "out" / "ab_results.json").read_text())
+    (record,) = result["records"]
+    pairs = max(r["pair"] for r in record["rounds"]) + 1
+    assert pairs > 6 and len(record["rounds"]) == 2 * pairs
+
+    started = sorted(line.split() for line in (site / "sglang" / "started.log").read_text().splitlines())
+    omp = [str(len(first)), str(len(second))]  # OpenMP teams the size of the half (both halves alike)
+    assert started == [[str(base), halves[0], omp[0]], [str(base + 1), halves[1], omp[1]]]  # before any re-pinning
+    seen = [line.split() for line in (site / "sglang" / "cpus.log").read_text().splitlines()]
+    assert len(seen) == 2 * (2 + pairs)  # warm-up, calibration and every pair, both trees
+    for port, tag, *cpus, client_omp in seen:
+        pair = int(tag[4:]) if tag.startswith("pair") else 0
+        tree = int(port) - base  # 0: unpatched, 1: patched
+        assert cpus == [halves[(tree + pair) % 2]] * 4, (port, tag)  # client, server, its thread, its child
+        assert client_omp == omp[tree]
+    assert result["settings"]["cpu_split"] == halves and record["cpu_split"] == halves
+    assert [p["pair"] for p in record["pinning"]] == list(range(pairs))
+    for p in record["pinning"]:
+        for j, tree in enumerate(ab_bench.TREES):
+            half = halves[(j + p["pair"]) % 2]
+            assert p[tree]["cpus"] == p[tree]["server"]["cpus"] == p[tree]["client"]["cpus"] == half
+            assert p[tree]["server"]["processes"] == 2 and p[tree]["server"]["threads"] >= 3  # server + sleep
+    assert all(r["cpus"] == halves[((r["tree"] == "patched") + r["pair"]) % 2] for r in record["rounds"])
+
+    starts = {k: min(r["t_start"] for r in record["rounds"] if r["pair"] == k) for k in range(pairs)}
+    assert all(starts[k] - starts[0] < budget + 1 for k in range(6, pairs))  # started within the budget
+    assert record["measured_s"] >= budget
+    assert record["notes"][-1].startswith(f"{pairs} pairs: the measured phase ran")
+    (s,) = result["summaries"]
+    assert (s["mode"], s["pairs"]) == ("together+cpu-split", pairs)
+    assert sorted(s["ratio_median_by_half"]) == [f"unpatched on {half}" for half in halves]
+    table = (tmp_path / "out" / "ab_summary.md").read_text()
+    assert f"| triton_nocg_k4s3 | together+cpu-split | 8 | {pairs} |" in table
+
+
+def test_config_seconds_stops_at_the_deadline_with_whole_pairs(tmp_path):
+    """Sequential: past --pairs a pair starts only when both its rounds fit before the deadline.
+    The rounds grew after pair 0 (304 -> 480 prompts), so a round is expected to take 44 s x 480 /
+    304 = 69.5 s, a pair 2 x (69.5 + 5) s; the stand-in moves the deadline to 100 s away during
+    pair 7's first round: its second round still fits, pair 8 does not."""
+    site, base = stand_in_site(tmp_path)
+    (site / "sglang" / "move_deadline").write_text("pair7 100")
+    run_stand_in_ab(tmp_path, site, base, "--config-seconds", "600", "--deadline-file",
+                    str(site / "sglang" / "deadline"))
+    (record,) = json.loads((tmp_path / "out" / "ab_results.json").read_text())["records"]
+    assert sorted({r["pair"] for r in record["rounds"]}) == list(range(8))
+    assert len(record["rounds"]) == 16 and "cpu_split" not in record and "cpus" not in record["rounds"][0]
+    assert record["notes"][-1].startswith("8 pairs: pair 8 not started after ")
+    assert "s left, ~149 s needed" in record["notes"][-1]
