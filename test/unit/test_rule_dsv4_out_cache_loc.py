@@ -536,6 +536,7 @@ CALLER_DEF = "    def init_forward_metadata(self, forward_batch):\n        step_
 KEEP_ON = {
     "DSv4 def line": (DSV4_DEF, True),
     "DSv4 statement": ("            metadata = self.init_forward_metadata_decode(\n", True),
+    "DSv4 split statement": ("                out_cache_loc = per_step_draft_out_cache_loc(\n", False),
     "caller def line": (CALLER_DEF, False),
     "caller's row": ("                forward_batch.out_cache_loc = step_out_cache_loc[i]\n", False),
 }
@@ -617,6 +618,8 @@ def test_a_double_split_under_the_worker_is_kept_on_the_dsv4_site_only(sglang_tr
     else:
         row = f"{WORKER_V2}:{line_of(worker, '= out_cache_loc[i]')}"
         assert code == 2 and f"and in its caller EagleDraftWorker.draft_forward ({row})" in err
+        code, _out, err = sglang_tree.cli("check", "--no-tests", "--keep", f"{WORKER_V2}:EagleDraftWorker.draft_forward")
+        assert code == 2 and f"and in its caller EagleDraftWorker.draft_forward ({row})" in err  # --keep as the comment
         assert problems == [(SCOPE, line_of(dsv4, "out_cache_loc = per_step_draft_out_cache_loc("),
                              f"splits per step, and so does its caller EagleDraftWorker.draft_forward ({row}): twice")]
 
