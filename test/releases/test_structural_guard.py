@@ -7,8 +7,8 @@ init_cuda_graph_state with 0.5.12's width, (c) a form no rule knows, (d) a class
 delegates per step, (e) a patched tree whose width local is reverted to 0.5.12's product,
 (f) the DeepSeek-V4 pair copied under new names: never split per step (refused unless kept on the
 per-step backend, not on the caller), split in the caller (patched once; also spelt through a bound
-3-d view and movedim), split in both (refused, unless kept on the per-step backend; the written
-CPU test's split-once check agrees).
+3-d view and movedim), split by the EAGLE worker's rows (split once), split in both (refused,
+unless kept on the per-step backend; the written CPU test's split-once check agrees).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from sglang_draft_layout import cli, engine
-from sglang_draft_layout.layout_patterns import draft_layout_classes, split_path_problems
+from sglang_draft_layout.layout_patterns import draft_layout_classes, split_path_problems, worker_step_rows
 from sglang_draft_layout.rules import RULES
 from sglang_draft_layout.rules.structural_guard import GUARDED_FOLDERS
 from sglang_draft_layout.target import resolve
@@ -292,6 +292,26 @@ def test_copied_v4_pair_splitting_in_the_caller_is_patched_once(scratch, capsys,
     assert "        return per_step_draft_out_cache_loc(\n            out_cache_loc,\n            num_reqs,\n" in after
     assert ".movedim(" not in after and "rows = " not in after
     assert_as_clean_as(forked, after)
+
+
+def test_copied_v4_pair_driven_by_the_workers_rows_is_split_once(scratch, capsys):
+    """The V2 worker inits each step with its row (fork_edits.dsv4_worker_split): on the copied pair's
+    path too, that is the one split, for `check` (the guard row patched) and the written test alike."""
+    from support import fork_edits
+
+    root = scratch("0.5.12")
+    fork_edits.dsv4_worker_split(root)
+    fork = root / "sglang" / V4_FILE
+    fork.write_text(copied_v4_pair(root, caller_split=False))
+    capsys.readouterr()
+    assert cli.main(["check", "--no-tests", "--format", "json", str(root)]) == 1  # the release's sites to patch
+    [guard] = [site for site in json.loads(capsys.readouterr().out)["sites"]
+               if site["site"].endswith("split once (structural guard)")]
+    assert (guard["class_method"], guard["state"]) == ("ForkV4AttnBackend.init_forward_metadata", "patched")
+    trees = {fork_edits.WORKER_V2: ast.parse((root / "sglang" / fork_edits.WORKER_V2).read_text())}
+    text = fork.read_text()
+    assert split_path_problems(ast.parse(text), text.splitlines(), worker_step_rows(trees)) == []
+    assert split_path_problems(ast.parse(text), text.splitlines()) != []  # without the worker: never split
 
 
 def test_copied_v4_pair_splitting_twice_is_refused(patched, tmp_path, capsys):
