@@ -598,27 +598,25 @@ WORKERS = (
 class StepRows(NamedTuple):
     """An EAGLE worker's ``draft_forward`` (``WORKERS``, another module than the backends')
     setting each step's out_cache_loc row before that step's ``init_forward_metadata``
-    (``per_step_rows_set``): it splits for every per-step backend it drives."""
+    (``per_step_rows_set``): it splits for every per-step backend it drives. A keep on
+    draft_forward keeps the worker's own layout only (``keeps_split_once``)."""
 
     path: str  # the worker's module, relative to the sglang package
     scope: str  # Class.draft_forward
     rows: List[ast.Assign]
-    kept: bool  # KEEP_PRAGMA on draft_forward's def line (with the module's lines)
 
     @property
     def where(self) -> str:
         return f"{self.path}:{self.rows[0].lineno}"
 
 
-def worker_step_rows(
-    modules: Dict[str, Tuple[ast.Module, Optional[List[str]]]]
-) -> List[StepRows]:
+def worker_step_rows(modules: Dict[str, ast.Module]) -> List[StepRows]:
     """The workers' per-step rows among ``modules`` (path relative to the sglang package ->
-    (its tree, its lines or None)): one ``StepRows`` per worker whose draft_forward sets them.
+    its tree): one ``StepRows`` per worker whose draft_forward sets them.
     """
     found = []
     for path, worker in WORKERS:
-        tree, lines = modules.get(path, (ast.Module(body=[], type_ignores=[]), None))
+        tree = modules.get(path, ast.Module(body=[], type_ignores=[]))
         draft_forward = [
             method
             for cls in tree.body
@@ -628,8 +626,7 @@ def worker_step_rows(
         ]
         rows = per_step_rows_set(draft_forward[0]) if draft_forward else []
         if rows:
-            kept = lines is not None and has_keep_pragma(lines, draft_forward[0], None)
-            found.append(StepRows(path, f"{worker}.draft_forward", rows, kept))
+            found.append(StepRows(path, f"{worker}.draft_forward", rows))
     return found
 
 
@@ -736,6 +733,37 @@ def has_keep_pragma(
     return any(_is_pragma(lines[n - 1]) for n in numbers if 0 < n <= len(lines))
 
 
+def out_cache_loc_handoffs(per_step_method: ast.AST) -> List[ast.stmt]:
+    """The simple statements (no if/for/with/try/def/match) of a per-step backend's method
+    handing ``out_cache_loc=`` on to the metadata it builds (``bakes_out_cache_loc``).
+    """
+    return [
+        stmt
+        for stmt in nodes_of(per_step_method, ast.stmt)
+        if not hasattr(stmt, "body")
+        and not hasattr(stmt, "cases")
+        and any(
+            k.arg == "out_cache_loc"
+            for c in nodes_of(stmt, ast.Call)
+            for k in c.keywords
+        )
+    ]
+
+
+def keeps_split_once(lines: List[str], per_step_method: ast.AST) -> bool:
+    """The fork keeps a path's split once as it wrote it: KEEP_PRAGMA on the def line(s) of
+    the per-step backend's method that bakes out_cache_loc, or on one of its statements
+    handing ``out_cache_loc=`` on (``out_cache_loc_handoffs``). The split-once verdict of
+    every path into that backend is judged there, where the one-step row must arrive; a
+    keep on a caller (a multi-step backend's method, its rows, an EAGLE worker's
+    ``draft_forward``) keeps that caller's own layout only, never a double split.
+    """
+    return any(
+        has_keep_pragma(lines, per_step_method, line)
+        for line in [None, *(s.lineno for s in out_cache_loc_handoffs(per_step_method))]
+    )
+
+
 def _inline_forms(func: ast.AST) -> Iterator[Tuple[int, str]]:
     """(line, what) of each draft layout ``func`` computes without the helpers."""
     for stmt, shape in row_allocations(func):
@@ -782,33 +810,14 @@ def split_path_problems(
 ) -> List[Tuple[str, int, str]]:
     """(Class.method, line, what) for each multi-step to per-step path that splits the per-step
     out_cache_loc twice or never (``split_paths``, the workers' ``worker_rows`` from the other
-    modules counted); with ``lines``, none the fork keeps (KEEP_PRAGMA on a caller's method,
-    the per-step method or its statement handing out_cache_loc on).
+    modules counted); with ``lines``, none the fork keeps (``keeps_split_once``: a keep on the
+    per-step backend's method or its statement handing out_cache_loc on, not on a caller).
     """
     problems = []
     for path in split_paths(tree, worker_rows):
         scope = f"{path.caller.name}.{path.caller_method.name}"
         step = f"{path.per_step.name}.{path.per_step_method.name}"
-        sites = [  # the per-step backend's statements handing out_cache_loc= on
-            stmt.lineno
-            for stmt in nodes_of(path.per_step_method, ast.stmt)
-            if not isinstance(
-                stmt, (ast.FunctionDef, ast.If, ast.For, ast.While, ast.With, ast.Try)
-            )
-            and any(
-                k.arg == "out_cache_loc"
-                for c in nodes_of(stmt, ast.Call)
-                for k in c.keywords
-            )
-        ]
-        kept = lines is not None and (
-            has_keep_pragma(lines, path.caller_method, None)
-            or any(rows.kept for rows in path.worker_rows)
-            or any(
-                has_keep_pragma(lines, path.per_step_method, line)
-                for line in [None, *sites]
-            )
-        )
+        kept = lines is not None and keeps_split_once(lines, path.per_step_method)
         if kept or path.splits == 1:
             continue
         if path.splits == 2 and path.caller_rows:

@@ -172,13 +172,17 @@ def kept_fork(fork: Path) -> None:
 
 def test_split_once_and_the_keep_pragma(proof_python, tmp_path):
     """Caller-split DSv4 fork patched: passes. The same fork on a tree an older apply had patched
-    (a per-step split too): fails, naming the path. Sites kept by pragma: passes, those sites untouched."""
+    (a per-step split too), its caller kept by pragma: `check` refuses it and the written test fails,
+    naming the path. Sites kept by pragma: passes, those sites untouched."""
     caller = make_fork(tmp_path / "caller-split")
     fork_edits.dsv4_caller_split(caller / "python")
     assert cli.main(["apply", str(caller)]) == 0
     twice = make_fork(tmp_path / "split-twice")
     assert cli.main(["apply", str(twice)]) == 0
-    fork_edits.dsv4_caller_split(twice / "python")
+    fork_edits.dsv4_caller_split(twice / "python")  # the caller kept too: its own layout only, not the path
+    caller_def = fork_edits.CALLER_SPLIT.splitlines(True)[0]
+    fork_edits.edit(twice / "python", fork_edits.DSV4, caller_def, caller_def.replace(":\n", f":{KEEP}\n"))
+    assert cli.main(["check", str(twice)]) == 2
     kept = make_fork(tmp_path / "kept")
     kept_fork(kept)
     forked = {f: (kept / "python/sglang" / f).read_text() for f in (fork_edits.DSV4, fork_edits.WORKER_V2)}
@@ -196,37 +200,49 @@ def test_split_once_and_the_keep_pragma(proof_python, tmp_path):
     assert "Ran 8 tests" in kept_run.stderr
 
 
+#: 0.5.12's def line of DeepseekV4AttnBackend.init_forward_metadata (the DSv4 site's method)
+DSV4_DEF = "    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:\n"
+WORKER_DEF = "    def draft_forward(self, forward_batch: ForwardBatch):\n"
+
+
 def test_split_once_across_modules_the_workers_rows(proof_python, tmp_path, capsys):
     """The V2 worker inits each DeepSeek-V4 step with the row it sets (another module than the path's):
     `check` counts that split, so does the written test. Patched: passes. The same worker on a tree an
-    older apply gave DSv4's own split: `check` refuses it, the written test fails naming both places;
-    with the worker's draft_forward kept by pragma it passes."""
+    older apply gave DSv4's own split: `check` refuses it, the written test fails naming both places,
+    also with the worker's draft_forward kept by the comment (it keeps the worker's own layout); kept on
+    DSv4's init_forward_metadata (the comment, or --keep for `check`) both let it pass."""
     worker = make_fork(tmp_path / "worker-split")
     fork_edits.dsv4_worker_split(worker / "python")
     assert cli.main(["apply", str(worker)]) == 0
     assert cli.main(["check", str(worker)]) == 0
     assert "1 handled by the fork's caller" in capsys.readouterr().out
-    twice, kept = make_fork(tmp_path / "worker-split-twice"), make_fork(tmp_path / "worker-split-twice-kept")
-    for fork in (twice, kept):
+    twice = {keep: make_fork(tmp_path / f"worker-split-twice-{keep}") for keep in ("worker", "dsv4")}
+    for fork in twice.values():
         assert cli.main(["apply", str(fork)]) == 0
         fork_edits.dsv4_worker_split(fork / "python")
-    fork_edits.edit(kept / "python", fork_edits.WORKER_V2, "    def draft_forward(self, forward_batch: ForwardBatch):\n",
-                    f"    def draft_forward(self, forward_batch: ForwardBatch):{KEEP}\n")
     capsys.readouterr()
-    assert cli.main(["check", str(twice)]) == 2
+    assert cli.main(["check", str(twice["dsv4"])]) == 2
     assert "splits the per-step out_cache_loc twice" in capsys.readouterr().err
+    assert cli.main(["check", "--keep", f"{fork_edits.DSV4}:DeepseekV4AttnBackend.init_forward_metadata",
+                     str(twice["dsv4"])]) == 0
+    fork_edits.edit(twice["worker"] / "python", fork_edits.WORKER_V2, WORKER_DEF, WORKER_DEF.replace(":\n", f":{KEEP}\n"))
+    fork_edits.edit(twice["dsv4"] / "python", fork_edits.DSV4, DSV4_DEF, DSV4_DEF.replace(":\n", f":{KEEP}\n"))
+    assert cli.main(["check", str(twice["worker"])]) == 2
+    assert "splits the per-step out_cache_loc twice" in capsys.readouterr().err
+    assert cli.main(["check", str(twice["dsv4"])]) == 0
+    assert "kept by the fork" in capsys.readouterr().out
 
-    patched, split_twice, kept_run = run_generated(proof_python, worker, twice, kept)
+    patched, kept_on_worker, kept_on_dsv4 = run_generated(proof_python, worker, twice["worker"], twice["dsv4"])
     assert patched.returncode == 0, patched.stdout + patched.stderr
     assert "Ran 8 tests" in patched.stderr and "\nOK" in patched.stderr
-    assert split_twice.returncode != 0
-    failure = re.split(r"(?:FAIL|ERROR): test_per_step_layout_split_once", split_twice.stderr)[1]
-    rows = (twice / "python/sglang" / fork_edits.WORKER_V2).read_text().splitlines()
+    assert kept_on_worker.returncode != 0
+    failure = re.split(r"(?:FAIL|ERROR): test_per_step_layout_split_once", kept_on_worker.stderr)[1]
+    rows = (twice["worker"] / "python/sglang" / fork_edits.WORKER_V2).read_text().splitlines()
     row = rows.index("            forward_batch.out_cache_loc = out_cache_loc[i]") + 1
-    step_split = (twice / "python/sglang" / fork_edits.DSV4).read_text().splitlines()
+    step_split = (twice["worker"] / "python/sglang" / fork_edits.DSV4).read_text().splitlines()
     split_line = next(i for i, line in enumerate(step_split, 1) if "= per_step_draft_out_cache_loc(" in line)
     assert (f"deepseek_v4_backend.py:{split_line}: DeepseekV4AttnBackend.init_forward_metadata: splits per step, "
             f"and so does its caller EagleDraftWorker.draft_forward ({fork_edits.WORKER_V2}:{row}): twice") in failure
-    assert re.search(r"FAILED \((errors|failures)=1\)", split_twice.stderr), split_twice.stderr[-2000:]
-    assert kept_run.returncode == 0, kept_run.stdout + kept_run.stderr
-    assert "Ran 8 tests" in kept_run.stderr
+    assert re.search(r"FAILED \((errors|failures)=1\)", kept_on_worker.stderr), kept_on_worker.stderr[-2000:]
+    assert kept_on_dsv4.returncode == 0, kept_on_dsv4.stdout + kept_on_dsv4.stderr
+    assert "Ran 8 tests" in kept_on_dsv4.stderr

@@ -5,9 +5,10 @@ false positive). Forks, built here by editing the real 0.5.12 tree: (a) the Flas
 backend copied into a new file under a new name, (b) a subclass overriding
 init_cuda_graph_state with 0.5.12's width, (c) a form no rule knows, (d) a class that
 delegates per step, (e) a patched tree whose width local is reverted to 0.5.12's product,
-(f) the DeepSeek-V4 pair copied under new names: never split per step (refused unless kept),
-split in the caller (patched once; also spelt through a bound 3-d view and movedim), split in both
-(refused).
+(f) the DeepSeek-V4 pair copied under new names: never split per step (refused unless kept on the
+per-step backend, not on the caller), split in the caller (patched once; also spelt through a bound
+3-d view and movedim), split by the EAGLE worker's rows (split once), split in both (refused,
+unless kept on the per-step backend; the written CPU test's split-once check agrees).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from sglang_draft_layout import cli, engine
-from sglang_draft_layout.layout_patterns import draft_layout_classes
+from sglang_draft_layout.layout_patterns import draft_layout_classes, split_path_problems, worker_step_rows
 from sglang_draft_layout.rules import RULES
 from sglang_draft_layout.rules.structural_guard import GUARDED_FOLDERS
 from sglang_draft_layout.target import resolve
@@ -237,20 +238,38 @@ def assert_as_clean_as(before: str, after: str) -> None:
 
 
 def test_copied_v4_pair_that_never_splits_is_refused_unless_kept(scratch, capsys):
+    """Kept on the per-step backend's site (--keep or the comment on its def line): kept; the
+    caller's keep comment keeps its own layout only, and the caller is no site for --keep."""
     root = scratch("0.5.12")
     fork = root / "sglang" / V4_FILE
-    fork.write_text(copied_v4_pair(root, caller_split=False))
+    forked = copied_v4_pair(root, caller_split=False)
+    fork.write_text(forked)
     assert_as_clean_as(fork.read_text(), fork.read_text())
     before = tree_digest(root)
     assert cli.main(["apply", str(root)]) == 2
     [error] = capsys.readouterr().err.splitlines()
-    assert "ForkV4MultiStepBackend.init_forward_metadata: per-step out_cache_loc split once (structural guard): " \
-           "ForkV4AttnBackend.init_forward_metadata bakes the whole out_cache_loc" in error
+    assert "ForkV4AttnBackend.init_forward_metadata: per-step out_cache_loc split once (structural guard): " \
+           "bakes the whole out_cache_loc ForkV4MultiStepBackend.init_forward_metadata hands it" in error
     assert tree_digest(root) == before
-    keep = f"{V4_FILE}:ForkV4MultiStepBackend.init_forward_metadata"
+    keep = f"{V4_FILE}:ForkV4AttnBackend.init_forward_metadata"
     assert cli.main(["apply", "--keep", keep, str(root)]) == 0
     assert cli.main(["check", "--keep", keep, str(root)]) == 0
     assert "kept by the fork" in capsys.readouterr().out
+    caller = f"{V4_FILE}:ForkV4MultiStepBackend.init_forward_metadata"
+    assert cli.main(["check", "--keep", caller, str(root)]) == 2
+    assert f"--keep {caller}: no site of " in capsys.readouterr().err
+    for cls, kept in (("ForkV4MultiStepBackend", False), ("ForkV4AttnBackend", True)):
+        fork.write_text(keep_def(forked, cls, "init_forward_metadata"))
+        assert cli.main(["check", str(root)]) == (0 if kept else 2), cls
+        assert ("kept by the fork" in capsys.readouterr().out) is kept
+
+
+def keep_def(text: str, cls: str, method: str) -> str:
+    """``text`` with the keep comment on the def line of ``cls.method``."""
+    start = text.index(f"class {cls}(")
+    at = text.index(f"    def {method}(", start)
+    end = text.index(":\n", at)
+    return text[:end + 1] + "  # sglang-draft-layout: keep" + text[end + 1:]
 
 
 @pytest.mark.parametrize("bound_view", [False, True], ids=["permute chain", "bound view, movedim"])
@@ -261,11 +280,11 @@ def test_copied_v4_pair_splitting_in_the_caller_is_patched_once(scratch, capsys,
     forked = fork.read_text()
     assert_as_clean_as(forked, forked)
     assert cli.main(["check", "--no-tests", "--format", "json", str(root)]) == 1
-    flagged = rows(capsys, "ForkV4MultiStepBackend")
-    assert any(site["site"].endswith("split once (structural guard)") and site["state"] == "patched"
-               for site in flagged)
-    assert any("_split_out_cache_loc_per_step" in site["class_method"] and site["state"] == "to patch"
-               for site in flagged)
+    sites = json.loads(capsys.readouterr().out)["sites"]
+    assert any(site["class_method"] == "ForkV4AttnBackend.init_forward_metadata" and site["state"] == "patched"
+               and site["site"].endswith("split once (structural guard)") for site in sites)
+    assert any(site["class_method"] == "ForkV4MultiStepBackend._split_out_cache_loc_per_step"
+               and site["state"] == "to patch" for site in sites)
     assert cli.main(["apply", "--no-tests", str(root)]) == 0
     assert cli.main(["check", "--no-tests", str(root)]) == 0
     after = fork.read_text()
@@ -273,6 +292,26 @@ def test_copied_v4_pair_splitting_in_the_caller_is_patched_once(scratch, capsys,
     assert "        return per_step_draft_out_cache_loc(\n            out_cache_loc,\n            num_reqs,\n" in after
     assert ".movedim(" not in after and "rows = " not in after
     assert_as_clean_as(forked, after)
+
+
+def test_copied_v4_pair_driven_by_the_workers_rows_is_split_once(scratch, capsys):
+    """The V2 worker inits each step with its row (fork_edits.dsv4_worker_split): on the copied pair's
+    path too, that is the one split, for `check` (the guard row patched) and the written test alike."""
+    from support import fork_edits
+
+    root = scratch("0.5.12")
+    fork_edits.dsv4_worker_split(root)
+    fork = root / "sglang" / V4_FILE
+    fork.write_text(copied_v4_pair(root, caller_split=False))
+    capsys.readouterr()
+    assert cli.main(["check", "--no-tests", "--format", "json", str(root)]) == 1  # the release's sites to patch
+    [guard] = [site for site in json.loads(capsys.readouterr().out)["sites"]
+               if site["site"].endswith("split once (structural guard)")]
+    assert (guard["class_method"], guard["state"]) == ("ForkV4AttnBackend.init_forward_metadata", "patched")
+    trees = {fork_edits.WORKER_V2: ast.parse((root / "sglang" / fork_edits.WORKER_V2).read_text())}
+    text = fork.read_text()
+    assert split_path_problems(ast.parse(text), text.splitlines(), worker_step_rows(trees)) == []
+    assert split_path_problems(ast.parse(text), text.splitlines()) != []  # without the worker: never split
 
 
 def test_copied_v4_pair_splitting_twice_is_refused(patched, tmp_path, capsys):
@@ -284,5 +323,14 @@ def test_copied_v4_pair_splitting_twice_is_refused(patched, tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["check", "--no-tests", str(root)]) == 2
     errors = capsys.readouterr().err
-    assert "ForkV4MultiStepBackend.init_forward_metadata: per-step out_cache_loc split once (structural guard): " \
-           "splits the per-step out_cache_loc, and so does ForkV4AttnBackend.init_forward_metadata: twice" in errors
+    assert "ForkV4AttnBackend.init_forward_metadata: per-step out_cache_loc split once (structural guard): " \
+           "splits the per-step out_cache_loc, and so does its caller ForkV4MultiStepBackend.init_forward_metadata " \
+           "(line " in errors and "): twice; keep one of them" in errors
+    fork = root / "sglang" / V4_FILE
+    forked = fork.read_text()
+    for cls, kept in (("ForkV4MultiStepBackend", False), ("ForkV4AttnBackend", True)):
+        fork.write_text(keep_def(forked, cls, "init_forward_metadata"))
+        assert cli.main(["check", "--no-tests", str(root)]) == (1 if kept else 2), cls  # kept: the caller's split to patch
+        assert ("splits the per-step out_cache_loc, and so does its caller" in capsys.readouterr().err) is not kept
+        text = fork.read_text()  # the written CPU test's split-once check, on this file
+        assert (split_path_problems(ast.parse(text), text.splitlines()) == []) is kept, cls

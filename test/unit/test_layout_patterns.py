@@ -10,8 +10,8 @@ import pytest
 
 from sglang_draft_layout.layout_patterns import (
     CAPACITY, LAUNCH, OUT_CACHE_LOC, ROWS, STEP_LENGTH, draft_layout_classes, draft_layout_forms, has_keep_pragma,
-    inline_draft_layout, nodes_of, out_cache_loc_layouts, split_path_problems, split_paths, view_reads,
-    worker_step_rows,
+    inline_draft_layout, keeps_split_once, nodes_of, out_cache_loc_handoffs, out_cache_loc_layouts,
+    split_path_problems, split_paths, view_reads, worker_step_rows,
 )
 from sglang_draft_layout.rules.base import Source
 from sglang_draft_layout.rules.structural_guard import may_hold_draft_layout
@@ -270,11 +270,51 @@ def test_split_paths_count_the_splits_on_the_path(per_step_splits, caller_splits
     assert path.splits == per_step_splits + caller_splits
     found = split_path_problems(tree)
     assert [what for _scope, _line, what in found] == ([problem] if problem else [])
-    if problem:  # the maintainer keeps it: left out with the file's lines
-        lines = code.splitlines()
-        caller_def = next(i for i, line in enumerate(lines) if "def init_forward_metadata" in line and i > 6)
-        lines[caller_def] += "  " + KEEP
-        assert split_path_problems(ast.parse("\n".join(lines)), lines) == []
+    if problem:  # kept on the per-step backend's def line: left out; on the caller's: still found
+        per_step_def, caller_def = [i for i, line in enumerate(code.splitlines()) if "def init_forward_metadata" in line]
+        assert split_path_problems(*kept_at(code, caller_def)) == found
+        assert split_path_problems(*kept_at(code, per_step_def)) == []
+
+
+def kept_at(code: str, index: int) -> tuple:
+    """(tree, lines) of ``code`` with the keep comment on its line ``index`` (from 0)."""
+    lines = code.splitlines()
+    lines[index] += "  " + KEEP
+    return ast.parse("\n".join(lines)), lines
+
+
+def test_only_a_keep_on_the_per_step_backends_def_or_handoff_keeps_the_path():
+    """keeps_split_once: the per-step method's def line or its statement handing out_cache_loc= on;
+    not its own split's statement, not the caller's def line or rows (they keep their own layouts)."""
+    code = path_module(True, True)
+    lines = code.splitlines()
+    where = {
+        "per-step def": next(i for i, line in enumerate(lines) if "def init_forward_metadata" in line),
+        "handoff": next(i for i, line in enumerate(lines) if "out_cache_loc=loc" in line),
+        "per-step split": next(i for i, line in enumerate(lines) if "loc = per_step_draft_out_cache_loc(" in line),
+        "caller def": [i for i, line in enumerate(lines) if "def init_forward_metadata" in line][1],
+        "caller rows": next(i for i, line in enumerate(lines) if "forward_batch.out_cache_loc = rows[i]" in line),
+        "caller split": next(i for i, line in enumerate(lines) if "rows = forward_batch.out_cache_loc.view(" in line),
+    }
+    kept = {}
+    for name, index in where.items():
+        tree, kept_lines = kept_at(code, index)
+        [path] = split_paths(tree)
+        kept[name] = keeps_split_once(kept_lines, path.per_step_method)
+        assert (split_path_problems(tree, kept_lines) == []) is kept[name]
+    assert kept == {"per-step def": True, "handoff": True, "per-step split": False,
+                    "caller def": False, "caller rows": False, "caller split": False}
+    [path] = split_paths(ast.parse(code))
+    assert keeps_split_once(lines, path.per_step_method) is False
+
+
+def test_the_handoffs_are_the_simple_statements_handing_out_cache_loc_on():
+    code = path_module(True, False).replace("            self.metadata = self.build(",
+                                            "            with ctx:\n                self.metadata = self.build(")
+    [path] = split_paths(ast.parse(code))
+    [handoff] = out_cache_loc_handoffs(path.per_step_method)  # not the `if` nor the `with` holding it
+    assert isinstance(handoff, ast.Assign)
+    assert code.splitlines()[handoff.lineno - 1].strip() == "self.metadata = self.build(out_cache_loc=loc)"
 
 
 def test_a_caller_that_sets_a_row_after_init_does_not_split_for_it():
@@ -315,7 +355,7 @@ class EagleDraftWorker:
 
 
 def worker_modules(worker: str = WORKER) -> dict:
-    return {WORKER_V2: (ast.parse(worker), worker.splitlines())}
+    return {WORKER_V2: ast.parse(worker)}
 
 
 @pytest.mark.parametrize("per_step_splits, problem", [
@@ -327,8 +367,7 @@ def test_a_workers_rows_in_another_module_split_on_the_path(per_step_splits, pro
     tree = ast.parse(code)
     [rows] = worker_step_rows(worker_modules())
     assert WORKER.splitlines()[8 - 1] == "            forward_batch.out_cache_loc = rows[i]"
-    assert (rows.path, rows.scope, rows.where, rows.kept) == (WORKER_V2, "EagleDraftWorker.draft_forward",
-                                                             f"{WORKER_V2}:8", False)
+    assert (rows.path, rows.scope, rows.where) == (WORKER_V2, "EagleDraftWorker.draft_forward", f"{WORKER_V2}:8")
     without_worker = [] if per_step_splits else ["StepBackend.init_forward_metadata gets the whole buffer: never split per step"]
     assert [what for *_, what in split_path_problems(tree)] == without_worker
     [path] = split_paths(tree, [rows])
@@ -337,9 +376,12 @@ def test_a_workers_rows_in_another_module_split_on_the_path(per_step_splits, pro
     split_line = next(i for i, line in enumerate(code.splitlines(), 1) if "per_step_draft_out_cache_loc(" in line) \
         if per_step_splits else None
     assert found == ([("StepBackend.init_forward_metadata", split_line, problem)] if problem else [])
+    # a keep on the worker's draft_forward keeps the worker's own split, not the path: still found
     kept = WORKER.replace("draft_forward(self, forward_batch):", "draft_forward(self, forward_batch):  " + KEEP)
-    [kept_rows] = worker_step_rows(worker_modules(kept))
-    assert kept_rows.kept and split_path_problems(tree, code.splitlines(), [kept_rows]) == []
+    assert kept != WORKER and split_path_problems(tree, code.splitlines(), worker_step_rows(worker_modules(kept))) == found
+    if problem:  # kept on the per-step backend's def line: left out
+        per_step_def = next(i for i, line in enumerate(code.splitlines()) if "def init_forward_metadata" in line)
+        assert split_path_problems(*kept_at(code, per_step_def), [rows]) == []
 
 
 def test_a_worker_that_inits_before_setting_the_row_or_another_class_is_no_caller():

@@ -527,6 +527,103 @@ def test_a_path_that_splits_twice_is_refused(sglang_tree, per_step):
     assert code == 2 and "twice" in err
 
 
+# ---- a double split kept: on the DSv4 site only, as `check` and the written test judge it ----
+
+KEEP = "  # sglang-draft-layout: keep"
+DSV4_DEF = "    def init_forward_metadata(self, forward_batch):\n        max_seq_len"
+CALLER_DEF = "    def init_forward_metadata(self, forward_batch):\n        step_out_cache_loc"
+#: where the keep comment goes in the in-module double split, and whether that keeps the path
+KEEP_ON = {
+    "DSv4 def line": (DSV4_DEF, True),
+    "DSv4 statement": ("            metadata = self.init_forward_metadata_decode(\n", True),
+    "DSv4 split statement": ("                out_cache_loc = per_step_draft_out_cache_loc(\n", False),
+    "caller def line": (CALLER_DEF, False),
+    "caller's row": ("                forward_batch.out_cache_loc = step_out_cache_loc[i]\n", False),
+}
+
+
+def with_keep(text: str, line: str) -> str:
+    """``text`` with the keep comment at the end of the first line of ``line`` (its only occurrence)."""
+    assert text.count(line) == 1, line
+    first, rest = line.split("\n", 1)
+    return text.replace(line, first + KEEP + "\n" + rest)
+
+
+def written_test_problems(sglang_tree) -> list:
+    """What the written CPU test's split-once check finds in the tree (its functions, its inputs)."""
+    import ast
+
+    from sglang_draft_layout.layout_patterns import split_path_problems, worker_step_rows
+
+    modules = {path.relative_to(sglang_tree.package).as_posix(): path.read_text()
+               for path in sorted(sglang_tree.package.rglob("*.py"))}
+    trees = {path: ast.parse(text) for path, text in modules.items()}
+    workers = worker_step_rows(trees)
+    return [problem for path, text in modules.items()
+            for problem in split_path_problems(trees[path], text.splitlines(), workers)]
+
+
+@pytest.mark.parametrize("where", KEEP_ON, ids=KEEP_ON.keys())
+def test_a_double_split_is_kept_on_the_dsv4_site_not_on_its_caller(sglang_tree, where):
+    line, kept = KEEP_ON[where]
+    text = with_keep(dsv4_module(INIT, AFTER, DECODE, header=HEADER_AFTER) + MULTI_STEP_AFTER, line)
+    sglang_tree.write(DSV4, text)
+    finding = sglang_tree.plan([RULE]).findings[0]
+    assert finding.state is (State.KEPT if kept else State.UNRECOGNISED)
+    code, out, err = sglang_tree.cli("check", "--no-tests")
+    problems = written_test_problems(sglang_tree)
+    if kept:
+        assert (code, err) == (0, "") and "kept by the fork" in out
+        assert problems == []
+    else:
+        assert code == 2 and "splits the per-step out_cache_loc twice" in err
+        assert "DeepseekV4MultiStepBackend.init_forward_metadata" in err and SCOPE in err
+        caller_def = line_of(text, "step_out_cache_loc = self._split") - 1
+        assert problems == [("DeepseekV4MultiStepBackend.init_forward_metadata", caller_def,
+                             f"splits per step, and so does {SCOPE}: twice")]
+
+
+@pytest.mark.parametrize("scope, code", [(SCOPE, 0), ("DeepseekV4MultiStepBackend.init_forward_metadata", 2)],
+                         ids=["--keep the DSv4 site", "--keep the caller"])
+def test_keep_flag_on_a_double_split_judges_as_the_comment_does(sglang_tree, scope, code):
+    sglang_tree.write(DSV4, dsv4_module(INIT, AFTER, DECODE, header=HEADER_AFTER) + MULTI_STEP_AFTER)
+    found, out, err = sglang_tree.cli("check", "--no-tests", "--keep", f"{DSV4}:{scope}")
+    assert found == code
+    if code:  # the caller is no site: --keep names none
+        assert err.startswith(f"error: --keep {DSV4}:{scope}: no site of ") and out == ""
+    else:
+        assert "kept by the fork" in out and err == ""
+
+
+@pytest.mark.parametrize("keep_on, kept", [("worker's draft_forward", False), ("DSv4 def line", True)])
+def test_a_double_split_under_the_worker_is_kept_on_the_dsv4_site_only(sglang_tree, keep_on, kept):
+    """The V2 worker inits each step with its row, DSv4 splits too; 0.5.12's multi-step backend
+    (building the per-step backends, handing each the whole batch) makes the path the written test walks."""
+    from rule_test_support import WORKER_V2, worker_module
+
+    building = MULTI_STEP[: MULTI_STEP.index("    def init_forward_metadata")] + PLAIN_MULTI_STEP.split("\n", 3)[3]
+    dsv4 = dsv4_module(INIT, AFTER, DECODE, header=HEADER_AFTER) + building
+    worker = worker_module("EagleDraftWorker", WORKER_INITS_PER_STEP)
+    if kept:
+        dsv4 = with_keep(dsv4, DSV4_DEF)
+    else:
+        worker = with_keep(worker, "    def draft_forward(self, forward_batch):\n")
+    sglang_tree.write(DSV4, dsv4)
+    sglang_tree.write(WORKER_V2, worker)
+    assert sglang_tree.plan([RULE]).findings[0].state is (State.KEPT if kept else State.UNRECOGNISED)
+    code, _out, err = sglang_tree.cli("check", "--no-tests")
+    problems = written_test_problems(sglang_tree)
+    if kept:
+        assert code != 2 and err == "" and problems == []
+    else:
+        row = f"{WORKER_V2}:{line_of(worker, '= out_cache_loc[i]')}"
+        assert code == 2 and f"and in its caller EagleDraftWorker.draft_forward ({row})" in err
+        code, _out, err = sglang_tree.cli("check", "--no-tests", "--keep", f"{WORKER_V2}:EagleDraftWorker.draft_forward")
+        assert code == 2 and f"and in its caller EagleDraftWorker.draft_forward ({row})" in err  # --keep as the comment
+        assert problems == [(SCOPE, line_of(dsv4, "out_cache_loc = per_step_draft_out_cache_loc("),
+                             f"splits per step, and so does its caller EagleDraftWorker.draft_forward ({row}): twice")]
+
+
 # ---- kept by the fork: pragma or --keep --------------------------------------------
 
 KEPT_FORM = REFUSED["sliced buffer"]

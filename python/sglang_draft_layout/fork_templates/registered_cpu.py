@@ -4,7 +4,8 @@ Written by sglang-draft-layout (``apply``); ``sglang-draft-layout check`` report
 when it differs from what the tool would write. Needs nothing but this tree: the checks on
 the source read it with ``ast`` (the pattern code below is the tool's, embedded verbatim).
 A site the fork keeps as it wrote it (``# sglang-draft-layout: keep`` on its def line or
-statement) is left out of the checks.
+statement) is left out of the checks; a path that splits twice or never, only when kept on
+its per-step backend's method or statement (a caller's keep keeps its own layout only).
 """
 
 from __future__ import annotations
@@ -89,9 +90,11 @@ class TestDraftLayoutCallSites(CustomTestCase):
 
     def test_per_step_layout_split_once(self):
         # multi-step backend -> per-step backend that bakes out_cache_loc: one split,
-        # an EAGLE worker's per-step rows (in its own module) counted
+        # an EAGLE worker's per-step rows (in its own module) counted; a keep counts on
+        # the per-step backend's method or statement, not on a caller
         modules = {path: (tree, lines) for path, tree, lines in draft_layout_modules()}
-        worker_rows = worker_step_rows(modules)
+        trees = {path: tree for path, (tree, _lines) in modules.items()}
+        worker_rows = worker_step_rows(trees)
         problems = [
             f"sglang/{path}:{line}: {scope}: {what}"
             for path, (tree, lines) in modules.items()

@@ -21,7 +21,10 @@ step its own row (``DeepseekV4MultiStepBackend.init_forward_metadata`` setting
 nothing to add here (handled by the fork's caller; the structural guard rewrites the caller's
 own split to the helper); so does an EAGLE worker whose ``draft_forward`` sets each
 step's row and then calls ``init_forward_metadata`` itself. A split here as well splits twice
-and is refused.
+and is refused, unless the fork keeps this site (``layout_patterns.keeps_split_once``: the
+keep comment on this method or its statement handing ``out_cache_loc=`` on, or ``--keep``
+naming it); a keep on the caller keeps the caller's own layout, not the double split.
+The written CPU test (``split_path_problems``) judges the path by the same function.
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ import ast
 from typing import Iterator, Optional
 
 from ..layout_patterns import (
-    PER_STEP_HELPER, Split, called_name, helper_calls, in_order, is_self_attr, nodes_of, out_cache_loc_layouts,
-    per_step_rows_set, self_called, split_paths, worker_step_rows,
+    KEEP_PRAGMA, PER_STEP_HELPER, Split, called_name, helper_calls, in_order, is_self_attr, keeps_split_once, nodes_of,
+    out_cache_loc_layouts, per_step_rows_set, self_called, split_paths, worker_step_rows,
 )
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State
 from .draft_forward import split_finding
@@ -102,8 +105,7 @@ def caller_rows(source: Source) -> Optional[tuple[str, str, Optional[int]]]:
     each step's ``out_cache_loc`` row before calling a per-step ``init_forward_metadata``: a
     multi-step backend of this file, or an EAGLE worker's ``draft_forward`` in its own module
     (``worker_step_rows``, counted on the paths ``split_paths`` finds as the written CPU test counts it)."""
-    modules = {relative: (other.tree, other.lines) for relative, other in source.others.items()}
-    workers = worker_step_rows(modules)
+    workers = worker_step_rows({relative: other.tree for relative, other in source.others.items()})
     for path in split_paths(source.tree, workers):
         if path.per_step.name == CLASS and path.caller_rows:
             line = path.caller_rows[0].lineno
@@ -132,6 +134,8 @@ def _find(rule: Rule, source: Source) -> Finding:
             if in_branch and not splits:
                 helpers, where = in_branch, method.name
             plain = isinstance(loc.value, ast.Attribute) and loc.value.attr == "out_cache_loc"
+            if caller and (splits or helpers) and keeps_split_once(source.lines, method):
+                return rule.report(State.KEPT, stmt.lineno, KEEP_PRAGMA)
             if caller and (splits or helpers):
                 return rule.report(State.UNRECOGNISED, stmt.lineno,
                                    f"splits the per-step out_cache_loc twice: here (in {where}) and in its caller "

@@ -25,7 +25,10 @@ or delegate per step hold no form and are never reported.
 Split once: a multi-step backend whose ``init_forward_metadata`` calls per-step backends
 that bake out_cache_loc into their metadata (``layout_patterns.split_paths``; DeepSeek-V4's
 pair is the DSv4 rule's) must split the per-step layout exactly once on that path, in the
-caller or in the per-step backend: twice or never is unrecognised.
+caller (an EAGLE worker's per-step rows counted) or in the per-step backend: twice or never
+is unrecognised. As for DeepSeek-V4, the site is the per-step backend's method, where every
+path's one-step row must arrive: a keep there (``layout_patterns.keeps_split_once``, or
+``--keep`` naming it) keeps the paths into it; a keep on a caller keeps its own layout only.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ import re
 from typing import Callable, Collection
 
 from ..layout_patterns import (
-    CAPACITY, HELPERS, KERNEL, LAUNCH, OUT_CACHE_LOC, ROWS, STEP_LENGTH, draft_layout_forms, methods, split_paths,
+    CAPACITY, HELPERS, KEEP_PRAGMA, KERNEL, LAUNCH, OUT_CACHE_LOC, ROWS, STEP_LENGTH, draft_layout_forms,
+    SplitPath, keeps_split_once, methods, out_cache_loc_handoffs, split_paths, worker_step_rows,
 )
 from . import draft_forward, kv_indices_capacity_check, kv_indices_step_slice
 from .base import Finding, Rule, Source, State
@@ -122,21 +126,31 @@ def _templates(cls: ast.ClassDef, forms: Collection[str]) -> list[Rule]:
     return templates
 
 
+def _per_step_scope(path: SplitPath) -> str:
+    return f"{path.per_step.name}.{path.per_step_method.name}"
+
+
 def _split_once(rule: Rule, source: Source) -> Finding:
-    """The multi-step backend ``rule.scope`` splits the per-step layout once on its path (patched) or not."""
-    caller, _method = rule.scope.split(".")
-    for path in split_paths(source.tree):
-        if path.caller.name != caller:
-            continue
-        step = f"{path.per_step.name}.{path.per_step_method.name}"
+    """Every path into the per-step backend ``rule.scope`` splits the per-step layout once (patched) or not;
+    found at its first statement handing ``out_cache_loc=`` on, kept as ``keeps_split_once`` says."""
+    workers = worker_step_rows({relative: other.tree for relative, other in source.others.items()})
+    paths = [path for path in split_paths(source.tree, workers) if _per_step_scope(path) == rule.scope]
+    if not paths:
+        return rule.report(State.ABSENT, detail=f"no per-step path into {rule.scope}")
+    line = out_cache_loc_handoffs(paths[0].per_step_method)[0].lineno
+    if keeps_split_once(source.lines, paths[0].per_step_method):
+        return rule.report(State.KEPT, line, KEEP_PRAGMA)
+    for path in paths:
+        caller = f"{path.caller.name}.{path.caller_method.name}"
+        callers = [f"{caller} (line {path.caller_rows[0].lineno})"] if path.caller_rows else []
+        callers += [f"{rows.scope} ({rows.where})" for rows in path.worker_rows]
         if path.splits == 2:
-            return rule.report(State.UNRECOGNISED, path.caller_rows[0].lineno,
-                               f"splits the per-step out_cache_loc, and so does {step}: twice; keep one of them")
+            return rule.report(State.UNRECOGNISED, line, f"splits the per-step out_cache_loc, and so does its caller "
+                                                         f"{', '.join(callers)}: twice; keep one of them")
         if path.splits == 0:
-            return rule.report(State.UNRECOGNISED, path.caller_method.lineno,
-                               f"{step} bakes the whole out_cache_loc: split it per step once, here or there")
-        return rule.report(State.PATCHED, path.caller_method.lineno)
-    return rule.report(State.ABSENT, detail=f"no per-step path from {caller}")
+            return rule.report(State.UNRECOGNISED, line, f"bakes the whole out_cache_loc {caller} hands it: "
+                                                         "split it per step once, here or there")
+    return rule.report(State.PATCHED, line)
 
 
 SPLIT_ONCE = Rule("split-once", "", "", "per-step out_cache_loc split once", "PR 26239", _split_once)
@@ -144,11 +158,10 @@ SPLIT_ONCE = Rule("split-once", "", "", "per-step out_cache_loc split once", "PR
 
 def guard_rules(relative: str, source: Source, named: Collection[str]) -> list[Rule]:
     """A rule per draft layout form of each class in the file that no rule names (``named``), and
-    one per multi-step to per-step path whose per-step backend no rule names."""
+    one per per-step backend no rule names that a multi-step backend's path leads into."""
     rules = [dataclasses.replace(SPLIT_ONCE, id=f"guard:split-once:{relative}:{scope}", file=relative, scope=scope,
                                  site=f"{SPLIT_ONCE.site} (structural guard)")
-             for scope in sorted({f"{p.caller.name}.{p.caller_method.name}" for p in split_paths(source.tree)
-                                  if p.per_step.name not in named})]
+             for scope in sorted({_per_step_scope(p) for p in split_paths(source.tree) if p.per_step.name not in named})]
     for cls in source.definitions():
         if not isinstance(cls, ast.ClassDef) or cls.name in named or not may_hold_draft_layout(source.text(cls)):
             continue
