@@ -347,6 +347,15 @@ FORK_SPELLINGS = {
         "        # [bs, topk, steps]: each request's draft slots\n"
         "        # steps first\n" + helper_call(),
     ),
+    "bound view, a blank line above it and above its move": (
+        "        topk_p = None\n"
+        "\n"
+        "        rows = out_cache_loc.view(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
+        "\n"
+        "        out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n",
+        "        topk_p = None\n"
+        "\n" + helper_call(),
+    ),
     "bound view, returned subscripted after a blank line": (
         "        rows = out_cache_loc.view(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
         "        self.count += 1\n"
