@@ -88,7 +88,7 @@ def _alias(expr: ast.expr) -> Optional[str]:
 def _aliased(method: ast.FunctionDef, feeding: list[ast.expr], seen: set[str]) -> tuple[list[ast.expr], str]:
     """The values a chain of local aliases leads back to from ``feeding`` (``loc = rows``,
     ``loc = rows[self.speculative_step_id]``, ``rows = <split>``), each local of the chain bound
-    once in ``method``; ("", why) when one is bound more than once."""
+    once in ``method`` (why ""); ([], why) when one is bound more than once."""
     stores: dict[str, list[int]] = {a.arg: [a.lineno] for a in nodes_of(method.args, ast.arg)}
     for name in nodes_of(method, ast.Name):
         if not isinstance(name.ctx, ast.Load):
