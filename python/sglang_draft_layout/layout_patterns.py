@@ -212,10 +212,11 @@ class Split(NamedTuple):
     ``node`` is the ``[steps, bs * topk]`` expression; ``statements`` the two statements
     of the two-statement form (``x = x.reshape(bs, topk, steps)`` then
     ``x = x.permute(...).reshape(steps, -1)``; ``node`` is then the 3-d view), else empty.
-    ``view`` is the statement binding the 3-d view to a local that ``node``, in the next
-    statement, moves (``rows = x.reshape(bs, topk, steps)`` then
-    ``y = rows.permute(...).reshape(...)``), else None. ``buffer``, ``batch_size``,
-    ``topk`` and ``num_steps`` are the expressions the fork wrote (its locals included).
+    ``view`` is the statement binding the 3-d view to a local that ``node``, in a later
+    statement of the same block, moves (``rows = x.reshape(bs, topk, steps)`` then
+    ``y = rows.permute(...).reshape(...)``), else None; ``between`` the statements
+    between the two. ``buffer``, ``batch_size``, ``topk`` and ``num_steps`` are the
+    expressions the fork wrote (its locals included).
     """
 
     node: ast.expr
@@ -225,6 +226,7 @@ class Split(NamedTuple):
     topk: ast.expr
     num_steps: ast.expr
     view: Optional[ast.Assign] = None
+    between: Tuple[ast.stmt, ...] = ()
 
     @property
     def line(self) -> int:
@@ -419,6 +421,16 @@ def _moves_of(stmt: ast.stmt, name: str) -> Iterator[ast.Call]:
             yield node  # type: ignore[misc]
 
 
+def _views_anew(stmt: ast.stmt, name: str, names: Locals) -> bool:
+    """``stmt`` binds ``name`` to a 3-d view of its own: the moves after it are that view's."""
+    bound = _assigned(stmt)
+    return (
+        bound is not None
+        and bound.targets[0].id == name
+        and _split_3d(bound.value, names) is not None
+    )
+
+
 def out_cache_loc_layouts(func: ast.AST) -> List[Split]:
     """Hand-written per-step out_cache_loc layouts, in one expression or two statements.
 
@@ -429,8 +441,10 @@ def out_cache_loc_layouts(func: ast.AST) -> List[Split]:
     ``reshape(steps, step_width)`` or ``flatten(1)``; topk, steps and widths also through
     locals bound once. Two statements: ``x = x.reshape(bs, ...)`` then
     ``x = x.permute(...).reshape(...)``; or the 3-d view bound to any local
-    (``rows = x.reshape(bs, ...)``) and moved through it in the next statement, anywhere in
-    it (``y = rows.permute(...).reshape(...)[i]``, ``return ...``): ``Split.view``.
+    (``rows = x.reshape(bs, ...)``) and moved through it in a later statement of the same
+    block, anywhere in it (``y = rows.permute(...).reshape(...)[i]``, ``return ...``):
+    ``Split.view``, the statements between in ``Split.between`` (``view_rebinds`` and
+    ``view_reads`` say when removing the view's statement would change the split).
     """
     names = Locals(func)
     found: List[Split] = []
@@ -441,19 +455,29 @@ def out_cache_loc_layouts(func: ast.AST) -> List[Split]:
             body = getattr(node, field, None)
             if not isinstance(body, list):
                 continue
-            for first, second in zip(body, body[1:]):
-                one, two = _assigned(first), _assigned(second)
+            for index, first in enumerate(body):
+                one = _assigned(first)
                 split = _split_3d(one.value, names) if one is not None else None
                 if split is None:
                     continue
                 view = one.targets[0].id
-                for call in _moves_of(second, view):
-                    layout = _split_of(call, names, split)
-                    if layout is None:
-                        continue
+                moves: List[Tuple[ast.Call, Split]] = []
+                for end, second in enumerate(body[index + 1 :], index + 1):
+                    moves = [
+                        (call, layout)
+                        for call in _moves_of(second, view)
+                        for layout in [_split_of(call, names, split)]
+                        if layout is not None
+                    ]
+                    if moves or _views_anew(second, view, names):
+                        break
+                for call, layout in moves:
+                    between = tuple(body[index + 1 : end])
                     inner.add(id(call))
+                    two = _assigned(second)
                     if (
-                        two is not None
+                        not between
+                        and two is not None
                         and two.value is call
                         and two.targets[0].id == view
                     ):
@@ -461,7 +485,7 @@ def out_cache_loc_layouts(func: ast.AST) -> List[Split]:
                             layout._replace(node=one.value, statements=[first, second])
                         )
                     else:
-                        found.append(layout._replace(view=first))
+                        found.append(layout._replace(view=first, between=between))
     for call in nodes_of(func, ast.Call):
         if id(call) not in inner:
             layout = _split_of(call, names)
@@ -515,7 +539,7 @@ def view_reads(func: ast.AST, split: Split) -> List[ast.Name]:
         if _inside(read, view):
             continue  # the view's own value (``x = x.view(...)``)
         if rebinds:
-            seen = _end(view) <= _start(read) and _inside(read, holder)
+            seen = _end(view) <= _start(read) and _end(read) <= _end(holder)
         else:
             seen = _end(view) <= _start(read) or any(
                 _inside(read, loop) for loop in loops
@@ -523,6 +547,57 @@ def view_reads(func: ast.AST, split: Split) -> List[ast.Name]:
         if seen:
             reads.append(read)
     return reads
+
+
+def _bindings(stmt: ast.stmt) -> Iterator[Tuple[str, int]]:
+    """(what, line) of each name, attribute or item ``stmt`` binds or deletes, anywhere in it:
+    targets (assignments, ``for``, ``with ... as``, walrus, ``del``), definitions, imports,
+    ``global`` / ``nonlocal``, ``except ... as`` and ``match`` captures."""
+    for node in in_order(stmt):
+        names: List[str] = []
+        if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)):
+            if not isinstance(node.ctx, ast.Load):
+                names = [ast.unparse(node)]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names = [node.name]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.asname or a.name.split(".")[0] for a in node.names]
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            names = list(node.names)
+        elif isinstance(node, ast.ExceptHandler) or type(node).__name__ in (
+            "MatchAs",
+            "MatchStar",
+            "MatchMapping",
+        ):
+            names = [
+                getattr(node, field)
+                for field in ("name", "rest")
+                if isinstance(getattr(node, field, None), str)
+            ]
+        for name in names:
+            yield name, node.lineno
+
+
+def view_rebinds(split: Split) -> List[Tuple[str, int]]:
+    """(what, line) of each binding, in the statements between ``split``'s bound 3-d view
+    and its move, of the view's local or of what the view reads (the buffer, the batch
+    size, ``self.topk`` or a local for it, ...; an attribute or item of them too). Removing
+    the view's statement would then split other values than the fork's.
+    """
+    if split.view is None:
+        return []
+    read = {split.view.targets[0].id}  # type: ignore[attr-defined]
+    read |= {
+        ast.unparse(node)
+        for node in in_order(split.view.value)
+        if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript))
+    }
+    return [
+        (name, line)
+        for stmt in split.between
+        for name, line in _bindings(stmt)
+        if any(r == name or r.startswith((name + ".", name + "[")) for r in read)
+    ]
 
 
 def helper_calls(func: ast.AST) -> List[ast.Call]:

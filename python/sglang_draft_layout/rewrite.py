@@ -127,7 +127,10 @@ class _ApplyEdits(cst.CSTTransformer):
     """Apply every edit to the node it names, children first, in one pass.
 
     ``absorbed`` pairs each statement an edit removes with the statement that takes over
-    its comments (replaced or not), and says whether the removed one came first.
+    its comments (replaced or not), and says whether the removed one came first. One that
+    came first leaves the blank lines above its comments to the statement after it (the
+    lines around the statements between stay), its comments go right above the taker's
+    own (after the taker's blank lines).
     """
 
     def __init__(self, edits: Sequence[tuple[Edit, cst.CSTNode]],
@@ -139,25 +142,42 @@ class _ApplyEdits(cst.CSTTransformer):
         self.removed = {id(stmt) for stmt, _taker, _first in absorbed}
         self.comments_before: dict[int, list[cst.EmptyLine]] = defaultdict(list)
         self.comments: dict[int, list[cst.EmptyLine]] = defaultdict(list)
+        self.blanks_left: dict[int, list[cst.EmptyLine]] = {}  # removed statement -> its blank lines
+        self.blanks_before: dict[int, list[cst.EmptyLine]] = {}  # statement after it -> those lines
         for stmt, taker, first in absorbed:
-            (self.comments_before if first else self.comments)[id(taker)] += stmt.leading_lines
+            if first:
+                self.blanks_left[id(stmt)], comments = _blanks_first(stmt.leading_lines)
+                self.comments_before[id(taker)] += comments
+            else:
+                self.comments[id(taker)] += stmt.leading_lines
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        body = node.body if isinstance(node, (cst.Module, cst.IndentedBlock)) else ()
+        for stmt, after in zip(body, body[1:]):
+            if id(stmt) in self.blanks_left:
+                self.blanks_before[id(after)] = self.blanks_before.get(id(stmt), self.blanks_left[id(stmt)])
+        return super().on_visit(node)
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
         if id(original_node) in self.removed:
             return cst.RemoveFromParent()
+        node = updated_node
+        blanks = self.blanks_before.get(id(original_node))
+        if blanks and not _blanks_first(node.leading_lines)[0]:  # never two runs of blank lines
+            node = node.with_changes(leading_lines=[*blanks, *node.leading_lines])
         edits = self.edits.get(id(original_node))
         if not edits:
-            return updated_node
+            return node
         replacements = [e.replace for e in edits if e.replace is not None]
         assert len(replacements) <= 1, f"two rules rewrite the same node: {edits}"
-        node = updated_node
         if replacements and isinstance(node, cst.BaseExpression):
             node = cst.parse_expression(replacements[0])
             if not node.lpar and not isinstance(node, ATOMS):  # ast's range excludes the parentheses
                 node = node.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
         elif not isinstance(node, cst.BaseExpression):
             key = id(original_node)
-            comments = [*self.comments_before[key], *node.leading_lines, *self.comments[key]]
+            blank, own = _blanks_first(node.leading_lines)
+            comments = [*blank, *self.comments_before[key], *own, *self.comments[key]]
             if replacements:
                 node = cst.parse_statement(replacements[0])
             node = node.with_changes(leading_lines=comments)
@@ -172,6 +192,12 @@ class _ApplyEdits(cst.CSTTransformer):
         moved = [] if kept else list(node.leading_lines)
         before[0] = before[0].with_changes(leading_lines=[*moved, *before[0].leading_lines])
         return cst.FlattenSentinel([*before, node.with_changes(leading_lines=[*_blank(separate), *kept])])
+
+
+def _blanks_first(lines: Sequence[cst.EmptyLine]) -> tuple[list[cst.EmptyLine], list[cst.EmptyLine]]:
+    """``lines`` split before their first comment: (the blank lines above it, the rest)."""
+    first = next((i for i, line in enumerate(lines) if line.comment is not None), len(lines))
+    return list(lines[:first]), list(lines[first:])
 
 
 def _blank(count: int) -> list[cst.EmptyLine]:

@@ -74,6 +74,23 @@ FORKS = {
                                   "            out_cache_loc,\n            forward_batch.batch_size,\n            topk,\n"
                                   "            steps,\n        )\n",
                                   "forward_batch.out_cache_loc = step_out_cache_loc[i]\n"]),
+    # the view bound ahead of the hot-token map: the map stays as it was, the view's comment goes onto the helper
+    "worker-bound-view-apart": (State.TO_PATCH, "draft-forward:EagleDraftWorker",
+                                ["NaN in initial topk_p from spec_info\")\n\n"
+                                 "        if self.hot_token_id is not None:\n"
+                                 "            topk_index = self.hot_token_id[topk_index]\n\n"
+                                 "        # [bs, topk, steps]: each request's draft slots\n"
+                                 "        out_cache_loc = per_step_draft_out_cache_loc(\n"
+                                 "            out_cache_loc,\n            forward_batch.batch_size,\n"
+                                 "            self.topk,\n            self.speculative_num_steps,\n        )\n"]),
+    # the split reaches out_cache_loc= through two locals: rewritten where it is, both locals kept
+    "dsv4-alias-chain": (State.TO_PATCH, SITE, ["                steps = self.speculative_num_steps\n"
+                                                "                step_rows = per_step_draft_out_cache_loc(\n"
+                                                "                    forward_batch.out_cache_loc,\n"
+                                                "                    bs,\n                    self.topk,\n"
+                                                "                    steps,\n                )\n"
+                                                "                step_out_cache_loc = step_rows[self.speculative_step_id]\n",
+                                                "out_cache_loc=step_out_cache_loc,\n"]),
     "dsv4-bound-view": (State.TO_PATCH, SITE, ["                steps = self.speculative_num_steps\n"
                                                "                out_cache_loc = per_step_draft_out_cache_loc(\n"
                                                "                    out_cache_loc,\n                    bs,\n"

@@ -4,7 +4,8 @@ Each edit changes the release's own lines the way a fork did (see SPEC, "A real 
 fix of a site"): DeepSeek-V4's per-step out_cache_loc split by a method of the fork's own,
 in the per-step backend, in the multi-step backend that calls it, or by the EAGLE worker
 initing each step's backend with its row (also beside a split of DeepSeek-V4's own: twice), and
-the EAGLE worker's split in other spellings; splits through a 3-d view bound to a local, and methods splitting in
+the EAGLE worker's split in other spellings; splits through a 3-d view bound to a local (also apart from
+its move), a split reaching DeepSeek-V4's ``out_cache_loc=`` through a chain of locals, and methods splitting in
 two branches. The edited files stay black/isort-clean. Standard library only, so
 that the same fork can be built anywhere the release is installed:
 
@@ -205,6 +206,28 @@ def worker_bound_view_locals(tree: Path) -> None:
          "forward_batch.out_cache_loc = step_out_cache_loc[i]\n")
 
 
+#: 0.5.12's hot-token map in EagleDraftWorker.draft_forward, right above its split
+WORKER_HOT_TOKENS = (
+    "        if self.hot_token_id is not None:\n"
+    "            topk_index = self.hot_token_id[topk_index]\n"
+    "\n"
+)
+
+
+def worker_bound_view_apart(tree: Path) -> None:
+    """EagleDraftWorker.draft_forward: the 3-d view bound to ``rows`` (a comment above it) ahead of the
+    hot-token map, permuted through it after."""
+    edit(tree, WORKER_V2, WORKER_HOT_TOKENS + WORKER_SPLIT, (
+        "        # [bs, topk, steps]: each request's draft slots\n"
+        "        rows = out_cache_loc.reshape(\n"
+        "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+        "        )\n"
+        "\n"
+        + WORKER_HOT_TOKENS +
+        "        out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n"
+    ))
+
+
 def worker_bound_view_read_again(tree: Path) -> None:
     """EagleDraftWorker.draft_forward: the bound 3-d view is read again after its split (each request's
     first branch)."""
@@ -228,6 +251,26 @@ def dsv4_bound_view(tree: Path) -> None:
         "                ]\n"
     )
     edit(tree, DSV4, DSV4_DECODE, _decode_passing("out_cache_loc").replace(DSV4_DECODE.splitlines(True)[0], split))
+
+
+def dsv4_alias_chain(tree: Path) -> None:
+    """DeepseekV4AttnBackend splits in the decode branch into ``step_rows``, whose step's row reaches
+    ``out_cache_loc=`` through a second local (``step_out_cache_loc``)."""
+    split = (
+        "        if forward_batch.forward_mode.is_decode_or_idle():\n"
+        "            step_out_cache_loc = forward_batch.out_cache_loc\n"
+        "            if self.topk > 0 and self.speculative_num_steps > 1:\n"
+        "                bs = forward_batch.batch_size\n"
+        "                steps = self.speculative_num_steps\n"
+        "                step_rows = (\n"
+        "                    forward_batch.out_cache_loc.view(bs, self.topk, steps)\n"
+        "                    .permute(2, 0, 1)\n"
+        "                    .reshape(steps, -1)\n"
+        "                )\n"
+        "                step_out_cache_loc = step_rows[self.speculative_step_id]\n"
+    )
+    edit(tree, DSV4, DSV4_DECODE,
+         _decode_passing("step_out_cache_loc").replace(DSV4_DECODE.splitlines(True)[0], split))
 
 
 #: EagleDraftWorker.draft_forward splitting in two branches: one expression for topk 1, the release's
@@ -282,8 +325,10 @@ FORKS: Dict[str, Callable[[Path], None]] = {
     "worker-transposes": worker_transposes,
     "worker-bound-view": worker_bound_view,
     "worker-bound-view-locals": worker_bound_view_locals,
+    "worker-bound-view-apart": worker_bound_view_apart,
     "worker-bound-view-read-again": worker_bound_view_read_again,
     "dsv4-bound-view": dsv4_bound_view,
+    "dsv4-alias-chain": dsv4_alias_chain,
     "worker-two-splits": worker_two_splits,
     "dsv4-two-splits": dsv4_two_splits,
 }

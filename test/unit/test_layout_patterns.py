@@ -11,7 +11,7 @@ import pytest
 from sglang_draft_layout.layout_patterns import (
     CAPACITY, LAUNCH, OUT_CACHE_LOC, ROWS, STEP_LENGTH, draft_layout_classes, draft_layout_forms, has_keep_pragma,
     inline_draft_layout, keeps_split_once, nodes_of, out_cache_loc_handoffs, out_cache_loc_layouts,
-    split_path_problems, split_paths, view_reads, worker_step_rows,
+    split_path_problems, split_paths, view_reads, view_rebinds, worker_step_rows,
 )
 from sglang_draft_layout.rules.base import Source
 from sglang_draft_layout.rules.structural_guard import may_hold_draft_layout
@@ -131,6 +131,12 @@ SPELLINGS = {
                                                   "rows = o.reshape(n, topk, steps)\nx = rows.movedim(-1, 0).flatten(1)",
     "bound view, returned subscripted": "rows = o.view(n, self.topk, self.speculative_num_steps)\n"
                                         "return rows.transpose(1, 2).transpose(0, 1).flatten(1)[i]",
+    "bound view, a statement between": "r = o.view(n, self.topk, self.speculative_num_steps)\ny = 1\n"
+                                       "x = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
+    "bound view, a block between": "r = o.view(n, self.topk, self.speculative_num_steps)\nif n:\n    y = 1\n"
+                                   "z = 2\nx = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
+    "two statements, a statement between": "o = o.view(n, self.topk, self.speculative_num_steps)\ny = 1\n"
+                                           "o = o.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
 }
 NOT_THE_LAYOUT = {
     "one transpose": f"{SPLIT}.transpose(0, 2).reshape(self.speculative_num_steps, -1)",
@@ -146,8 +152,6 @@ NOT_THE_LAYOUT = {
     "topk a parameter": "x = o.view(n, max_bs, self.speculative_num_steps).permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
     "flatten(0)": f"{SPLIT}.permute(2, 0, 1).flatten(0)",
     "permute by a variable": f"{SPLIT}.permute(*order).reshape(self.speculative_num_steps, -1)",
-    "bound view, a statement between": "r = o.view(n, self.topk, self.speculative_num_steps)\ny = 1\n"
-                                       "x = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
     "bound view, moved in a nested block": "r = o.view(n, self.topk, self.speculative_num_steps)\nif n:\n"
                                            "    x = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
 }
@@ -174,6 +178,8 @@ VIEW_READS = {  # the body, the lines (the def is line 1) reading the bound 3-d 
     "deleted after its split": (f"{BOUND}x = {MOVED}\ndel r", [4]),
     "rebound by its split": (f"{BOUND}r = {MOVED}[i]\nreturn r", []),
     "its name read before it is bound": (f"r = o\nz = r.sum()\n{BOUND.replace('o.view', 'r.view')}x = {MOVED}", []),
+    "read between it and its split": (f"{BOUND}z = r.sum()\nx = {MOVED}", [3]),
+    "read between it and its split rebinding it": (f"{BOUND}z = r.sum()\nr = {MOVED}", [3]),
     "read before it in a loop": ("for i in n:\n    z = r[0]\n" + textwrap.indent(f"{BOUND}x = {MOVED}", "    "), [3]),
 }
 
@@ -185,6 +191,51 @@ def test_the_other_reads_of_a_bound_view(body, lines):
     assert split.view is not None and ast.unparse(split.view).startswith("r = ")
     assert (split.statements, ast.unparse(split.node)) == ([], MOVED)
     assert [name.lineno for name in view_reads(func, split)] == lines
+
+
+@pytest.mark.parametrize("between, moved", [
+    ("y = 1\n", MOVED), ("if n:\n    y = r\n", MOVED), ("", f"f({MOVED})"),
+], ids=["a statement", "a block reading the view", "none, moved inside a call"])
+def test_the_statements_between_a_bound_view_and_its_move(between, moved):
+    func = method(f"{BOUND}{between}x = {moved}")
+    [split] = out_cache_loc_layouts(func)
+    assert [ast.unparse(stmt) for stmt in split.between] == [ast.unparse(s) for s in func.body[1:-1]]
+    assert (split.line, ast.unparse(split.node)) == (2, MOVED)
+
+
+def test_a_view_bound_anew_owns_the_move_after_it():
+    func = method(f"{BOUND}y = 1\n{BOUND.replace('o.view', 'f.view')}x = {MOVED}")
+    [split] = out_cache_loc_layouts(func)
+    assert (ast.unparse(split.buffer), split.line, split.between) == ("f", 4, ())
+
+
+#: statements between the bound view (line 2) and its move -> (what they bind that the view reads, or the view's
+#: local; its line)
+REBINDS = {
+    "nothing the view reads": ("y = n + 1\nself.other = o", []),
+    "the batch size": ("n = 2", [("n", 3)]),
+    "the buffer, augmented": ("o += 1", [("o", 3)]),
+    "self.topk": ("self.topk = 1", [("self.topk", 3)]),
+    "self itself": ("self = f", [("self", 3)]),
+    "the view's local": ("y = 1\nr = o", [("r", 4)]),
+    "a for target in a block": ("if i:\n    for n in f:\n        pass", [("n", 4)]),
+    "with as": ("with f as o:\n    pass", [("o", 3)]),
+    "a walrus": ("y = (n := 3)", [("n", 3)]),
+    "del": ("del o", [("o", 3)]),
+    "an import": ("import o.path", [("o", 3)]),
+    "an import as": ("from os import path as n", [("n", 3)]),
+    "a def": ("def n():\n    pass", [("n", 3)]),
+    "a class": ("class o:\n    pass", [("o", 3)]),
+    "global": ("global n", [("n", 3)]),
+    "except as": ("try:\n    pass\nexcept ValueError as o:\n    pass", [("o", 5)]),
+    "match captures": ("match f:\n    case [n, *o]:\n        pass", [("n", 4), ("o", 4)]),
+}
+
+
+@pytest.mark.parametrize("between, bound", REBINDS.values(), ids=REBINDS.keys())
+def test_what_the_statements_between_rebind(between, bound):
+    [split] = out_cache_loc_layouts(method(f"{BOUND}{between}\nx = {MOVED}"))
+    assert split.between and view_rebinds(split) == bound
 
 
 def test_the_two_statement_form_has_no_bound_view():

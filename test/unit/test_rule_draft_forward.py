@@ -181,14 +181,10 @@ REFUSED = {
     "rows last": (
         "        out_cache_loc = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
         "        out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(-1, self.speculative_num_steps)\n"),
-    "bound view, a statement between": (
+    "bound view moved in a nested block": (
         "        tmp = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
-        "        scores = None\n"
-        "        out_cache_loc = tmp.permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)\n"),
-    "statement in between": (
-        "        out_cache_loc = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
-        "        scores = None\n"
-        "        out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)\n"),
+        "        if self.topk > 0:\n"
+        "            out_cache_loc = tmp.permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)\n"),
 }
 
 
@@ -312,6 +308,63 @@ FORK_SPELLINGS = {
         "            1,\n"
         "        )\n",
     ),
+    "bound view, a statement between": (
+        "        tmp = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
+        "        scores = None\n"
+        "        out_cache_loc = tmp.permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)\n",
+        "        scores = None\n" + helper_call(),
+    ),
+    "two statements, a statement between": (
+        "        out_cache_loc = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
+        "        scores = None\n"
+        "        out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)\n",
+        "        scores = None\n" + helper_call(),
+    ),
+    # the view's comment goes with the split, its blank line stays above the statements between
+    "bound view, blocks and comments between, width a local bound between": (
+        "        topk_p = None\n"
+        "\n"
+        "        # [bs, topk, steps]: each request's draft slots\n"
+        "        rows = out_cache_loc.reshape(\n"
+        "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+        "        )\n"
+        "        if self.hot_token_id is not None:\n"
+        "            # map to the target vocabulary\n"
+        "            topk_p = self.hot_token_id[topk_p]\n"
+        "\n"
+        "        step_width = forward_batch.batch_size * self.topk\n"
+        "        # steps first\n"
+        "        out_cache_loc = rows.permute(2, 0, 1).reshape(\n"
+        "            self.speculative_num_steps, step_width\n"
+        "        )\n",
+        "        topk_p = None\n"
+        "\n"
+        "        if self.hot_token_id is not None:\n"
+        "            # map to the target vocabulary\n"
+        "            topk_p = self.hot_token_id[topk_p]\n"
+        "\n"
+        "        step_width = forward_batch.batch_size * self.topk\n"
+        "        # [bs, topk, steps]: each request's draft slots\n"
+        "        # steps first\n" + helper_call(),
+    ),
+    "bound view, a blank line above it and above its move": (
+        "        topk_p = None\n"
+        "\n"
+        "        rows = out_cache_loc.view(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
+        "\n"
+        "        out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n",
+        "        topk_p = None\n"
+        "\n" + helper_call(),
+    ),
+    "bound view, returned subscripted after a blank line": (
+        "        rows = out_cache_loc.view(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
+        "        self.count += 1\n"
+        "\n"
+        "        return rows.movedim(-1, 0).flatten(1)[self.speculative_step_id]\n",
+        "        self.count += 1\n"
+        "\n"
+        + helper_call().replace("out_cache_loc = ", "return ").replace("        )\n", "        )[self.speculative_step_id]\n"),
+    ),
     "movedim in a subscripted chain, width a local": (
         "        step_width = self.topk * forward_batch.batch_size\n"
         "        first = (\n"
@@ -371,6 +424,54 @@ def test_a_bound_view_read_again_is_refused(sglang_tree):
     assert (finding.state, finding.detail) == (State.UNRECOGNISED, detail)
     assert_refused(sglang_tree, WORKER_V2, line_of(text, "rows = out_cache_loc.view("), SCOPE, "per-step out_cache_loc",
                    detail)
+
+
+GAP_VIEW = "        rows = out_cache_loc.view(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
+GAP_MOVE = "        out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n"
+#: a statement between a bound 3-d view and its move -> (the line that refuses the split, why)
+GAP_REFUSED = {
+    "the batch rebound": ("        forward_batch = self.next_batch\n",
+                          "`forward_batch` is rebound at line {gap} between the 3-d view `rows` (line {view}) "
+                          "and its move (line {move}): rewrite the split by hand"),
+    "the batch size set": ("        forward_batch.batch_size = 1\n",
+                           "`forward_batch.batch_size` is rebound at line {gap} between the 3-d view `rows` "
+                           "(line {view}) and its move (line {move}): rewrite the split by hand"),
+    "the buffer rebound in a loop": ("        for out_cache_loc in self.buffers:\n            pass\n",
+                                     "`out_cache_loc` is rebound at line {gap} between the 3-d view `rows` "
+                                     "(line {view}) and its move (line {move}): rewrite the split by hand"),
+    "topk set": ("        self.topk += 1\n",
+                 "`self.topk` is rebound at line {gap} between the 3-d view `rows` (line {view}) "
+                 "and its move (line {move}): rewrite the split by hand"),
+    "the view's local rebound": ("        rows = self.rows\n",
+                                 "`rows` is rebound at line {gap} between the 3-d view `rows` (line {view}) "
+                                 "and its move (line {move}): rewrite the split by hand"),
+    "the view read": ("        first = rows[:, 0]\n",
+                      "the 3-d view `rows` of its split is also read at line {gap}: rewriting the split would remove it"),
+    "the view captured": ("        pick = lambda i: rows[i]\n",
+                          "the 3-d view `rows` of its split is also read at line {gap}: rewriting the split would remove it"),
+}
+
+
+@pytest.mark.parametrize("between, why", GAP_REFUSED.values(), ids=GAP_REFUSED.keys())
+def test_a_bound_view_with_its_values_changed_before_its_move_is_refused(sglang_tree, between, why):
+    text = worker_module(CLS, _draft_forward(GAP_VIEW + "        scores = None\n" + between + GAP_MOVE))
+    sglang_tree.write(WORKER_V2, text)
+    plan = sglang_tree.plan([RULE])
+    [finding] = plan.findings
+    view, move = line_of(text, GAP_VIEW.strip()), line_of(text, GAP_MOVE.strip())
+    detail = why.format(gap=line_of(text, between.strip().splitlines()[0]), view=view, move=move)
+    assert (finding.state, finding.line, finding.detail) == (State.UNRECOGNISED, view, detail)
+    assert plan.changes == ()
+
+
+def test_apply_refuses_a_rebound_batch_size_and_writes_nothing(sglang_tree):
+    between, why = GAP_REFUSED["the batch size set"]
+    text = worker_module(CLS, OTHER, _draft_forward(GAP_VIEW + between + GAP_MOVE))
+    sglang_tree.write(WORKER_V2, text)
+    write_bystanders(sglang_tree, besides=WORKER_V2)
+    view, move = line_of(text, GAP_VIEW.strip()), line_of(text, GAP_MOVE.strip())
+    assert_refused(sglang_tree, WORKER_V2, view, SCOPE, "per-step out_cache_loc",
+                   why.format(gap=view + 1, view=view, move=move))
 
 
 TWO_SPLITS_AFTER = ("        if self.topk == 1:\n" + helper_call(pad="            ")

@@ -403,6 +403,97 @@ def test_a_split_left_beside_the_helper_is_still_to_patch(sglang_tree):
     assert sglang_tree.read(DSV4) == dsv4_module(INIT, TWO_SPLITS_AFTER, DECODE, header=HEADER_AFTER)
 
 
+DECODE_CALL = """\
+            metadata = self.init_forward_metadata_decode(
+                max_seq_len=max_seq_len,
+                seq_lens=forward_batch.seq_lens,
+                out_cache_loc=forward_batch.out_cache_loc,
+            )
+"""
+
+
+def _decode_from(lines: str, value: str) -> str:
+    """BEFORE with ``lines`` ahead of the decode call, which passes ``out_cache_loc=value``."""
+    return BEFORE.replace(DECODE_CALL, lines + DECODE_CALL.replace("=forward_batch.out_cache_loc,", f"={value},"))
+
+
+ROWS_SPLIT = """\
+            rows = (
+                out_cache_loc.reshape(bs, self.topk, self.speculative_num_steps)
+                .permute(2, 0, 1)
+                .reshape(self.speculative_num_steps, -1)
+            )
+"""
+ROWS_HELPER = """\
+            rows = per_step_draft_out_cache_loc(
+                out_cache_loc,
+                bs,
+                self.topk,
+                self.speculative_num_steps,
+            )
+"""
+STEP_ROW = "            step_loc = rows[self.speculative_step_id]\n"
+BS = "            out_cache_loc = forward_batch.out_cache_loc\n            bs = forward_batch.batch_size\n"
+#: the split reaches out_cache_loc= through a chain of locals, each bound once (before, after; black-clean)
+ALIAS_CHAINS = {
+    "rows, then the step's row": (
+        _decode_from(BS + ROWS_SPLIT + STEP_ROW, "step_loc"),
+        _decode_from(BS + ROWS_HELPER + STEP_ROW, "step_loc"),
+    ),
+    "three locals, the row taken first": (
+        _decode_from(BS + ROWS_SPLIT.replace("-1)\n", "-1)[self.speculative_step_id]\n")
+                     + "            row = rows\n            step_loc = row\n", "step_loc"),
+        _decode_from(BS + ROWS_HELPER.replace("            )\n", "            )[self.speculative_step_id]\n")
+                     + "            row = rows\n            step_loc = row\n", "step_loc"),
+    ),
+    "a local bound twice, each value an alias bound once": (
+        _decode_from(BS + ROWS_SPLIT + "            step_loc = out_cache_loc\n"
+                     "            if self.speculative_num_steps > 1:\n    " + STEP_ROW, "step_loc"),
+        _decode_from(BS + ROWS_HELPER + "            step_loc = out_cache_loc\n"
+                     "            if self.speculative_num_steps > 1:\n    " + STEP_ROW, "step_loc"),
+    ),
+    "a bound 3-d view, a statement between": (
+        _decode_from(BS + "            slots = out_cache_loc.view(bs, self.topk, self.speculative_num_steps)\n"
+                     "            seq_lens = forward_batch.seq_lens\n"
+                     "            rows = slots.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n"
+                     + STEP_ROW, "step_loc"),
+        _decode_from(BS + "            seq_lens = forward_batch.seq_lens\n" + ROWS_HELPER + STEP_ROW, "step_loc"),
+    ),
+}
+
+
+@pytest.mark.parametrize("before, after", ALIAS_CHAINS.values(), ids=ALIAS_CHAINS.keys())
+def test_a_split_through_a_chain_of_locals_is_rewritten_where_it_is(sglang_tree, before, after):
+    for method in (before, after):
+        assert black.format_str("class A:\n" + method, mode=black.Mode()) == "class A:\n" + method
+    text = dsv4_module(INIT, before, DECODE)
+    sglang_tree.write(DSV4, text)
+    [finding] = sglang_tree.apply([RULE]).findings
+    assert (finding.state, finding.detail) == (
+        State.TO_PATCH, "the fork's own split (in init_forward_metadata): via per_step_draft_out_cache_loc")
+    assert sglang_tree.read(DSV4) == dsv4_module(INIT, after, DECODE, header=HEADER_AFTER)
+    assert [f.state for f in sglang_tree.plan([RULE]).findings] == [State.PATCHED]
+    sglang_tree.assert_idempotent([RULE])
+
+
+#: a local of the chain bound more than once: which value reaches out_cache_loc= is not proven
+CHAIN_BOUND_TWICE = _decode_from(
+    BS + ROWS_SPLIT + "            if self.speculative_num_steps == 1:\n"
+    "                rows = out_cache_loc[None]\n" + STEP_ROW, "step_loc")
+
+
+def test_a_chain_of_locals_with_one_bound_twice_is_refused(sglang_tree):
+    text = dsv4_module(INIT, CHAIN_BOUND_TWICE, DECODE)
+    sglang_tree.write(DSV4, text)
+    write_bystanders(sglang_tree, besides=DSV4)
+    lines = f"{line_of(text, 'rows = (')}, {line_of(text, 'rows = out_cache_loc[None]')}"
+    detail = (f"out_cache_loc= comes through `rows`, bound more than once in init_forward_metadata (lines {lines}): "
+              "rewrite its split by hand")
+    [finding] = sglang_tree.plan([RULE]).findings
+    assert (finding.state, finding.detail) == (State.UNRECOGNISED, detail)
+    assert_refused(sglang_tree, DSV4, line_of(text, "metadata = self.init_forward_metadata_decode("), SCOPE, SITE, detail)
+
+
 #: the bound view's move short enough for black to break inside the subscript instead
 SUBSCRIPT_BROKEN = """\
             out_cache_loc = forward_batch.out_cache_loc

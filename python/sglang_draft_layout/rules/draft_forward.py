@@ -12,8 +12,9 @@ its metadata, because both read the layout off one helper, which also checks the
 buffer's length.
 
 A fork's own spelling (any ``layout_patterns.out_cache_loc_layouts`` proves equal, a 3-d view
-bound to a local included) is rewritten where it is, every split of the method in one apply;
-a bound view read elsewhere, or two splits in one statement, are refused.
+bound to a local included, statements between it and its move too) is rewritten where it is,
+every split of the method in one apply; a bound view read elsewhere, what it reads rebound
+before its move, or two splits in one statement, are refused.
 
 Not affected: the step-major split of SGLang 0.4.6.post5 and 0.4.7,
 ``x = x.view(bs, -1)`` then ``x[:, self.topk * i : self.topk * (i + 1)]`` (a
@@ -29,7 +30,7 @@ from typing import Optional
 
 from ..layout_patterns import (
     PER_STEP_HELPER, WORKERS, Split, factors, helper_calls, holding_statement, is_self_attr, nodes_of,
-    out_cache_loc_layouts, view_reads,
+    out_cache_loc_layouts, view_reads, view_rebinds,
 )
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State, locate_method
 
@@ -49,9 +50,10 @@ def helper_edit(source: Source, method: ast.AST, split: Split) -> list[Edit]:
     """The edits that compute ``split`` with the helper, keeping the fork's own expressions.
 
     Two statements become one ``x = per_step_draft_out_cache_loc(...)``; a split inside
-    an expression becomes the helper call there, and a 3-d view bound for it right before
-    (``Split.view``) goes, its comments kept. The call is exploded one argument per
-    line (black keeps it so: magic trailing comma), indented from the line it starts on.
+    an expression becomes the helper call there, and a 3-d view bound for it before
+    (``Split.view``) goes, its comments kept (the statements between stay as they are).
+    The call is exploded one argument per line (black keeps it so: magic trailing comma),
+    indented from the line it starts on.
     """
     texts = {name: source.text(getattr(split, name)) for name in ("buffer", "batch_size", "topk", "num_steps")}
     if split.statements:
@@ -60,10 +62,8 @@ def helper_edit(source: Source, method: ast.AST, split: Split) -> list[Edit]:
         return [Edit(split.statements[0], replace=new, absorb=tuple(split.statements[1:]))]
     holder = holding_statement(method, split.node)
     edit = _statement_anew(source, holder, split, texts)
-    if edit is not None and split.view is not None:  # written in place of the view, which comes first
-        return [Edit(split.view, replace=edit.replace, absorb=(holder,))]
     if edit is not None:
-        return [edit]
+        return [edit] if split.view is None else [Edit(holder, replace=edit.replace, absorb=(split.view,))]
     pad = _indent(source.lines[split.node.lineno - 1])[len(_indent(source.lines[holder.lineno - 1])):]
     in_place = Edit(split.node, replace=CALL.format(pad=pad, **texts))
     return [in_place] if split.view is None else [in_place, Edit(holder, absorb=(split.view,))]
@@ -114,14 +114,21 @@ def _span(outer: ast.expr, inner: ast.expr, end: bool) -> ast.AST:
 
 def split_refusal(method: ast.AST, splits: list[Split]) -> Optional[tuple[int, str]]:
     """(line, why) when the splits of ``method`` cannot all be rewritten to the helper: a bound 3-d view
-    read again elsewhere, or two splits whose edits would meet in one statement; else None."""
+    read again elsewhere, what it reads rebound before its move, or two splits whose edits would meet in
+    one statement; else None."""
     touched: dict[int, ast.stmt] = {}
     for split in splits:
         reads = view_reads(method, split)
+        name = split.view.targets[0].id if split.view else ""  # type: ignore[attr-defined]
         if reads:
-            name = split.view.targets[0].id  # type: ignore[union-attr]
             return split.line, (f"the 3-d view `{name}` of its split is also read at line {reads[0].lineno}: "
                                 "rewriting the split would remove it")
+        rebinds = view_rebinds(split)
+        if rebinds:
+            what, line = rebinds[0]
+            return split.line, (f"`{what}` is rebound at line {line} between the 3-d view `{name}` "
+                                f"(line {split.line}) and its move (line {holding_statement(method, split.node).lineno}): "
+                                "rewrite the split by hand")
         statements = split.statements or [holding_statement(method, split.node)] + ([split.view] if split.view else [])
         for stmt in statements:
             if id(stmt) in touched:

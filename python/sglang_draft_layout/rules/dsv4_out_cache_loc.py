@@ -13,7 +13,8 @@ Invariant: the metadata's write targets are the slots the draft worker writes at
 split from the flat buffer exactly once on the path multi-step backend -> per-step backend.
 
 A fork's own fix is the same site: a split of its own feeding ``out_cache_loc=`` (inline,
-through a local, or in a method of the class the site calls; any spelling
+through a local or a chain of locals each bound once, ``loc = rows[self.speculative_step_id]``,
+or in a method of the class the site calls; any spelling
 ``layout_patterns.out_cache_loc_layouts`` proves equal) is rewritten to the helper where it
 is, every such split in the one apply (say one per branch). A caller that already hands each
 step its own row (``DeepseekV4MultiStepBackend.init_forward_metadata`` setting
@@ -80,24 +81,64 @@ def _within(node: ast.AST, outer: ast.AST) -> bool:
         (node.end_lineno, node.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
 
 
-def _fed_by(source: Source, method: ast.FunctionDef, value: ast.expr) -> tuple[list[Split], list[ast.Call], str]:
+def _alias(expr: ast.expr) -> Optional[str]:
+    """``name`` of ``name`` or ``name[self.speculative_step_id]``: a local standing for another's value."""
+    if isinstance(expr, ast.Subscript) and is_self_attr(expr.slice, "speculative_step_id"):
+        expr = expr.value
+    return expr.id if isinstance(expr, ast.Name) else None
+
+
+def _aliased(method: ast.FunctionDef, feeding: list[ast.expr], seen: set[str]) -> tuple[list[ast.expr], str]:
+    """The values a chain of local aliases leads back to from ``feeding`` (``loc = rows``,
+    ``loc = rows[self.speculative_step_id]``, ``rows = <split>``), each local of the chain bound
+    once in ``method`` (why ""); ([], why) when one is bound more than once."""
+    stores: dict[str, list[int]] = {a.arg: [a.lineno] for a in nodes_of(method.args, ast.arg)}
+    for name in nodes_of(method, ast.Name):
+        if not isinstance(name.ctx, ast.Load):
+            stores.setdefault(name.id, []).append(name.lineno)
+    values = {a.targets[0].id: a.value for a in nodes_of(method, ast.Assign)
+              if len(a.targets) == 1 and isinstance(a.targets[0], ast.Name)}
+    found: list[ast.expr] = []
+    chain = [name for name in map(_alias, feeding) if name]
+    while chain:
+        name = chain.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        lines = stores.get(name, [])
+        if len(lines) > 1:
+            return [], (f"out_cache_loc= comes through `{name}`, bound more than once in {method.name} "
+                        f"(lines {', '.join(map(str, lines))}): rewrite its split by hand")
+        if lines and name in values:
+            found.append(values[name])
+            chain += filter(None, [_alias(values[name])])
+    return found, ""
+
+
+def _fed_by(source: Source, method: ast.FunctionDef,
+            value: ast.expr) -> tuple[list[Split], list[ast.Call], str, str]:
     """The fork's own per-step split feeding ``out_cache_loc=value``, hand-written or via the helper,
-    and where: in ``value``, in the values of the locals it names, or in a method of the class it
-    calls as ``self.<name>(...)`` there. ("", nothing found.)"""
+    and where: in ``value``, in the values of the locals it names (and of the chain of locals bound
+    once that those alias), or in a method of the class it calls as ``self.<name>(...)`` there
+    (``where`` "": nothing found); ``why`` not "" when a local of that chain is bound more than once."""
     names = {n.id for n in in_order(value) if isinstance(n, ast.Name)}
     feeding = [value] + [a.value for a in nodes_of(method, ast.Assign)
                          if any(isinstance(t, ast.Name) and t.id in names for t in a.targets)]
+    chained, why = _aliased(method, feeding[1:], set(names))
+    if why:
+        return [], [], "", why
+    feeding += chained
     splits = [s for s in out_cache_loc_layouts(method) if any(_within(s.node, e) for e in feeding)]
     helpers = [c for c in helper_calls(method) if any(_within(c, e) for e in feeding)]
     if splits or helpers:
-        return splits, helpers, method.name
+        return splits, helpers, method.name, ""
     cls = source.cls(CLASS)
     called = {c.func.attr for e in feeding for c in in_order(e)
               if isinstance(c, ast.Call) and is_self_attr(c.func, getattr(c.func, "attr", ""))}
     for callee in self_called(cls, method):
         if callee.name in called and (out_cache_loc_layouts(callee) or helper_calls(callee)):
-            return out_cache_loc_layouts(callee), helper_calls(callee), callee.name
-    return [], [], ""
+            return out_cache_loc_layouts(callee), helper_calls(callee), callee.name, ""
+    return [], [], "", ""
 
 
 def caller_rows(source: Source) -> Optional[tuple[str, str, Optional[int]]]:
@@ -130,7 +171,9 @@ def _find(rule: Rule, source: Source) -> Finding:
             if loc is None:
                 continue
             in_branch = [c for s in branch.body for c in helper_calls(s)]
-            splits, helpers, where = _fed_by(source, method, loc.value)
+            splits, helpers, where, why = _fed_by(source, method, loc.value)
+            if why:
+                return rule.report(State.UNRECOGNISED, stmt.lineno, why)
             if in_branch and not splits:
                 helpers, where = in_branch, method.name
             plain = isinstance(loc.value, ast.Attribute) and loc.value.attr == "out_cache_loc"
