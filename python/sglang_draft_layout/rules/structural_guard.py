@@ -132,12 +132,14 @@ def _per_step_scope(path: SplitPath) -> str:
 
 def _split_once(rule: Rule, source: Source) -> Finding:
     """Every path into the per-step backend ``rule.scope`` splits the per-step layout once (patched) or not;
-    found at its first statement handing ``out_cache_loc=`` on, kept as ``keeps_split_once`` says."""
+    found at its first statement handing ``out_cache_loc=`` on (its def line when only a compound
+    statement's header hands it on), kept as ``keeps_split_once`` says."""
     workers = worker_step_rows({relative: other.tree for relative, other in source.others.items()})
     paths = [path for path in split_paths(source.tree, workers) if _per_step_scope(path) == rule.scope]
     if not paths:
         return rule.report(State.ABSENT, detail=f"no per-step path into {rule.scope}")
-    line = out_cache_loc_handoffs(paths[0].per_step_method)[0].lineno
+    handoffs = out_cache_loc_handoffs(paths[0].per_step_method)
+    line = handoffs[0].lineno if handoffs else paths[0].per_step_method.lineno
     if keeps_split_once(source.lines, paths[0].per_step_method):
         return rule.report(State.KEPT, line, KEEP_PRAGMA)
     for path in paths:

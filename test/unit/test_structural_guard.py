@@ -1,0 +1,42 @@
+"""The structural guard's split-once rule (rules/structural_guard.py) on small hand-written paths;
+the real trees and forks built from them are test/releases/test_structural_guard.py's."""
+
+from __future__ import annotations
+
+from sglang_draft_layout.rules.base import Source, State
+from sglang_draft_layout.rules.structural_guard import guard_rules
+
+RELATIVE = "srt/layers/attention/fork_backend.py"
+#: a per-step backend handing ``out_cache_loc=`` on only in an ``if`` header, never split per step
+HEADER_HANDOFF = '''
+class StepBackend:
+    def init_forward_metadata(self, forward_batch):{keep}
+        if self.build(out_cache_loc=forward_batch.out_cache_loc) is None:
+            return
+
+
+class MultiStepBackend(StepBackend):
+    def __init__(self, steps):
+        self.attn_backends = [StepBackend() for _ in range(steps)]
+
+    def init_forward_metadata(self, forward_batch):
+        for i in range(self.speculative_num_steps - 1):
+            self.attn_backends[i].init_forward_metadata(forward_batch)
+'''
+
+
+def split_once_finding(code: str):
+    source = Source(RELATIVE, code)
+    [rule] = [rule for rule in guard_rules(RELATIVE, source, set()) if ":split-once:" in rule.id]
+    assert rule.scope == "StepBackend.init_forward_metadata"
+    return rule.find(rule, source)
+
+
+def test_a_handoff_only_in_a_compound_header_is_found_at_the_def_line():
+    code = HEADER_HANDOFF.format(keep="")
+    finding = split_once_finding(code)
+    def_line = code.splitlines().index("    def init_forward_metadata(self, forward_batch):") + 1
+    assert (finding.state, finding.line) == (State.UNRECOGNISED, def_line)
+    assert finding.detail.startswith("bakes the whole out_cache_loc MultiStepBackend.init_forward_metadata hands it")
+    kept = split_once_finding(HEADER_HANDOFF.format(keep="  # sglang-draft-layout: keep"))
+    assert (kept.state, kept.line) == (State.KEPT, def_line)
