@@ -147,15 +147,16 @@ class _ApplyEdits(cst.CSTTransformer):
         for stmt, taker, first in absorbed:
             if first:
                 self.blanks_left[id(stmt)], comments = _blanks_first(stmt.leading_lines)
-                self.comments_before[id(taker)] += comments
+                self.comments_before[id(taker)] += [*comments, *_inner_comments(stmt)]
             else:
-                self.comments[id(taker)] += stmt.leading_lines
+                self.comments[id(taker)] += [*stmt.leading_lines, *_inner_comments(stmt)]
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         body = node.body if isinstance(node, (cst.Module, cst.IndentedBlock)) else ()
         for stmt, after in zip(body, body[1:]):
             if id(stmt) in self.blanks_left:
-                self.blanks_before[id(after)] = self.blanks_before.get(id(stmt), self.blanks_left[id(stmt)])
+                # a run of removed statements: the first blank lines of the run go on
+                self.blanks_before[id(after)] = self.blanks_before.get(id(stmt)) or self.blanks_left[id(stmt)]
         return super().on_visit(node)
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
@@ -192,6 +193,19 @@ class _ApplyEdits(cst.CSTTransformer):
         moved = [] if kept else list(node.leading_lines)
         before[0] = before[0].with_changes(leading_lines=[*moved, *before[0].leading_lines])
         return cst.FlattenSentinel([*before, node.with_changes(leading_lines=[*_blank(separate), *kept])])
+
+
+def _inner_comments(stmt: cst.CSTNode) -> list[cst.EmptyLine]:
+    """The comments written in ``stmt`` after its leading lines (inside its brackets, at its end),
+    each as a line of its own: what a removed statement leaves to the one taking it over."""
+    comments: list[cst.Comment] = []
+
+    class Collect(cst.CSTVisitor):
+        def visit_Comment(self, node: cst.Comment) -> None:
+            comments.append(node)
+
+    stmt.with_changes(leading_lines=()).visit(Collect())
+    return [cst.EmptyLine(comment=comment) for comment in comments]
 
 
 def _blanks_first(lines: Sequence[cst.EmptyLine]) -> tuple[list[cst.EmptyLine], list[cst.EmptyLine]]:

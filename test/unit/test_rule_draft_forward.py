@@ -347,6 +347,15 @@ FORK_SPELLINGS = {
         "        # [bs, topk, steps]: each request's draft slots\n"
         "        # steps first\n" + helper_call(),
     ),
+    # the comments written in the view's statement go above the split too, none lost
+    "bound view, comments inside and at the end of it": (
+        "        rows = out_cache_loc.view(  # [bs, topk, steps]\n"
+        "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+        "        )  # each request's draft slots\n"
+        "        out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n",
+        "        # [bs, topk, steps]\n"
+        "        # each request's draft slots\n" + helper_call(),
+    ),
     "bound view, a blank line above it and above its move": (
         "        topk_p = None\n"
         "\n"

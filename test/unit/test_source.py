@@ -77,6 +77,25 @@ def test_replace_absorbs_the_next_statement_and_takes_its_comment_above():
     assert new == "def f(x):\n    # two\n    a = b = 3\n    return a + b\n"
 
 
+def test_two_removed_statements_in_a_row_leave_the_blank_line_between_them():
+    """A statement absorbed by a later one leaves its blank lines to the statement after it; the
+    first of two in a row has none, the second's stay (above what follows the two)."""
+    text = "def f(x):\n    a = 0\n    v = x\n\n    w = x\n    b = v\n    c = w\n    return b + c\n"
+    source = Source("mod.py", text)
+    _a, v, w, b, c, _return = source.tree.body[0].body
+    new = apply_edits(source, [Edit(b, replace="b = x\n", absorb=(v,)), Edit(c, replace="c = x\n", absorb=(w,))])
+    assert new == "def f(x):\n    a = 0\n\n    b = x\n    c = x\n    return b + c\n"
+
+
+def test_a_removed_statement_leaves_the_comments_inside_and_at_the_end_of_it():
+    text = ("def f(x):\n    v = x  # the view\n    b = v\n"
+            "    c = w\n    # above\n    w = g(\n        x,  # inner\n    )  # end\n")
+    source = Source("mod.py", text)
+    v, b, c, w = source.tree.body[0].body
+    new = apply_edits(source, [Edit(b, replace="b = x\n", absorb=(v,)), Edit(c, replace="c = x\n", absorb=(w,))])
+    assert new == "def f(x):\n    # the view\n    b = x\n    # above\n    # inner\n    # end\n    c = x\n"
+
+
 def test_an_anchor_libcst_cannot_match_is_an_error():
     text = "x = 1; y = 2\n"
     source = Source("mod.py", text)
