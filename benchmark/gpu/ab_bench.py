@@ -61,8 +61,8 @@ tree's process group is pinned again (:func:`pin_group`), the halves swapping tr
 served on CPU 0, say) cancels over the pairs instead of landing in the ratio; the summary's
 ``ratio_median_by_half`` gives the median ratio for each placement. The record keeps each tree's
 half and what the kernel reported after every pinning (``pinning``: processes, threads, the union
-of their CPU sets; a note when it is not the half), each run its ``cpus``; tables show the mode as
-``together+cpu-split``. ``OMP_NUM_THREADS`` is set to the half's size for the servers and clients
+of their CPU sets; a note when it is not the half, or when no process is left to pin), each run its
+``cpus``; tables show the mode as ``together+cpu-split``. ``OMP_NUM_THREADS`` is set to the half's size for the servers and clients
 unless it is set already: GNU OpenMP's default (torch's intra-op threads) already follows the
 affinity a process starts with (torch 2.13 CPU: 1 thread when started on 1 of 2 CPUs), so this
 only makes it explicit and independent of the OpenMP runtime; SGLang 0.5.12's model runner sets
@@ -485,7 +485,8 @@ class Pair:
 
     def pin(self, k: int) -> None:
         """--cpu-split: every thread of each tree's server and client onto the tree's half for
-        pair ``k``; the record keeps what the kernel then reports (a note when it differs)."""
+        pair ``k``; the record keeps what the kernel then reports (a note when it differs, or
+        when a tree's server or client has no process left)."""
         self.cpus = self.cpus_for(k)
         entry: dict = {"pair": k}
         for tree in TREES:
@@ -494,7 +495,9 @@ class Pair:
             entry[tree] = {"cpus": cpus, "server": pin_group(self.procs[tree].pid, self.cpus[tree]),
                            "client": pin_group(self.clients[tree].proc.pid, self.cpus[tree])}
             for what in ("server", "client"):
-                if entry[tree][what]["cpus"] != cpus:
+                if not entry[tree][what]["processes"]:  # it exited: nothing to pin, no CPUs to compare
+                    self.record["notes"].append(f"pair {k}: {tree} {what}: no process left in its group to pin")
+                elif entry[tree][what]["cpus"] != cpus:
                     self.record["notes"].append(f"pair {k}: {tree} {what} on CPUs {entry[tree][what]['cpus']}, "
                                                 f"not {cpus}")
         self.record["pinning"].append(entry)

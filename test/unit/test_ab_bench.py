@@ -10,9 +10,11 @@ import ast
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -545,6 +547,30 @@ def test_cpu_split_pins_each_tree_to_its_half_and_config_seconds_adds_pairs(tmp_
     assert sorted(s["ratio_median_by_half"]) == [f"unpatched on {half}" for half in halves]
     table = (tmp_path / "out" / "ab_summary.md").read_text()
     assert f"| triton_nocg_k4s3 | together+cpu-split | 8 | {pairs} |" in table
+
+
+def test_pinning_a_tree_whose_process_has_exited_says_so():
+    """pin_group on a group with no process left finds nothing; the pinning's note says that, not
+    that the process ran on no CPUs."""
+    a = ab_bench.parse_args(REQUIRED + ["--mode", "together"])
+    cpu = min(os.sched_getaffinity(0))
+    a.cpu_halves = ([cpu], [cpu])
+    gone = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    gone.wait()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        pair = ab_bench.Pair(a.configs[0], 0, a, {tree: SimpleNamespace(proc=live, cpus=None)
+                                                  for tree in ab_bench.TREES}, deadline=None)
+        pair.procs = {"unpatched": live, "patched": gone}
+        pair.pin(0)
+    finally:
+        live.kill()
+        live.wait()
+    [entry] = pair.record["pinning"]
+    assert entry["patched"]["server"] == {"processes": 0, "threads": 0, "cpus": ""}
+    assert entry["unpatched"]["server"] == {"processes": 1, "threads": entry["unpatched"]["server"]["threads"],
+                                            "cpus": str(cpu)}
+    assert pair.record["notes"] == ["pair 0: patched server: no process left in its group to pin"]
 
 
 def test_config_seconds_stops_at_the_deadline_with_whole_pairs(tmp_path):
