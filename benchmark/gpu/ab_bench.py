@@ -53,7 +53,7 @@ kernels), and the two servers and two clients competed for the same 16 CPUs. Wit
 each tree's server, with everything it spawns, and that tree's client run on one half of the
 CPUs ab_bench may use (os.sched_getaffinity(0)): whole physical cores (SMT siblings, as /sys
 reports them, stay together), as many on each side, in CPU order (cpu_halves; an odd last core
-is left to ab_bench).
+is left to ab_bench; a single core's siblings are split between the trees).
 A server or client is started on its half (:func:`pinned`: the starting thread's affinity, which
 the child inherits), and before the warm-up and before every measured pair every thread of each
 tree's process group is pinned again (:func:`pin_group`), the halves swapping trees pair by pair
