@@ -23,8 +23,8 @@
 # ab_summary.md (both rewritten after every measured round), logs.tgz (server logs, memory probe,
 # bench_serving's JSONL per run, the GPU's clocks every 5 s in gpu_clocks.csv, the host's CPU
 # times and load every 5 s in host.txt), nvidia-smi.txt and flashinfer_jit.tgz (the modules this
-# machine JIT-compiled: unpacked into .gpu/fiaot/ and carried, a next session's setup puts them in
-# place, flashinfer_aot.sh).
+# machine JIT-compiled: copied into .gpu/fiaot/ as it is and carried, a next session's setup puts
+# them in place, flashinfer_aot.sh).
 set -u
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$REPO"

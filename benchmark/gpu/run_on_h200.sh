@@ -8,7 +8,7 @@
 # Steps:
 #  1. SGLang 0.5.12: unpack .gpu/sitepack/site312.tar.xz (built by benchmark/gpu/fetch_wheels.sh)
 #     into $GPU_WORK/site; without it, use the sglang installed in this python3.
-#     FlashInfer modules in .gpu/fiaot/NAME/NAME.so, when carried, go into that site's
+#     FlashInfer modules in .gpu/fiaot/NAME/NAME.so or .gpu/fiaot/*.tgz, when carried, go into that site's
 #     flashinfer/data/aot/ (flashinfer_aot.sh): flashinfer then loads them instead of compiling.
 #  2. Patched copy: copy that sglang/ package to $GPU_WORK/patched/sglang and run the project's
 #     own `python -m sglang_draft_layout apply` on it (libcst from .whl/ if python3 lacks it);
