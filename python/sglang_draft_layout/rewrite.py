@@ -127,7 +127,8 @@ class _ApplyEdits(cst.CSTTransformer):
     """Apply every edit to the node it names, children first, in one pass.
 
     ``absorbed`` pairs each statement an edit removes with the statement that takes over
-    its comments (replaced or not), and says whether the removed one came first. One that
+    its comments (replaced or not; those inside it and at its end too, each on a line of its
+    own: ``_inner_comments``), and says whether the removed one came first. One that
     came first leaves the blank lines above its comments to the statement after it (the
     lines around the statements between stay), its comments go right above the taker's
     own (after the taker's blank lines).
