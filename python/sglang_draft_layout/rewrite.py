@@ -179,7 +179,10 @@ class _ApplyEdits(cst.CSTTransformer):
         elif not isinstance(node, cst.BaseExpression):
             key = id(original_node)
             blank, own = _blanks_first(node.leading_lines)
-            comments = [*blank, *self.comments_before[key], *own, *self.comments[key]]
+            inner = []
+            if replacements and not any(e.drop_inner_comments for e in edits):
+                inner = [c for c in _inner_comments(node) if c.comment.value not in replacements[0]]
+            comments = [*blank, *self.comments_before[key], *own, *inner, *self.comments[key]]
             if replacements:
                 node = cst.parse_statement(replacements[0])
             node = node.with_changes(leading_lines=comments)

@@ -356,6 +356,23 @@ FORK_SPELLINGS = {
         "        # [bs, topk, steps]\n"
         "        # each request's draft slots\n" + helper_call(),
     ),
+    # the comments written in a replaced statement go above the helper, none lost
+    "two statements, comments at the end of each": (
+        "        out_cache_loc = out_cache_loc.reshape(  # [bs, topk, steps]\n"
+        "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+        "        )\n"
+        "        out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(  # steps first\n"
+        "            self.speculative_num_steps, -1\n"
+        "        )  # one row per step\n",
+        "        # [bs, topk, steps]\n"
+        "        # steps first\n"
+        "        # one row per step\n" + helper_call(),
+    ),
+    "bound view, the move's comment at its end": (
+        "        rows = out_cache_loc.view(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
+        "        out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)  # steps first\n",
+        "        # steps first\n" + helper_call(),
+    ),
     "bound view, a blank line above it and above its move": (
         "        topk_p = None\n"
         "\n"

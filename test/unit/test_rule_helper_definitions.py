@@ -148,6 +148,8 @@ def test_current_bodies_anywhere_are_patched_and_kept(sglang_tree, spec_utils_de
     (EAGLE_UTILS, EAGLE_UTILS_MODULE, EARLIER_PER_STEP, PER_STEP_SOURCE, [PER_STEP]),
 ], ids=["width without its int32 guard", "per-step layout without its assert"])
 def test_earlier_body_is_replaced_by_ours(sglang_tree, relative, module, earlier, current, rules):
+    # the earlier body's own comments go with it (they described that body)
+    earlier = earlier.replace(":\n", ":  # the earlier body's note\n", 1)
     before = append(module, "# kept above the helper\n" + earlier)
     sglang_tree.write(relative, before)
     plan = sglang_tree.apply(rules)

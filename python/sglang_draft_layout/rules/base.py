@@ -41,7 +41,9 @@ class Edit:
     ``replace`` is the node's new source: an expression for an expression node, a
     statement (dedented) for a statement; the statement (replaced or not) keeps the
     comments above it, and takes over those of the statements in ``absorb``, which are
-    removed (their comments in source order around its own).
+    removed (their comments in source order around its own). A replaced statement's
+    comments inside it and at its end go above it too (those ``replace`` does not hold
+    already), unless ``drop_inner_comments`` (a stale helper definition replaced whole).
     ``before`` are statements (dedented source) inserted ahead of the statement
     ``node``; they take over its leading comments and blank lines, unless
     ``keep_comments`` (a top-level definition keeps the comment above it).
@@ -55,6 +57,7 @@ class Edit:
     absorb: tuple[ast.stmt, ...] = ()
     separate: int = 0
     keep_comments: bool = False
+    drop_inner_comments: bool = False
 
 
 @dataclass(frozen=True)

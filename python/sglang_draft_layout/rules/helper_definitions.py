@@ -154,7 +154,7 @@ def _find(helper: Callable, rule: Rule, source: Source) -> Finding:
             return rule.report(State.PATCHED, defined.lineno)
         if body is Body.EARLIER:
             return rule.report(State.TO_PATCH, defined.lineno, "upstream's earlier body, replaced by ours",
-                               edits=[Edit(defined, replace=helper_source)], imports=imports)
+                               edits=[Edit(defined, replace=helper_source, drop_inner_comments=True)], imports=imports)
         return rule.report(State.UNRECOGNISED, defined.lineno, f"def {helper.__name__} has a body no rule knows")
     definitions = source.definitions()
     if not definitions:
