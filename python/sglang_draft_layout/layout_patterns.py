@@ -617,9 +617,15 @@ def self_called(cls: ast.ClassDef, func: ast.AST) -> List[ast.FunctionDef]:
 
 def splits_reached(cls: ast.ClassDef, func: ast.AST) -> List[ast.AST]:
     """Each per-step split (hand-written, ``Split.node``, or the helper call) in ``func`` or in a
-    method of ``cls`` it calls as ``self.<name>(...)``."""
+    method of ``cls`` it calls as ``self.<name>(...)``; for a per-step backend's
+    ``init_forward_metadata``, also in a method of ``cls`` that each of its ``handoff_methods``
+    calls so (one level from where out_cache_loc= is handed on, as ``check`` follows it).
+    """
+    searched = [func, *self_called(cls, func)]
+    for handoff in handoff_methods(cls):
+        searched += [m for m in self_called(cls, handoff) if m not in searched]
     found: List[ast.AST] = []
-    for each in [func, *self_called(cls, func)]:
+    for each in searched:
         found += [split.node for split in out_cache_loc_layouts(each)] + helper_calls(
             each
         )
@@ -651,14 +657,23 @@ def per_step_rows_set(func: ast.AST) -> List[ast.Assign]:
     return found
 
 
+def handoff_methods(cls: ast.ClassDef) -> List[ast.FunctionDef]:
+    """The methods where ``cls.init_forward_metadata`` hands ``out_cache_loc=`` on to the metadata it
+    builds (``out_cache_loc_handoffs``): itself, and each method of ``cls`` it calls as
+    ``self.<name>(...)`` (one level: a fork's decode branch moved into, say,
+    ``self._init_decode_metadata(forward_batch)``). Empty when it hands nothing on."""
+    init = next((m for m in methods(cls) if m.name == "init_forward_metadata"), None)
+    if init is None:
+        return []
+    return [m for m in [init, *self_called(cls, init)] if out_cache_loc_handoffs(m)]
+
+
 def bakes_out_cache_loc(cls: ast.ClassDef) -> Optional[ast.FunctionDef]:
-    """``cls.init_forward_metadata`` when it hands ``out_cache_loc=`` to the metadata it builds
-    (DeepSeek-V4 bakes each step's KV write targets at init time)."""
-    method = next((m for m in methods(cls) if m.name == "init_forward_metadata"), None)
-    if method is not None and any(
-        k.arg == "out_cache_loc" for c in nodes_of(method, ast.Call) for k in c.keywords
-    ):
-        return method
+    """``cls.init_forward_metadata`` when it, or a method of ``cls`` it calls (``handoff_methods``),
+    hands ``out_cache_loc=`` to the metadata it builds (DeepSeek-V4 bakes each step's KV write
+    targets at init time)."""
+    if handoff_methods(cls):
+        return next(m for m in methods(cls) if m.name == "init_forward_metadata")
     return None
 
 
@@ -808,10 +823,21 @@ def has_keep_pragma(
     return any(_is_pragma(lines[n - 1]) for n in numbers if 0 < n <= len(lines))
 
 
+def _parameters(func: ast.AST) -> FrozenSet[str]:
+    """The names of ``func``'s parameters (none for a node without ``args``)."""
+    args = getattr(func, "args", None)
+    if args is None:
+        return frozenset()
+    return frozenset(a.arg for a in nodes_of(args, ast.arg))
+
+
 def out_cache_loc_handoffs(per_step_method: ast.AST) -> List[ast.stmt]:
     """The simple statements (no if/for/with/try/def/match) of a per-step backend's method
-    handing ``out_cache_loc=`` on to the metadata it builds (``bakes_out_cache_loc``).
+    handing ``out_cache_loc=`` on to the metadata it builds (``bakes_out_cache_loc``); not
+    one handing on a parameter of the method as it came (``out_cache_loc=out_cache_loc`` in
+    ``init_forward_metadata_decode``: it passes on what its caller handed it).
     """
+    params = _parameters(per_step_method)
     return [
         stmt
         for stmt in nodes_of(per_step_method, ast.stmt)
@@ -819,24 +845,32 @@ def out_cache_loc_handoffs(per_step_method: ast.AST) -> List[ast.stmt]:
         and not hasattr(stmt, "cases")
         and any(
             k.arg == "out_cache_loc"
+            and not (isinstance(k.value, ast.Name) and k.value.id in params)
             for c in nodes_of(stmt, ast.Call)
             for k in c.keywords
         )
     ]
 
 
-def keeps_split_once(lines: List[str], per_step_method: ast.AST) -> bool:
+def keeps_split_once(lines: List[str], per_step: ast.ClassDef) -> bool:
     """The fork keeps a path's split once as it wrote it: KEEP_PRAGMA on the def line(s) of
-    the per-step backend's method that bakes out_cache_loc, or on one of its statements
-    handing ``out_cache_loc=`` on (``out_cache_loc_handoffs``). The split-once verdict of
-    every path into that backend is judged there, where the one-step row must arrive; a
-    keep on a caller (a multi-step backend's method, its rows, an EAGLE worker's
-    ``draft_forward``) keeps that caller's own layout only, never a double split.
+    the per-step backend's ``init_forward_metadata`` or of a method it hands ``out_cache_loc=``
+    on in (``handoff_methods``), or on one of their statements handing it on
+    (``out_cache_loc_handoffs``). The split-once verdict of every path into that backend is
+    judged there, where the one-step row must arrive; a keep on a caller (a multi-step
+    backend's method, its rows, an EAGLE worker's ``draft_forward``) keeps that caller's own
+    layout only, never a double split.
     """
-    return any(
-        has_keep_pragma(lines, per_step_method, line)
-        for line in [None, *(s.lineno for s in out_cache_loc_handoffs(per_step_method))]
+    init = next(
+        (m for m in methods(per_step) if m.name == "init_forward_metadata"), None
     )
+    places: List[Tuple[ast.AST, Optional[int]]] = [(init, None)] if init else []
+    places += [
+        (method, line)
+        for method in handoff_methods(per_step)
+        for line in [None, *(s.lineno for s in out_cache_loc_handoffs(method))]
+    ]
+    return any(has_keep_pragma(lines, method, line) for method, line in places)
 
 
 def _inline_forms(func: ast.AST) -> Iterator[Tuple[int, str]]:
@@ -892,7 +926,7 @@ def split_path_problems(
     for path in split_paths(tree, worker_rows):
         scope = f"{path.caller.name}.{path.caller_method.name}"
         step = f"{path.per_step.name}.{path.per_step_method.name}"
-        kept = lines is not None and keeps_split_once(lines, path.per_step_method)
+        kept = lines is not None and keeps_split_once(lines, path.per_step)
         if kept or path.splits == 1:
             continue
         if path.splits == 2 and path.caller_rows:

@@ -177,7 +177,7 @@ def _find(rule: Rule, source: Source) -> Finding:
             if in_branch and not splits:
                 helpers, where = in_branch, method.name
             plain = isinstance(loc.value, ast.Attribute) and loc.value.attr == "out_cache_loc"
-            if caller and (splits or helpers) and keeps_split_once(source.lines, method):
+            if caller and (splits or helpers) and keeps_split_once(source.lines, source.cls(CLASS)):
                 return rule.report(State.KEPT, stmt.lineno, KEEP_PRAGMA)
             if caller and (splits or helpers):
                 return rule.report(State.UNRECOGNISED, stmt.lineno,

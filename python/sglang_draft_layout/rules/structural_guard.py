@@ -41,7 +41,7 @@ from typing import Callable, Collection
 
 from ..layout_patterns import (
     CAPACITY, HELPERS, KEEP_PRAGMA, KERNEL, LAUNCH, OUT_CACHE_LOC, ROWS, STEP_LENGTH, draft_layout_forms,
-    SplitPath, keeps_split_once, methods, out_cache_loc_handoffs, split_paths, worker_step_rows,
+    SplitPath, handoff_methods, keeps_split_once, methods, out_cache_loc_handoffs, split_paths, worker_step_rows,
 )
 from . import draft_forward, kv_indices_capacity_check, kv_indices_step_slice
 from .base import Finding, Rule, Source, State
@@ -137,8 +137,8 @@ def _split_once(rule: Rule, source: Source) -> Finding:
     paths = [path for path in split_paths(source.tree, workers) if _per_step_scope(path) == rule.scope]
     if not paths:
         return rule.report(State.ABSENT, detail=f"no per-step path into {rule.scope}")
-    line = out_cache_loc_handoffs(paths[0].per_step_method)[0].lineno
-    if keeps_split_once(source.lines, paths[0].per_step_method):
+    line = next(s for m in handoff_methods(paths[0].per_step) for s in out_cache_loc_handoffs(m)).lineno
+    if keeps_split_once(source.lines, paths[0].per_step):
         return rule.report(State.KEPT, line, KEEP_PRAGMA)
     for path in paths:
         caller = f"{path.caller.name}.{path.caller_method.name}"
