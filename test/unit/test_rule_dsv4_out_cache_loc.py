@@ -791,6 +791,32 @@ def test_a_decode_branch_moved_into_a_method_is_judged_alike_by_check_and_the_wr
         assert written_test_problems(sglang_tree) == []
 
 
+def test_a_decode_call_moved_without_its_branch_is_no_site_check_knows(sglang_tree):
+    """The `if ...is_decode_or_idle():` left in init_forward_metadata, its init_forward_metadata_decode
+    call (the handoff) moved into the method it calls: `check` refuses it (nothing to guess); the written
+    test counts that method like any handoff method (here: never split)."""
+    init = """\
+    def init_forward_metadata(self, forward_batch):
+        max_seq_len = int(forward_batch.seq_lens_cpu.max().item())
+        if forward_batch.forward_mode.is_decode_or_idle():
+            metadata = self._init_decode_metadata(forward_batch, max_seq_len)
+        else:
+            metadata = None
+        self.forward_metadata = metadata
+"""
+    decode = """\
+    def _init_decode_metadata(self, forward_batch, max_seq_len):
+        return self.init_forward_metadata_decode(
+            max_seq_len=max_seq_len,
+            seq_lens=forward_batch.seq_lens,
+            out_cache_loc=forward_batch.out_cache_loc,
+        )
+"""
+    sglang_tree.write(DSV4, dsv4_module(INIT, init, decode, DECODE) + BUILDING_MULTI_STEP)
+    finding = sglang_tree.plan([RULE]).findings[0]
+    assert (finding.state, finding.detail) == (State.UNRECOGNISED, DETAIL)
+    assert [what for *_, what in written_test_problems(sglang_tree)] == [NEVER]
+
 #: where the keep comment goes in the moved double split, and whether that keeps the path
 MOVED_KEEP_ON = {
     "init_forward_metadata's def line": (MOVED_INIT, True),
