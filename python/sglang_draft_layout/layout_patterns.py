@@ -668,6 +668,19 @@ def handoff_methods(cls: ast.ClassDef) -> List[ast.FunctionDef]:
     return [m for m in [init, *self_called(cls, init)] if out_cache_loc_handoffs(m)]
 
 
+def knows_its_step(cls: ast.ClassDef) -> bool:
+    """``cls`` names ``speculative_step_id`` (an attribute, a local, a parameter or a keyword):
+    a per-step backend that can pick its own step's row, as ``check`` reads one (its text).
+    """
+    step_id = "speculative_step_id"
+    return (
+        any(n.attr == step_id for n in nodes_of(cls, ast.Attribute))
+        or any(n.id == step_id for n in nodes_of(cls, ast.Name))
+        or any(n.arg == step_id for n in nodes_of(cls, ast.arg))
+        or any(n.arg == step_id for n in nodes_of(cls, ast.keyword))
+    )
+
+
 def bakes_out_cache_loc(cls: ast.ClassDef) -> Optional[ast.FunctionDef]:
     """``cls.init_forward_metadata`` when it, or a method of ``cls`` it calls (``handoff_methods``),
     hands ``out_cache_loc=`` to the metadata it builds (DeepSeek-V4 bakes each step's KV write
@@ -743,8 +756,9 @@ def split_paths(
     tree: ast.Module, worker_rows: Optional[List[StepRows]] = None
 ) -> List[SplitPath]:
     """Every multi-step to per-step ``init_forward_metadata`` path between top-level classes whose per-step
-    backend bakes out_cache_loc (the per-step backends: the module's classes the caller's class
-    builds, or subclasses); ``worker_rows`` (``worker_step_rows``) split on each of them too.
+    backend bakes out_cache_loc and knows its step (``knows_its_step``; the per-step backends: the
+    module's classes the caller's class builds, or subclasses); ``worker_rows``
+    (``worker_step_rows``) split on each of them too.
     """
     classes = {cls.name: cls for cls in tree.body if isinstance(cls, ast.ClassDef)}
     paths = []
@@ -768,7 +782,7 @@ def split_paths(
         for name in sorted(n for n in built if n in classes and n != caller.name):
             per_step = classes[name]
             baked = bakes_out_cache_loc(per_step)
-            if baked is not None:
+            if baked is not None and knows_its_step(per_step):
                 paths.append(
                     SplitPath(
                         caller,

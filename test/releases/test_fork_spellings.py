@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sglang_draft_layout import cli, engine
-from sglang_draft_layout.layout_patterns import inline_draft_layout, split_path_problems, worker_step_rows
+from sglang_draft_layout.layout_patterns import inline_draft_layout, split_path_problems, split_paths, worker_step_rows
 from sglang_draft_layout.rules.base import State
 from sglang_draft_layout.target import resolve
 from support import fork_edits
@@ -289,3 +289,16 @@ def test_an_init_moved_into_a_method_is_judged_alike_by_check_and_the_written_te
     assert "splits the per-step out_cache_loc twice" in capsys.readouterr().err
     assert written_test_problems(root) == [
         "splits per step, and so does DeepseekV4AttnBackend.init_forward_metadata: twice"]
+
+
+@pytest.mark.parametrize("version", ["0.5.13", "0.5.23"])
+def test_upstreams_own_handoff_in_a_method_is_split_once(pristine, version):
+    """Upstream itself moved DSv4's body into `_build_forward_metadata` (0.5.13 on), its split there:
+    `check` reports the site patched, and the written test now walks that path too (one split), while
+    0.5.23's QwenSparseAttnBackend, which does not know its step, is on no path (no false "never")."""
+    root = pristine(version)
+    assert findings(root)[SITE].state is State.PATCHED
+    text = (root / "sglang" / DSV4).read_text()
+    [path] = [p for p in split_paths(ast.parse(text)) if p.per_step.name == "DeepseekV4AttnBackend"]
+    assert path.splits == 1 and path.per_step_method.name == "init_forward_metadata"
+    assert written_test_problems(root) == []
