@@ -617,9 +617,15 @@ def self_called(cls: ast.ClassDef, func: ast.AST) -> List[ast.FunctionDef]:
 
 def splits_reached(cls: ast.ClassDef, func: ast.AST) -> List[ast.AST]:
     """Each per-step split (hand-written, ``Split.node``, or the helper call) in ``func`` or in a
-    method of ``cls`` it calls as ``self.<name>(...)``."""
+    method of ``cls`` it calls as ``self.<name>(...)``; for a per-step backend's
+    ``init_forward_metadata``, also in a method of ``cls`` that each of its ``handoff_methods``
+    calls so (one level from where out_cache_loc= is handed on, as ``check`` follows it).
+    """
+    searched = [func, *self_called(cls, func)]
+    for handoff in handoff_methods(cls):
+        searched += [m for m in self_called(cls, handoff) if m not in searched]
     found: List[ast.AST] = []
-    for each in [func, *self_called(cls, func)]:
+    for each in searched:
         found += [split.node for split in out_cache_loc_layouts(each)] + helper_calls(
             each
         )
@@ -651,14 +657,36 @@ def per_step_rows_set(func: ast.AST) -> List[ast.Assign]:
     return found
 
 
+def handoff_methods(cls: ast.ClassDef) -> List[ast.FunctionDef]:
+    """The methods where ``cls.init_forward_metadata`` hands ``out_cache_loc=`` on to the metadata it
+    builds (``out_cache_loc_handoffs``): itself, and each method of ``cls`` it calls as
+    ``self.<name>(...)`` (one level: a fork's decode branch moved into, say,
+    ``self._init_decode_metadata(forward_batch)``). Empty when it hands nothing on."""
+    init = next((m for m in methods(cls) if m.name == "init_forward_metadata"), None)
+    if init is None:
+        return []
+    return [m for m in [init, *self_called(cls, init)] if out_cache_loc_handoffs(m)]
+
+
+def knows_its_step(cls: ast.ClassDef) -> bool:
+    """``cls`` names ``speculative_step_id`` (an attribute, a local, a parameter or a keyword):
+    a per-step backend that can pick its own step's row, as ``check`` reads one (its text).
+    """
+    step_id = "speculative_step_id"
+    return (
+        any(n.attr == step_id for n in nodes_of(cls, ast.Attribute))
+        or any(n.id == step_id for n in nodes_of(cls, ast.Name))
+        or any(n.arg == step_id for n in nodes_of(cls, ast.arg))
+        or any(n.arg == step_id for n in nodes_of(cls, ast.keyword))
+    )
+
+
 def bakes_out_cache_loc(cls: ast.ClassDef) -> Optional[ast.FunctionDef]:
-    """``cls.init_forward_metadata`` when it hands ``out_cache_loc=`` to the metadata it builds
-    (DeepSeek-V4 bakes each step's KV write targets at init time)."""
-    method = next((m for m in methods(cls) if m.name == "init_forward_metadata"), None)
-    if method is not None and any(
-        k.arg == "out_cache_loc" for c in nodes_of(method, ast.Call) for k in c.keywords
-    ):
-        return method
+    """``cls.init_forward_metadata`` when it, or a method of ``cls`` it calls (``handoff_methods``),
+    hands ``out_cache_loc=`` to the metadata it builds (DeepSeek-V4 bakes each step's KV write
+    targets at init time)."""
+    if handoff_methods(cls):
+        return next(m for m in methods(cls) if m.name == "init_forward_metadata")
     return None
 
 
@@ -728,8 +756,9 @@ def split_paths(
     tree: ast.Module, worker_rows: Optional[List[StepRows]] = None
 ) -> List[SplitPath]:
     """Every multi-step to per-step ``init_forward_metadata`` path between top-level classes whose per-step
-    backend bakes out_cache_loc (the per-step backends: the module's classes the caller's class
-    builds, or subclasses); ``worker_rows`` (``worker_step_rows``) split on each of them too.
+    backend bakes out_cache_loc and knows its step (``knows_its_step``; the per-step backends: the
+    module's classes the caller's class builds, or subclasses); ``worker_rows``
+    (``worker_step_rows``) split on each of them too.
     """
     classes = {cls.name: cls for cls in tree.body if isinstance(cls, ast.ClassDef)}
     paths = []
@@ -753,7 +782,7 @@ def split_paths(
         for name in sorted(n for n in built if n in classes and n != caller.name):
             per_step = classes[name]
             baked = bakes_out_cache_loc(per_step)
-            if baked is not None:
+            if baked is not None and knows_its_step(per_step):
                 paths.append(
                     SplitPath(
                         caller,
@@ -808,35 +837,71 @@ def has_keep_pragma(
     return any(_is_pragma(lines[n - 1]) for n in numbers if 0 < n <= len(lines))
 
 
+def _parameters(func: ast.AST) -> FrozenSet[str]:
+    """The names of ``func``'s parameters (none for a node without ``args``)."""
+    args = getattr(func, "args", None)
+    if args is None:
+        return frozenset()
+    return frozenset(a.arg for a in nodes_of(args, ast.arg))
+
+
+def _header(stmt: ast.stmt) -> List[ast.AST]:
+    """What of ``stmt`` is on its own lines: a simple statement whole, a compound statement's
+    header (an ``if`` / ``while`` test, a ``for`` target and iterable, ``with`` items, a
+    ``match`` subject); nothing of a ``try``, a definition or a class."""
+    if isinstance(stmt, (ast.If, ast.While)):
+        return [stmt.test]
+    if isinstance(stmt, (ast.For, ast.AsyncFor)):
+        return [stmt.target, stmt.iter]
+    if isinstance(stmt, (ast.With, ast.AsyncWith)):
+        return list(stmt.items)
+    if hasattr(stmt, "subject"):  # match
+        return [stmt.subject]
+    if hasattr(stmt, "body") or hasattr(stmt, "handlers"):
+        return []
+    return [stmt]
+
+
 def out_cache_loc_handoffs(per_step_method: ast.AST) -> List[ast.stmt]:
-    """The simple statements (no if/for/with/try/def/match) of a per-step backend's method
-    handing ``out_cache_loc=`` on to the metadata it builds (``bakes_out_cache_loc``).
+    """The statements of a per-step backend's method handing ``out_cache_loc=`` on to the
+    metadata it builds (``bakes_out_cache_loc``) in their own lines (``_header``: a compound
+    statement's header, not its body); not one handing on a parameter of the method as it
+    came (``out_cache_loc=out_cache_loc`` in ``init_forward_metadata_decode``: it passes on
+    what its caller handed it).
     """
+    params = _parameters(per_step_method)
     return [
         stmt
         for stmt in nodes_of(per_step_method, ast.stmt)
-        if not hasattr(stmt, "body")
-        and not hasattr(stmt, "cases")
-        and any(
+        if any(
             k.arg == "out_cache_loc"
-            for c in nodes_of(stmt, ast.Call)
+            and not (isinstance(k.value, ast.Name) and k.value.id in params)
+            for part in _header(stmt)
+            for c in nodes_of(part, ast.Call)
             for k in c.keywords
         )
     ]
 
 
-def keeps_split_once(lines: List[str], per_step_method: ast.AST) -> bool:
+def keeps_split_once(lines: List[str], per_step: ast.ClassDef) -> bool:
     """The fork keeps a path's split once as it wrote it: KEEP_PRAGMA on the def line(s) of
-    the per-step backend's method that bakes out_cache_loc, or on one of its statements
-    handing ``out_cache_loc=`` on (``out_cache_loc_handoffs``). The split-once verdict of
-    every path into that backend is judged there, where the one-step row must arrive; a
-    keep on a caller (a multi-step backend's method, its rows, an EAGLE worker's
-    ``draft_forward``) keeps that caller's own layout only, never a double split.
+    the per-step backend's ``init_forward_metadata`` or of a method it hands ``out_cache_loc=``
+    on in (``handoff_methods``), or on one of their statements handing it on
+    (``out_cache_loc_handoffs``). The split-once verdict of every path into that backend is
+    judged there, where the one-step row must arrive; a keep on a caller (a multi-step
+    backend's method, its rows, an EAGLE worker's ``draft_forward``) keeps that caller's own
+    layout only, never a double split.
     """
-    return any(
-        has_keep_pragma(lines, per_step_method, line)
-        for line in [None, *(s.lineno for s in out_cache_loc_handoffs(per_step_method))]
+    init = next(
+        (m for m in methods(per_step) if m.name == "init_forward_metadata"), None
     )
+    places: List[Tuple[ast.AST, Optional[int]]] = [(init, None)] if init else []
+    places += [
+        (method, line)
+        for method in handoff_methods(per_step)
+        for line in [None, *(s.lineno for s in out_cache_loc_handoffs(method))]
+    ]
+    return any(has_keep_pragma(lines, method, line) for method, line in places)
 
 
 def _inline_forms(func: ast.AST) -> Iterator[Tuple[int, str]]:
@@ -892,7 +957,7 @@ def split_path_problems(
     for path in split_paths(tree, worker_rows):
         scope = f"{path.caller.name}.{path.caller_method.name}"
         step = f"{path.per_step.name}.{path.per_step_method.name}"
-        kept = lines is not None and keeps_split_once(lines, path.per_step_method)
+        kept = lines is not None and keeps_split_once(lines, path.per_step)
         if kept or path.splits == 1:
             continue
         if path.splits == 2 and path.caller_rows:

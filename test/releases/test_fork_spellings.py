@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sglang_draft_layout import cli, engine
-from sglang_draft_layout.layout_patterns import inline_draft_layout
+from sglang_draft_layout.layout_patterns import inline_draft_layout, split_path_problems, split_paths, worker_step_rows
 from sglang_draft_layout.rules.base import State
 from sglang_draft_layout.target import resolve
 from support import fork_edits
@@ -255,3 +255,50 @@ def test_upstreams_own_inline_split_is_rewritten_to_its_helper(scratch, pristine
     assert "        return per_step_draft_out_cache_loc(\n            out_cache_loc,\n            batch_rows,\n" in text
     assert "from sglang.srt.speculative.eagle_utils import per_step_draft_out_cache_loc\n" in text
     assert_as_clean_as(pristine("0.5.23"), root, relative)
+
+
+def written_test_problems(root: Path) -> list[str]:
+    """What the written CPU test's split-once check finds in the tree (its functions, its inputs)."""
+    package = root / "sglang"
+    modules = {path.relative_to(package).as_posix(): path.read_text()
+               for folder in ("srt/layers/attention", "srt/speculative") for path in sorted((package / folder).rglob("*.py"))}
+    trees = {path: ast.parse(text) for path, text in modules.items()}
+    workers = worker_step_rows(trees)
+    return [what for path, text in modules.items()
+            for _scope, _line, what in split_path_problems(trees[path], text.splitlines(), workers)]
+
+
+def test_an_init_moved_into_a_method_is_judged_alike_by_check_and_the_written_test(scratch, pristine, capsys):
+    """DSv4's init_forward_metadata calls a method holding the release's body (fork_edits.dsv4_init_moved):
+    `check` follows it into that method, and so does the written test, before apply (never split),
+    after it (once), and with a caller splitting too (twice)."""
+    root = scratch("0.5.12")
+    fork_edits.dsv4_init_moved(root)
+    assert_as_clean_as(pristine("0.5.12"), root, DSV4)
+    assert findings(root)[SITE].state is State.TO_PATCH
+    assert written_test_problems(root) == [
+        "DeepseekV4AttnBackend.init_forward_metadata gets the whole buffer: never split per step"]
+    assert cli.main(["apply", "--no-tests", str(root)]) == 0
+    text = (root / "sglang" / DSV4).read_text()
+    assert text.split("def _init_forward_metadata_impl(", 1)[1].count("= per_step_draft_out_cache_loc(") == 1
+    assert findings(root)[SITE].state is State.PATCHED and written_test_problems(root) == []
+    assert_as_clean_as(pristine("0.5.12"), root, DSV4)
+    fork_edits.dsv4_caller_split(root)
+    capsys.readouterr()
+    assert cli.main(["check", "--no-tests", str(root)]) == 2
+    assert "splits the per-step out_cache_loc twice" in capsys.readouterr().err
+    assert written_test_problems(root) == [
+        "splits per step, and so does DeepseekV4AttnBackend.init_forward_metadata: twice"]
+
+
+@pytest.mark.parametrize("version", ["0.5.13", "0.5.23"])
+def test_upstreams_own_handoff_in_a_method_is_split_once(pristine, version):
+    """Upstream itself moved DSv4's body into `_build_forward_metadata` (0.5.13 on), its split there:
+    `check` reports the site patched, and the written test now walks that path too (one split), while
+    0.5.23's QwenSparseAttnBackend, which does not know its step, is on no path (no false "never")."""
+    root = pristine(version)
+    assert findings(root)[SITE].state is State.PATCHED
+    text = (root / "sglang" / DSV4).read_text()
+    [path] = [p for p in split_paths(ast.parse(text)) if p.per_step.name == "DeepseekV4AttnBackend"]
+    assert path.splits == 1 and path.per_step_method.name == "init_forward_metadata"
+    assert written_test_problems(root) == []

@@ -6,8 +6,9 @@ in the per-step backend, in the multi-step backend that calls it, or by the EAGL
 initing each step's backend with its row (also beside a split of DeepSeek-V4's own: twice), and
 the EAGLE worker's split in other spellings; splits through a 3-d view bound to a local (also apart from
 its move), a split reaching DeepSeek-V4's ``out_cache_loc=`` through a chain of locals, and methods splitting in
-two branches. The edited files stay black/isort-clean. Standard library only, so
-that the same fork can be built anywhere the release is installed:
+two branches. One shape no known fork has, which `check` follows: DeepSeek-V4's
+init_forward_metadata body moved into a method it calls. The edited files stay black/isort-clean.
+Standard library only, so that the same fork can be built anywhere the release is installed:
 
     python test/support/fork_edits.py dsv4-caller-split DEST
 
@@ -116,6 +117,21 @@ def dsv4_own_method(tree: Path) -> None:
     edit(tree, DSV4, DSV4_DECODE, _decode_passing("self._get_mtp_decode_out_cache_loc(forward_batch)"))
     edit(tree, DSV4, "    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:\n",
          OWN_METHOD.lstrip("\n") + "\n    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:\n")
+
+
+#: 0.5.12's def line of DeepseekV4AttnBackend.init_forward_metadata
+DSV4_INIT_DEF = "    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:\n"
+
+
+def dsv4_init_moved(tree: Path) -> None:
+    """DeepseekV4AttnBackend.init_forward_metadata calls a method of its own holding the release's body
+    (its decode branch, the ``out_cache_loc=`` handoff), as a fork wrapping it would."""
+    edit(tree, DSV4, DSV4_INIT_DEF, (
+        DSV4_INIT_DEF
+        + "        self._init_forward_metadata_impl(forward_batch)\n"
+        "\n"
+        "    def _init_forward_metadata_impl(self, forward_batch: ForwardBatch) -> None:\n"
+    ))
 
 
 def dsv4_inline_movedim(tree: Path) -> None:
@@ -319,6 +335,7 @@ def dsv4_two_splits(tree: Path) -> None:
 FORKS: Dict[str, Callable[[Path], None]] = {
     "dsv4-own-method": dsv4_own_method,
     "dsv4-inline-movedim": dsv4_inline_movedim,
+    "dsv4-init-moved": dsv4_init_moved,
     "dsv4-caller-split": dsv4_caller_split,
     "dsv4-worker-split": dsv4_worker_split,
     "dsv4-worker-split-twice": dsv4_worker_split_twice,

@@ -9,8 +9,8 @@ import textwrap
 import pytest
 
 from sglang_draft_layout.layout_patterns import (
-    CAPACITY, LAUNCH, OUT_CACHE_LOC, ROWS, STEP_LENGTH, draft_layout_classes, draft_layout_forms, has_keep_pragma,
-    inline_draft_layout, keeps_split_once, nodes_of, out_cache_loc_handoffs, out_cache_loc_layouts,
+    CAPACITY, LAUNCH, OUT_CACHE_LOC, ROWS, STEP_LENGTH, draft_layout_classes, draft_layout_forms, handoff_methods,
+    has_keep_pragma, inline_draft_layout, keeps_split_once, nodes_of, out_cache_loc_handoffs, out_cache_loc_layouts,
     split_path_problems, split_paths, view_reads, view_rebinds, worker_step_rows,
 )
 from sglang_draft_layout.rules.base import Source
@@ -277,6 +277,9 @@ def test_keep_pragma_leaves_a_site_out_of_the_inline_report(where):
 
 PER_STEP = '''
 class StepBackend:
+    def __init__(self, speculative_step_id=0):
+        self.speculative_step_id = speculative_step_id
+
     def init_forward_metadata(self, forward_batch):
         if forward_batch.forward_mode.is_decode_or_idle():
 {split}            self.metadata = self.build(out_cache_loc={loc})
@@ -351,12 +354,12 @@ def test_only_a_keep_on_the_per_step_backends_def_or_handoff_keeps_the_path():
     for name, index in where.items():
         tree, kept_lines = kept_at(code, index)
         [path] = split_paths(tree)
-        kept[name] = keeps_split_once(kept_lines, path.per_step_method)
+        kept[name] = keeps_split_once(kept_lines, path.per_step)
         assert (split_path_problems(tree, kept_lines) == []) is kept[name]
     assert kept == {"per-step def": True, "handoff": True, "per-step split": False,
                     "caller def": False, "caller rows": False, "caller split": False}
     [path] = split_paths(ast.parse(code))
-    assert keeps_split_once(lines, path.per_step_method) is False
+    assert keeps_split_once(lines, path.per_step) is False
 
 
 def test_the_handoffs_are_the_simple_statements_handing_out_cache_loc_on():
@@ -450,3 +453,103 @@ def test_text_filter_lets_every_spelling_through(body):
 
 def test_text_filter_ignores_a_transpose_of_a_name():
     assert not may_hold_draft_layout("q = q.transpose(1, 2)\nn = self.speculative_num_steps")
+
+
+# ---- the per-step handoff moved into a method init_forward_metadata calls ----------------
+
+#: the per-step backend's init_forward_metadata calling a method of its own that holds its decode branch
+MOVED_HANDOFF = (
+    "    def init_forward_metadata(self, forward_batch):\n"
+    "        self._build_metadata(forward_batch)\n"
+    "\n"
+    "    def _build_metadata(self, forward_batch):\n"
+    "        if forward_batch")
+
+
+def moved_path_module(per_step_splits: bool, caller_splits: bool) -> str:
+    code = path_module(per_step_splits, caller_splits)
+    return code.replace("    def init_forward_metadata(self, forward_batch):\n        if forward_batch", MOVED_HANDOFF, 1)
+
+
+def guard_split_once(code: str) -> tuple:
+    """(state, line) of the structural guard's split-once row for StepBackend (what `check` reports)."""
+    from sglang_draft_layout.rules.structural_guard import guard_rules
+
+    source = Source("srt/layers/attention/fork_backend.py", code)
+    [rule] = [r for r in guard_rules(source.path, source, ()) if r.id.startswith("guard:split-once:")]
+    finding = rule.find(rule, source)
+    return finding.state, finding.line
+
+
+@pytest.mark.parametrize("per_step_splits, caller_splits", [(True, False), (False, True), (True, True), (False, False)],
+                         ids=["per-step backend splits", "caller splits", "both split", "nobody splits"])
+def test_a_moved_handoff_is_on_the_path_as_if_in_init_forward_metadata(per_step_splits, caller_splits):
+    """split_paths follows init_forward_metadata into the method of its class it calls that hands
+    out_cache_loc= on (handoff_methods), one level, as `check` does; the structural guard agrees."""
+    from sglang_draft_layout.rules.base import State
+
+    code = moved_path_module(per_step_splits, caller_splits)
+    assert "def _build_metadata" in code
+    [path] = split_paths(ast.parse(code))
+    assert path.per_step_method.name == "init_forward_metadata"
+    assert path.splits == per_step_splits + caller_splits
+    unmoved = path_module(per_step_splits, caller_splits)
+    assert [what for *_, what in split_path_problems(ast.parse(code))] == \
+        [what for *_, what in split_path_problems(ast.parse(unmoved))]
+    state, line = guard_split_once(code)
+    assert (state is State.PATCHED) is (per_step_splits + caller_splits == 1)
+    assert code.splitlines()[line - 1].strip().startswith("self.metadata = self.build(out_cache_loc=")
+
+
+def test_a_keep_on_the_moved_handoff_or_either_def_line_keeps_the_path():
+    code = moved_path_module(True, True)
+    lines = code.splitlines()
+    defs = [i for i, line in enumerate(lines) if "    def " in line]
+    where = {
+        "init_forward_metadata def": next(i for i in defs if "def init_forward_metadata" in lines[i]),
+        "moved method def": next(i for i in defs if "def _build_metadata" in lines[i]),
+        "moved handoff": next(i for i, line in enumerate(lines) if "out_cache_loc=loc" in line),
+        "moved split": next(i for i, line in enumerate(lines) if "loc = per_step_draft_out_cache_loc(" in line),
+        "caller def": [i for i in defs if "def init_forward_metadata" in lines[i]][1],
+    }
+    kept = {}
+    for name, index in where.items():
+        tree, kept_lines = kept_at(code, index)
+        [path] = split_paths(tree)
+        kept[name] = keeps_split_once(kept_lines, path.per_step)
+        assert (split_path_problems(tree, kept_lines) == []) is kept[name]
+        assert (guard_split_once("\n".join(kept_lines))[0].value == "kept by the fork") is kept[name], name
+    assert kept == {"init_forward_metadata def": True, "moved method def": True, "moved handoff": True,
+                    "moved split": False, "caller def": False}
+
+
+def test_a_method_handing_on_its_own_parameter_is_no_handoff():
+    """0.5.12's init_forward_metadata_decode hands its parameter on (``out_cache_loc=out_cache_loc``):
+    init_forward_metadata handed it the buffer, so the path's handoff stays there."""
+    code = path_module(False, True).replace(
+        "            self.metadata = self.build(out_cache_loc=forward_batch.out_cache_loc)\n",
+        "            self.metadata = self.decode(out_cache_loc=forward_batch.out_cache_loc)\n"
+        "\n"
+        "    def decode(self, out_cache_loc):\n"
+        "        return self.build(out_cache_loc=out_cache_loc)\n")
+    tree = ast.parse(code)
+    step = next(c for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "StepBackend")
+    [path] = split_paths(tree)
+    assert [m.name for m in handoff_methods(step)] == ["init_forward_metadata"]
+    assert out_cache_loc_handoffs(next(m for m in step.body if getattr(m, "name", "") == "decode")) == []
+    decode_def = next(i for i, line in enumerate(code.splitlines()) if "def decode(" in line)
+    assert keeps_split_once(kept_at(code, decode_def)[1], path.per_step) is False
+    assert path.splits == 1 and split_path_problems(tree) == []
+
+
+def test_a_per_step_backend_that_does_not_know_its_step_has_no_path():
+    """0.5.23's QwenSparseAttnBackend: no speculative_step_id (its caller hands each step a batch of its
+    own, through a method `split_paths` does not read): it cannot split for itself, so no path is judged,
+    as `check` reads no such class; with the handoff in init_forward_metadata or moved out of it."""
+    code = path_module(False, False).replace(
+        "    def __init__(self, speculative_step_id=0):\n        self.speculative_step_id = speculative_step_id\n\n", "")
+    assert "speculative_step_id" not in code
+    for each in (code, code.replace("    def init_forward_metadata(self, forward_batch):\n        if forward_batch",
+                                    MOVED_HANDOFF, 1)):
+        assert split_paths(ast.parse(each)) == [] and split_path_problems(ast.parse(each)) == []
+    assert [p.splits for p in split_paths(ast.parse(path_module(False, False)))] == [0]

@@ -715,6 +715,127 @@ def test_a_double_split_under_the_worker_is_kept_on_the_dsv4_site_only(sglang_tr
                              f"splits per step, and so does its caller EagleDraftWorker.draft_forward ({row}): twice")]
 
 
+# ---- the decode branch moved out of init_forward_metadata: check and the written test agree ----
+
+#: 0.5.12's multi-step backend (builds the per-step backends, hands each the whole batch): the path the written test walks
+BUILDING_MULTI_STEP = MULTI_STEP[: MULTI_STEP.index("    def init_forward_metadata")] + PLAIN_MULTI_STEP.split("\n", 3)[3]
+#: the per-step backend's init_forward_metadata, its whole body moved into a method of its own
+MOVED_INIT = """\
+    def init_forward_metadata(self, forward_batch):
+        self.forward_metadata = self._init_metadata(forward_batch)
+"""
+
+
+def moved(method: str) -> str:
+    """``method`` (a form of init_forward_metadata) as ``_init_metadata``, returning its metadata."""
+    return method.replace("def init_forward_metadata(", "def _init_metadata(").replace(
+        "        self.forward_metadata = metadata\n", "        return metadata\n")
+
+
+#: the decode branch alone moved into a method of its own; the verify branch stays in init_forward_metadata
+PARTIAL_INIT = """\
+    def init_forward_metadata(self, forward_batch):
+        max_seq_len = int(forward_batch.seq_lens_cpu.max().item())
+        if forward_batch.forward_mode.is_target_verify():
+            metadata = self.init_forward_metadata_target_verify(
+                max_seq_len=max_seq_len,
+                out_cache_loc=forward_batch.out_cache_loc,
+            )
+        else:
+            metadata = self._init_decode_metadata(forward_batch, max_seq_len)
+        self.forward_metadata = metadata
+"""
+PARTIAL_DECODE = """\
+    def _init_decode_metadata(self, forward_batch, max_seq_len):
+        if forward_batch.forward_mode.is_decode_or_idle():
+            return self.init_forward_metadata_decode(
+                max_seq_len=max_seq_len,
+                seq_lens=forward_batch.seq_lens,
+                out_cache_loc={loc},
+            )
+        return None
+"""
+TWICE = "splits per step, and so does DeepseekV4AttnBackend.init_forward_metadata: twice"
+NEVER = "DeepseekV4AttnBackend.init_forward_metadata gets the whole buffer: never split per step"
+#: per-step methods, caller -> check's state of the DSv4 site, what the written test finds (None: nothing)
+MOVED = {
+    "moved, no split": ((moved(BEFORE),), BUILDING_MULTI_STEP, State.TO_PATCH, NEVER),
+    "moved, upstream's split": ((moved(AFTER),), BUILDING_MULTI_STEP, State.PATCHED, None),
+    "moved, own method": ((moved(CALLS_OWN_METHOD), OWN_METHOD), BUILDING_MULTI_STEP, State.TO_PATCH, None),
+    "moved, caller splits": ((moved(BEFORE),), MULTI_STEP_AFTER, State.BY_CALLER, None),
+    "moved, caller and upstream's split": ((moved(AFTER),), MULTI_STEP_AFTER, State.UNRECOGNISED, TWICE),
+    "moved, caller and own method": ((moved(CALLS_OWN_METHOD), OWN_METHOD), MULTI_STEP_AFTER, State.UNRECOGNISED, TWICE),
+    "decode moved, no split": ((PARTIAL_DECODE.format(loc="forward_batch.out_cache_loc"),), BUILDING_MULTI_STEP,
+                               State.TO_PATCH, NEVER),
+    "decode moved, own method": ((PARTIAL_DECODE.format(loc="self._get_mtp_decode_out_cache_loc(forward_batch)"),
+                                  OWN_METHOD), BUILDING_MULTI_STEP, State.TO_PATCH, None),
+    "decode moved, caller and own method": ((PARTIAL_DECODE.format(loc="self._get_mtp_decode_out_cache_loc(forward_batch)"),
+                                             OWN_METHOD), MULTI_STEP_AFTER, State.UNRECOGNISED, TWICE),
+}
+
+
+@pytest.mark.parametrize("shape", MOVED, ids=MOVED.keys())
+def test_a_decode_branch_moved_into_a_method_is_judged_alike_by_check_and_the_written_test(sglang_tree, shape):
+    """The per-step backend's init_forward_metadata calls a method of its own holding the decode branch
+    (the handoff, the split): `check` follows it, and so does the written test's split_path_problems."""
+    methods, caller, state, problem = MOVED[shape]
+    init = PARTIAL_INIT if shape.startswith("decode moved") else MOVED_INIT
+    header = HEADER_AFTER if any("per_step_draft" in m for m in (*methods, caller)) else HEADER
+    text = dsv4_module(INIT, init, *methods, DECODE, header=header) + caller
+    sglang_tree.write(DSV4, text)
+    assert sglang_tree.plan([RULE]).findings[0].state is state
+    assert [what for _scope, _line, what in written_test_problems(sglang_tree)] == ([problem] if problem else [])
+    if state is not State.UNRECOGNISED:  # after apply: check at rest, the written test passes
+        assert sglang_tree.cli("apply", "--no-tests")[0] == 0
+        assert sglang_tree.cli("check", "--no-tests")[0] == 0
+        assert written_test_problems(sglang_tree) == []
+
+
+def test_a_decode_call_moved_without_its_branch_is_no_site_check_knows(sglang_tree):
+    """The `if ...is_decode_or_idle():` left in init_forward_metadata, its init_forward_metadata_decode
+    call (the handoff) moved into the method it calls: `check` refuses it (nothing to guess); the written
+    test counts that method like any handoff method (here: never split)."""
+    init = """\
+    def init_forward_metadata(self, forward_batch):
+        max_seq_len = int(forward_batch.seq_lens_cpu.max().item())
+        if forward_batch.forward_mode.is_decode_or_idle():
+            metadata = self._init_decode_metadata(forward_batch, max_seq_len)
+        else:
+            metadata = None
+        self.forward_metadata = metadata
+"""
+    decode = """\
+    def _init_decode_metadata(self, forward_batch, max_seq_len):
+        return self.init_forward_metadata_decode(
+            max_seq_len=max_seq_len,
+            seq_lens=forward_batch.seq_lens,
+            out_cache_loc=forward_batch.out_cache_loc,
+        )
+"""
+    sglang_tree.write(DSV4, dsv4_module(INIT, init, decode, DECODE) + BUILDING_MULTI_STEP)
+    finding = sglang_tree.plan([RULE]).findings[0]
+    assert (finding.state, finding.detail) == (State.UNRECOGNISED, DETAIL)
+    assert [what for *_, what in written_test_problems(sglang_tree)] == [NEVER]
+
+#: where the keep comment goes in the moved double split, and whether that keeps the path
+MOVED_KEEP_ON = {
+    "init_forward_metadata's def line": (MOVED_INIT, True),
+    "the moved method's def line": ("    def _init_metadata(self, forward_batch):\n", True),
+    "the moved handoff": ("            metadata = self.init_forward_metadata_decode(\n", True),
+    "the moved split statement": ("                out_cache_loc = per_step_draft_out_cache_loc(\n", False),
+    "the caller's def line": (CALLER_DEF, False),
+}
+
+
+@pytest.mark.parametrize("where", MOVED_KEEP_ON, ids=MOVED_KEEP_ON.keys())
+def test_a_moved_double_split_is_kept_alike_by_check_and_the_written_test(sglang_tree, where):
+    line, kept = MOVED_KEEP_ON[where]
+    text = with_keep(dsv4_module(INIT, MOVED_INIT, moved(AFTER), DECODE, header=HEADER_AFTER) + MULTI_STEP_AFTER, line)
+    sglang_tree.write(DSV4, text)
+    assert sglang_tree.plan([RULE]).findings[0].state is (State.KEPT if kept else State.UNRECOGNISED)
+    assert [what for *_, what in written_test_problems(sglang_tree)] == ([] if kept else [TWICE])
+
+
 # ---- kept by the fork: pragma or --keep --------------------------------------------
 
 KEPT_FORM = REFUSED["sliced buffer"]

@@ -7,9 +7,12 @@ from sglang_draft_layout.rules.base import Source, State
 from sglang_draft_layout.rules.structural_guard import guard_rules
 
 RELATIVE = "srt/layers/attention/fork_backend.py"
-#: a per-step backend handing ``out_cache_loc=`` on only in an ``if`` header, never split per step
+#: a per-step backend (it knows its step) handing ``out_cache_loc=`` on only in an ``if`` header, never split per step
 HEADER_HANDOFF = '''
 class StepBackend:
+    def __init__(self, speculative_step_id=0):
+        self.speculative_step_id = speculative_step_id
+
     def init_forward_metadata(self, forward_batch):{keep}
         if self.build(out_cache_loc=forward_batch.out_cache_loc) is None:
             return
@@ -32,11 +35,13 @@ def split_once_finding(code: str):
     return rule.find(rule, source)
 
 
-def test_a_handoff_only_in_a_compound_header_is_found_at_the_def_line():
+def test_a_handoff_only_in_a_compound_header_is_found_there_and_kept_there():
     code = HEADER_HANDOFF.format(keep="")
     finding = split_once_finding(code)
-    def_line = code.splitlines().index("    def init_forward_metadata(self, forward_batch):") + 1
-    assert (finding.state, finding.line) == (State.UNRECOGNISED, def_line)
+    header_line = code.splitlines().index("        if self.build(out_cache_loc=forward_batch.out_cache_loc) is None:") + 1
+    assert (finding.state, finding.line) == (State.UNRECOGNISED, header_line)
     assert finding.detail.startswith("bakes the whole out_cache_loc MultiStepBackend.init_forward_metadata hands it")
-    kept = split_once_finding(HEADER_HANDOFF.format(keep="  # sglang-draft-layout: keep"))
-    assert (kept.state, kept.line) == (State.KEPT, def_line)
+    kept_on_def = split_once_finding(HEADER_HANDOFF.format(keep="  # sglang-draft-layout: keep"))
+    assert (kept_on_def.state, kept_on_def.line) == (State.KEPT, header_line)
+    on_header = code.replace("is None:\n", "is None:  # sglang-draft-layout: keep\n", 1)
+    assert split_once_finding(on_header).state == State.KEPT

@@ -23,9 +23,11 @@ nothing to add here (handled by the fork's caller; the structural guard rewrites
 own split to the helper); so does an EAGLE worker whose ``draft_forward`` sets each
 step's row and then calls ``init_forward_metadata`` itself. A split here as well splits twice
 and is refused, unless the fork keeps this site (``layout_patterns.keeps_split_once``: the
-keep comment on this method or its statement handing ``out_cache_loc=`` on, or ``--keep``
-naming it); a keep on the caller keeps the caller's own layout, not the double split.
-The written CPU test (``split_path_problems``) judges the path by the same function.
+keep comment on this method or its statement handing ``out_cache_loc=`` on, or on the method
+of the class holding the decode branch that it calls, ``layout_patterns.handoff_methods``, or
+``--keep`` naming it); a keep on the caller keeps the caller's own layout, not the double split.
+The written CPU test (``split_path_problems``) judges the path by the same functions, following
+``init_forward_metadata`` into such a method as this rule finds the decode branch there.
 """
 
 from __future__ import annotations
@@ -177,7 +179,7 @@ def _find(rule: Rule, source: Source) -> Finding:
             if in_branch and not splits:
                 helpers, where = in_branch, method.name
             plain = isinstance(loc.value, ast.Attribute) and loc.value.attr == "out_cache_loc"
-            if caller and (splits or helpers) and keeps_split_once(source.lines, method):
+            if caller and (splits or helpers) and keeps_split_once(source.lines, source.cls(CLASS)):
                 return rule.report(State.KEPT, stmt.lineno, KEEP_PRAGMA)
             if caller and (splits or helpers):
                 return rule.report(State.UNRECOGNISED, stmt.lineno,

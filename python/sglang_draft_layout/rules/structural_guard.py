@@ -27,7 +27,8 @@ that bake out_cache_loc into their metadata (``layout_patterns.split_paths``; De
 pair is the DSv4 rule's) must split the per-step layout exactly once on that path, in the
 caller (an EAGLE worker's per-step rows counted) or in the per-step backend: twice or never
 is unrecognised. As for DeepSeek-V4, the site is the per-step backend's method, where every
-path's one-step row must arrive: a keep there (``layout_patterns.keeps_split_once``, or
+path's one-step row must arrive (its handoff also in a method of its class it calls,
+``layout_patterns.handoff_methods``): a keep there (``layout_patterns.keeps_split_once``, or
 ``--keep`` naming it) keeps the paths into it; a keep on a caller keeps its own layout only.
 """
 
@@ -41,7 +42,7 @@ from typing import Callable, Collection
 
 from ..layout_patterns import (
     CAPACITY, HELPERS, KEEP_PRAGMA, KERNEL, LAUNCH, OUT_CACHE_LOC, ROWS, STEP_LENGTH, draft_layout_forms,
-    SplitPath, keeps_split_once, methods, out_cache_loc_handoffs, split_paths, worker_step_rows,
+    SplitPath, handoff_methods, keeps_split_once, methods, out_cache_loc_handoffs, split_paths, worker_step_rows,
 )
 from . import draft_forward, kv_indices_capacity_check, kv_indices_step_slice
 from .base import Finding, Rule, Source, State
@@ -132,15 +133,14 @@ def _per_step_scope(path: SplitPath) -> str:
 
 def _split_once(rule: Rule, source: Source) -> Finding:
     """Every path into the per-step backend ``rule.scope`` splits the per-step layout once (patched) or not;
-    found at its first statement handing ``out_cache_loc=`` on (its def line when only a compound
-    statement's header hands it on), kept as ``keeps_split_once`` says."""
+    found at its first statement handing ``out_cache_loc=`` on (a compound statement's header
+    included), kept as ``keeps_split_once`` says."""
     workers = worker_step_rows({relative: other.tree for relative, other in source.others.items()})
     paths = [path for path in split_paths(source.tree, workers) if _per_step_scope(path) == rule.scope]
     if not paths:
         return rule.report(State.ABSENT, detail=f"no per-step path into {rule.scope}")
-    handoffs = out_cache_loc_handoffs(paths[0].per_step_method)
-    line = handoffs[0].lineno if handoffs else paths[0].per_step_method.lineno
-    if keeps_split_once(source.lines, paths[0].per_step_method):
+    line = next(s for m in handoff_methods(paths[0].per_step) for s in out_cache_loc_handoffs(m)).lineno
+    if keeps_split_once(source.lines, paths[0].per_step):
         return rule.report(State.KEPT, line, KEEP_PRAGMA)
     for path in paths:
         caller = f"{path.caller.name}.{path.caller_method.name}"
