@@ -549,12 +549,27 @@ def view_reads(func: ast.AST, split: Split) -> List[ast.Name]:
     return reads
 
 
+def comprehension_targets(node: ast.AST) -> FrozenSet[int]:
+    """``id`` of each name a comprehension in ``node`` binds (``for bs in ...`` inside ``[...]``):
+    local to the comprehension, it rebinds nothing around it."""
+    return frozenset(
+        id(name)
+        for comprehension in nodes_of(node, ast.comprehension)
+        for name in in_order(comprehension.target)
+        if isinstance(name, ast.Name)
+    )
+
+
 def _bindings(stmt: ast.stmt) -> Iterator[Tuple[str, int]]:
     """(what, line) of each name, attribute or item ``stmt`` binds or deletes, anywhere in it:
     targets (assignments, ``for``, ``with ... as``, walrus, ``del``), definitions, imports,
-    ``global`` / ``nonlocal``, ``except ... as`` and ``match`` captures."""
+    ``global`` / ``nonlocal``, ``except ... as`` and ``match`` captures; not a comprehension's
+    own names (``comprehension_targets``)."""
+    inner = comprehension_targets(stmt)
     for node in in_order(stmt):
         names: List[str] = []
+        if id(node) in inner:
+            continue
         if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)):
             if not isinstance(node.ctx, ast.Load):
                 names = [ast.unparse(node)]

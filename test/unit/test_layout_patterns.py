@@ -221,6 +221,8 @@ REBINDS = {
     "a for target in a block": ("if i:\n    for n in f:\n        pass", [("n", 4)]),
     "with as": ("with f as o:\n    pass", [("o", 3)]),
     "a walrus": ("y = (n := 3)", [("n", 3)]),
+    "a comprehension's own name": ("y = [n for n in f]\nz = {o: 1 for (o, r) in f}", []),
+    "a walrus in a comprehension": ("y = [(n := v) for v in f]", [("n", 3)]),
     "del": ("del o", [("o", 3)]),
     "an import": ("import o.path", [("o", 3)]),
     "an import as": ("from os import path as n", [("n", 3)]),

@@ -357,6 +357,14 @@ FORK_SPELLINGS = {
         "        # each request's draft slots\n" + helper_call(),
     ),
     # the comments written in a replaced statement go above the helper, none lost
+    "annotated, black chain": (
+        "        slots: torch.Tensor = (\n"
+        "            out_cache_loc.view(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
+        "            .permute(2, 0, 1)\n"
+        "            .reshape(self.speculative_num_steps, -1)\n"
+        "        )\n",
+        helper_call(target="slots: torch.Tensor"),
+    ),
     "two statements, comments at the end of each": (
         "        out_cache_loc = out_cache_loc.reshape(  # [bs, topk, steps]\n"
         "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"

@@ -452,6 +452,16 @@ ALIAS_CHAINS = {
         _decode_from(BS + ROWS_HELPER + "            step_loc = out_cache_loc\n"
                      "            if self.speculative_num_steps > 1:\n    " + STEP_ROW, "step_loc"),
     ),
+    "rows annotated": (
+        _decode_from(BS + ROWS_SPLIT.replace("rows = (", "rows: torch.Tensor = (") + STEP_ROW, "step_loc"),
+        _decode_from(BS + ROWS_HELPER.replace("rows = ", "rows: torch.Tensor = ") + STEP_ROW, "step_loc"),
+    ),
+    "a comprehension's own name like the chain's (it binds nothing around it)": (
+        _decode_from(BS + ROWS_SPLIT + "            widths = [len(rows) for rows in self.attn_backends]\n"
+                     + STEP_ROW, "step_loc"),
+        _decode_from(BS + ROWS_HELPER + "            widths = [len(rows) for rows in self.attn_backends]\n"
+                     + STEP_ROW, "step_loc"),
+    ),
     "a bound 3-d view, a statement between": (
         _decode_from(BS + "            slots = out_cache_loc.view(bs, self.topk, self.speculative_num_steps)\n"
                      "            seq_lens = forward_batch.seq_lens\n"

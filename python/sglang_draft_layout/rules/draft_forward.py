@@ -70,11 +70,13 @@ def helper_edit(source: Source, method: ast.AST, split: Split) -> list[Edit]:
 
 
 def _statement_anew(source: Source, holder: ast.stmt, split: Split, texts: dict[str, str]) -> Optional[Edit]:
-    """``x = <...>`` or ``return <...>`` holding the split on the lines of its value: the statement anew
-    with the helper call, parentheses around its value dropped (None for any other statement)."""
+    """``x = <...>``, ``x: T = <...>`` or ``return <...>`` holding the split on the lines of its value: the
+    statement anew with the helper call, parentheses around its value dropped (None for any other statement)."""
     head = "return " if isinstance(holder, ast.Return) else ""
     if isinstance(holder, ast.Assign) and len(holder.targets) == 1 and isinstance(holder.targets[0], ast.Name):
         head = f"{holder.targets[0].id} = "
+    if isinstance(holder, ast.AnnAssign) and isinstance(holder.target, ast.Name):
+        head = f"{holder.target.id}: {source.text(holder.annotation)} = "
     if not head or holder.value is None:
         return None
     value = source.text(holder.value)

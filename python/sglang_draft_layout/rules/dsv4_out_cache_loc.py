@@ -36,7 +36,8 @@ import ast
 from typing import Iterator, Optional
 
 from ..layout_patterns import (
-    KEEP_PRAGMA, PER_STEP_HELPER, Split, called_name, helper_calls, in_order, is_self_attr, keeps_split_once, nodes_of,
+    KEEP_PRAGMA, PER_STEP_HELPER, Split, called_name, comprehension_targets, helper_calls, in_order, is_self_attr,
+    keeps_split_once, nodes_of,
     out_cache_loc_layouts, per_step_rows_set, self_called, split_paths, worker_step_rows,
 )
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State
@@ -95,11 +96,14 @@ def _aliased(method: ast.FunctionDef, feeding: list[ast.expr], seen: set[str]) -
     ``loc = rows[self.speculative_step_id]``, ``rows = <split>``), each local of the chain bound
     once in ``method`` (why ""); ([], why) when one is bound more than once."""
     stores: dict[str, list[int]] = {a.arg: [a.lineno] for a in nodes_of(method.args, ast.arg)}
+    inner = comprehension_targets(method)
     for name in nodes_of(method, ast.Name):
-        if not isinstance(name.ctx, ast.Load):
+        if not isinstance(name.ctx, ast.Load) and id(name) not in inner:
             stores.setdefault(name.id, []).append(name.lineno)
     values = {a.targets[0].id: a.value for a in nodes_of(method, ast.Assign)
               if len(a.targets) == 1 and isinstance(a.targets[0], ast.Name)}
+    values.update((a.target.id, a.value) for a in nodes_of(method, ast.AnnAssign)  # rows: Tensor = <split>
+                  if isinstance(a.target, ast.Name) and a.value is not None)
     found: list[ast.expr] = []
     chain = [name for name in map(_alias, feeding) if name]
     while chain:
