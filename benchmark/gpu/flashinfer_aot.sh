@@ -42,7 +42,7 @@ pack_flashinfer_jit() {
     [ -d "$ops" ] || continue
     (cd "$ops" && ls */*.so 2>/dev/null | while read -r so; do
        [ "$(basename "$so")" = "$(dirname "$so").so" ] && echo "$so"; done) > "$file.list"
-    [ -s "$file.list" ] || continue
+    [ -s "$file.list" ] || { rm -f "$file.list"; continue; }
     tar -czf "$file" -C "$ops" -T "$file.list" || return 1
     if [ "$(stat -c %s "$file")" -gt "$max" ]; then
       echo "[pack] $file: $(stat -c %s "$file") bytes, over $max: left out"; rm -f "$file"

@@ -54,6 +54,11 @@ def test_pack_takes_the_compiled_modules_alone_and_keeps_under_the_limit(tmp_pat
     out = bash(f'pack_flashinfer_jit "{packed}" 100', env).stdout
     assert "over 100: left out" in out and not packed.exists()
     assert "no JIT-compiled" in bash(f'pack_flashinfer_jit "{packed}"', {"HOME": str(tmp_path)}).stdout
+    for folder in ("batch_prefill_a", "norm", "tmp"):  # a cache without modules leaves no file behind
+        for path in (ops / folder).iterdir():
+            path.unlink()
+    assert "no JIT-compiled" in bash(f'pack_flashinfer_jit "{packed}"', env).stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home"]
 
 
 def test_install_takes_the_packed_modules_a_device_run_returned(tmp_path):
