@@ -102,6 +102,18 @@ def helper_call(target="out_cache_loc", buffer="out_cache_loc", batch_size="forw
             f"{pad})\n")
 
 
+#: a split that is an argument of a call, rewritten in place (black's layout of the exploded helper call)
+IN_A_CALL_AFTER = ("        self.use(\n"
+                   "            per_step_draft_out_cache_loc(\n"
+                   "                out_cache_loc,\n"
+                   "                forward_batch.batch_size,\n"
+                   "                self.topk,\n"
+                   "                self.speculative_num_steps,\n"
+                   "            ),\n"
+                   "            1,\n"
+                   "        )\n")
+
+
 STRUCTURAL = {
     "one statement": (
         "        out_cache_loc = forward_batch.out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps).permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)\n",
@@ -297,16 +309,7 @@ FORK_SPELLINGS = {
         "            rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1),\n"
         "            1,\n"
         "        )\n",
-        "        # [bs, topk, steps]\n"
-        "        self.use(\n"
-        "            per_step_draft_out_cache_loc(\n"
-        "                out_cache_loc,\n"
-        "                forward_batch.batch_size,\n"
-        "                self.topk,\n"
-        "                self.speculative_num_steps,\n"
-        "            ),\n"
-        "            1,\n"
-        "        )\n",
+        "        # [bs, topk, steps]\n" + IN_A_CALL_AFTER,
     ),
     "bound view, a statement between": (
         "        tmp = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
@@ -431,18 +434,9 @@ def test_a_split_inside_a_call_is_rewritten_in_place(sglang_tree):
               "            ).permute(2, 0, 1).reshape(self.speculative_num_steps, -1),\n"
               "            1,\n"
               "        )\n")
-    after = ("        self.use(\n"
-             "            per_step_draft_out_cache_loc(\n"
-             "                out_cache_loc,\n"
-             "                forward_batch.batch_size,\n"
-             "                self.topk,\n"
-             "                self.speculative_num_steps,\n"
-             "            ),\n"
-             "            1,\n"
-             "        )\n")
     sglang_tree.write(WORKER_V2, worker_module(CLS, _draft_forward(before)))
     sglang_tree.apply([RULE])
-    assert sglang_tree.read(WORKER_V2) == worker_module(CLS, _draft_forward(after), header=HEADER_AFTER)
+    assert sglang_tree.read(WORKER_V2) == worker_module(CLS, _draft_forward(IN_A_CALL_AFTER), header=HEADER_AFTER)
 
 
 def test_a_bound_view_read_again_is_refused(sglang_tree):
