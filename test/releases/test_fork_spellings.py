@@ -158,6 +158,16 @@ def test_caller_split_gets_no_second_split(scratch):
     assert "out_cache_loc=forward_batch.out_cache_loc,\n            )\n        elif" in text
 
 
+def apply_refused(root: Path, capsys) -> str:
+    """``apply`` on ``root``: exit 2, nothing written; its one error line."""
+    before = tree_digest(root)
+    capsys.readouterr()
+    assert cli.main(["apply", str(root)]) == 2
+    [error] = capsys.readouterr().err.splitlines()
+    assert tree_digest(root) == before
+    return error
+
+
 def test_a_path_patched_twice_is_refused(scratch, capsys):
     """A caller-split fork on which an older `apply` added upstream's per-step split (the server died)."""
     root = scratch("0.5.12")
@@ -169,38 +179,30 @@ def test_a_path_patched_twice_is_refused(scratch, capsys):
     [error] = capsys.readouterr().err.splitlines()
     assert "DeepseekV4AttnBackend.init_forward_metadata" in error and "splits the per-step out_cache_loc twice" in error
     assert "in its caller DeepseekV4MultiStepBackend.init_forward_metadata" in error
-    assert cli.main(["apply", str(root)]) == 2
     assert tree_digest(root) == before
+    assert "splits the per-step out_cache_loc twice" in apply_refused(root, capsys)
 
 
 def test_a_workers_rows_and_a_split_of_dsv4s_own_are_refused(scratch, capsys):
     """The V2 worker hands each DSv4 step its row and DSv4 splits the step's own too: twice, both named."""
     root = scratch("0.5.12")
     fork_edits.dsv4_worker_split_twice(root)
-    before = tree_digest(root)
-    capsys.readouterr()
-    assert cli.main(["apply", str(root)]) == 2
-    [error] = capsys.readouterr().err.splitlines()
+    error = apply_refused(root, capsys)
     row = (root / "sglang" / fork_edits.WORKER_V2).read_text().splitlines().index(
         "            forward_batch.out_cache_loc = out_cache_loc[i]") + 1
     assert "DeepseekV4AttnBackend.init_forward_metadata" in error and "splits the per-step out_cache_loc twice" in error
     assert f"in its caller EagleDraftWorker.draft_forward ({fork_edits.WORKER_V2}:{row})" in error
-    assert tree_digest(root) == before
 
 
 def test_a_bound_view_read_again_is_refused_and_nothing_written(scratch, capsys):
     """The 3-d view ``rows`` is read again after its split: dropping it would break that read, so no guess."""
     root = scratch("0.5.12")
     fork_edits.worker_bound_view_read_again(root)
-    before = tree_digest(root)
-    capsys.readouterr()
-    assert cli.main(["apply", str(root)]) == 2
-    [error] = capsys.readouterr().err.splitlines()
+    error = apply_refused(root, capsys)
     path = root / "sglang" / fork_edits.WORKER_V2
     line = path.read_text().splitlines().index("        first_branch_slots = rows[:, 0]") + 1
     assert f"EagleDraftWorker.draft_forward: per-step out_cache_loc: the 3-d view `rows` of its split is also read at line {line}" \
         in error and error.endswith("; nothing written")
-    assert tree_digest(root) == before
 
 
 def strided_fork(root: Path, pragma: str = "") -> None:
@@ -220,12 +222,9 @@ def strided_fork(root: Path, pragma: str = "") -> None:
 def test_unrecognised_own_fix_blocks_apply_and_says_how_to_keep_it(scratch, capsys):
     root = scratch("0.5.12")
     strided_fork(root)
-    before = tree_digest(root)
-    assert cli.main(["apply", str(root)]) == 2
-    [error] = capsys.readouterr().err.splitlines()
+    error = apply_refused(root, capsys)
     assert error.endswith(f"(to keep the fork's code there: `{KEEP}` on that line or --keep {DSV4}:"
                           "DeepseekV4AttnBackend.init_forward_metadata); nothing written")
-    assert tree_digest(root) == before
 
 
 @pytest.mark.parametrize("how", ["pragma", "--keep"])
