@@ -677,7 +677,7 @@ def handoff_methods(cls: ast.ClassDef) -> List[ast.FunctionDef]:
     builds (``out_cache_loc_handoffs``): itself, and each method of ``cls`` it calls as
     ``self.<name>(...)`` (one level: a fork's decode branch moved into, say,
     ``self._init_decode_metadata(forward_batch)``). Empty when it hands nothing on."""
-    init = next((m for m in methods(cls) if m.name == "init_forward_metadata"), None)
+    init = method_named(cls, "init_forward_metadata")
     if init is None:
         return []
     return [m for m in [init, *self_called(cls, init)] if out_cache_loc_handoffs(m)]
@@ -700,9 +700,7 @@ def bakes_out_cache_loc(cls: ast.ClassDef) -> Optional[ast.FunctionDef]:
     """``cls.init_forward_metadata`` when it, or a method of ``cls`` it calls (``handoff_methods``),
     hands ``out_cache_loc=`` to the metadata it builds (DeepSeek-V4 bakes each step's KV write
     targets at init time)."""
-    if handoff_methods(cls):
-        return next(m for m in methods(cls) if m.name == "init_forward_metadata")
-    return None
+    return method_named(cls, "init_forward_metadata") if handoff_methods(cls) else None
 
 
 #: the EAGLE workers (module under the sglang package, class) whose ``draft_forward`` drives
@@ -778,9 +776,7 @@ def split_paths(
     classes = {cls.name: cls for cls in tree.body if isinstance(cls, ast.ClassDef)}
     paths = []
     for caller in classes.values():
-        method = next(
-            (m for m in methods(caller) if m.name == "init_forward_metadata"), None
-        )
+        method = method_named(caller, "init_forward_metadata")
         delegates = method is not None and any(
             called_name(c) == "init_forward_metadata"
             and not is_self_attr(c.func, "init_forward_metadata")
@@ -907,9 +903,7 @@ def keeps_split_once(lines: List[str], per_step: ast.ClassDef) -> bool:
     backend's method, its rows, an EAGLE worker's ``draft_forward``) keeps that caller's own
     layout only, never a double split.
     """
-    init = next(
-        (m for m in methods(per_step) if m.name == "init_forward_metadata"), None
-    )
+    init = method_named(per_step, "init_forward_metadata")
     places: List[Tuple[ast.AST, Optional[int]]] = [(init, None)] if init else []
     places += [
         (method, line)
@@ -937,6 +931,11 @@ def methods(cls: ast.ClassDef) -> List[ast.FunctionDef]:
     return [
         s for s in cls.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
     ]
+
+
+def method_named(cls: ast.ClassDef, name: str) -> Optional[ast.FunctionDef]:
+    """The first method ``name`` of ``cls`` (None when it has none)."""
+    return next((m for m in methods(cls) if m.name == name), None)
 
 
 def _classes(tree: ast.Module) -> List[ast.ClassDef]:
