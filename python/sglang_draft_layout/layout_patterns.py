@@ -856,29 +856,12 @@ def _parameters(func: ast.AST) -> FrozenSet[str]:
     return frozenset(a.arg for a in nodes_of(args, ast.arg))
 
 
-def _header(stmt: ast.stmt) -> List[ast.AST]:
-    """What of ``stmt`` is on its own lines: a simple statement whole, a compound statement's
-    header (an ``if`` / ``while`` test, a ``for`` target and iterable, ``with`` items, a
-    ``match`` subject); nothing of a ``try``, a definition or a class."""
-    if isinstance(stmt, (ast.If, ast.While)):
-        return [stmt.test]
-    if isinstance(stmt, (ast.For, ast.AsyncFor)):
-        return [stmt.target, stmt.iter]
-    if isinstance(stmt, (ast.With, ast.AsyncWith)):
-        return list(stmt.items)
-    if hasattr(stmt, "subject"):  # match
-        return [stmt.subject]
-    if hasattr(stmt, "body") or hasattr(stmt, "handlers"):
-        return []
-    return [stmt]
-
-
 def out_cache_loc_handoffs(per_step_method: ast.AST) -> List[ast.stmt]:
     """The statements of a per-step backend's method handing ``out_cache_loc=`` on to the
-    metadata it builds (``bakes_out_cache_loc``) in their own lines (``_header``: a compound
-    statement's header, not its body); not one handing on a parameter of the method as it
-    came (``out_cache_loc=out_cache_loc`` in ``init_forward_metadata_decode``: it passes on
-    what its caller handed it).
+    metadata it builds (``bakes_out_cache_loc``) in their own lines (``_header_nodes``: a
+    compound statement's header, not its body); not one handing on a parameter of the method
+    as it came (``out_cache_loc=out_cache_loc`` in ``init_forward_metadata_decode``: it
+    passes on what its caller handed it).
     """
     params = _parameters(per_step_method)
     return [
@@ -887,8 +870,8 @@ def out_cache_loc_handoffs(per_step_method: ast.AST) -> List[ast.stmt]:
         if any(
             k.arg == "out_cache_loc"
             and not (isinstance(k.value, ast.Name) and k.value.id in params)
-            for part in _header(stmt)
-            for c in nodes_of(part, ast.Call)
+            for c in _header_nodes(stmt)
+            if isinstance(c, ast.Call)
             for k in c.keywords
         )
     ]
