@@ -496,7 +496,7 @@ def out_cache_loc_layouts(func: ast.AST) -> List[Split]:
 
 def holding_statement(func: ast.AST, node: ast.AST) -> ast.stmt:
     """The innermost statement of ``func`` holding ``node``."""
-    return [s for s in nodes_of(func, ast.stmt) if _inside(node, s)][-1]
+    return [s for s in nodes_of(func, ast.stmt) if inside(node, s)][-1]
 
 
 def _start(node: ast.AST) -> Tuple[int, int]:
@@ -507,7 +507,7 @@ def _end(node: ast.AST) -> Tuple[int, int]:
     return node.end_lineno or node.lineno, node.end_col_offset or 0
 
 
-def _inside(node: ast.AST, outer: ast.AST) -> bool:
+def inside(node: ast.AST, outer: ast.AST) -> bool:
     """``node`` lies within ``outer``'s source range."""
     return _start(outer) <= _start(node) and _end(node) <= _end(outer)
 
@@ -530,19 +530,19 @@ def view_reads(func: ast.AST, split: Split) -> List[ast.Name]:
     loops = [
         loop
         for loop in [*nodes_of(func, ast.For), *nodes_of(func, ast.While)]
-        if _inside(view, loop)
+        if inside(view, loop)
     ]
     reads = []
     for read in nodes_of(func, ast.Name):
         if read.id != name or isinstance(read.ctx, ast.Store) or read is receiver:
             continue
-        if _inside(read, view):
+        if inside(read, view):
             continue  # the view's own value (``x = x.view(...)``)
         if rebinds:
             seen = _end(view) <= _start(read) and _end(read) <= _end(holder)
         else:
             seen = _end(view) <= _start(read) or any(
-                _inside(read, loop) for loop in loops
+                inside(read, loop) for loop in loops
             )
         if seen:
             reads.append(read)

@@ -141,6 +141,10 @@ class Source:
         source.tree = ast.Module(body=body, type_ignores=[])
         return source
 
+    def other_trees(self) -> dict[str, ast.Module]:
+        """``others`` as trees: relative path -> its ast."""
+        return {relative: other.tree for relative, other in self.others.items()}
+
     def text(self, node: ast.AST) -> str:
         """The source of ``node`` as written (ast columns are UTF-8 byte offsets)."""
         lines = [line.encode() for line in self.lines[node.lineno - 1 : node.end_lineno]]

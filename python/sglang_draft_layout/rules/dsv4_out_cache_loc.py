@@ -36,8 +36,8 @@ import ast
 from typing import Iterator, Optional
 
 from ..layout_patterns import (
-    KEEP_PRAGMA, PER_STEP_HELPER, Split, called_name, comprehension_targets, helper_calls, in_order, is_self_attr,
-    keeps_split_once, nodes_of,
+    KEEP_PRAGMA, PER_STEP_HELPER, Split, called_name, comprehension_targets, helper_calls, in_order, inside,
+    is_self_attr, keeps_split_once, nodes_of,
     out_cache_loc_layouts, per_step_rows_set, self_called, split_paths, worker_step_rows,
 )
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State
@@ -77,11 +77,6 @@ def decode_branches(source: Source) -> Iterator[tuple[ast.FunctionDef, ast.If]]:
                 out_cache_loc_argument(n) for stmt in node.body for n in in_order(stmt)
             ):
                 yield method, node
-
-
-def _within(node: ast.AST, outer: ast.AST) -> bool:
-    return (outer.lineno, outer.col_offset) <= (node.lineno, node.col_offset) and \
-        (node.end_lineno, node.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
 
 
 def _alias(expr: ast.expr) -> Optional[str]:
@@ -134,8 +129,8 @@ def _fed_by(source: Source, method: ast.FunctionDef,
     if why:
         return [], [], "", why
     feeding += chained
-    splits = [s for s in out_cache_loc_layouts(method) if any(_within(s.node, e) for e in feeding)]
-    helpers = [c for c in helper_calls(method) if any(_within(c, e) for e in feeding)]
+    splits = [s for s in out_cache_loc_layouts(method) if any(inside(s.node, e) for e in feeding)]
+    helpers = [c for c in helper_calls(method) if any(inside(c, e) for e in feeding)]
     if splits or helpers:
         return splits, helpers, method.name, ""
     cls = source.cls(CLASS)
@@ -152,7 +147,7 @@ def caller_rows(source: Source) -> Optional[tuple[str, str, Optional[int]]]:
     each step's ``out_cache_loc`` row before calling a per-step ``init_forward_metadata``: a
     multi-step backend of this file, or an EAGLE worker's ``draft_forward`` in its own module
     (``worker_step_rows``, counted on the paths ``split_paths`` finds as the written CPU test counts it)."""
-    workers = worker_step_rows({relative: other.tree for relative, other in source.others.items()})
+    workers = worker_step_rows(source.other_trees())
     for path in split_paths(source.tree, workers):
         if path.per_step.name == CLASS and path.caller_rows:
             line = path.caller_rows[0].lineno

@@ -135,7 +135,7 @@ def _split_once(rule: Rule, source: Source) -> Finding:
     """Every path into the per-step backend ``rule.scope`` splits the per-step layout once (patched) or not;
     found at its first statement handing ``out_cache_loc=`` on (a compound statement's header
     included), kept as ``keeps_split_once`` says."""
-    workers = worker_step_rows({relative: other.tree for relative, other in source.others.items()})
+    workers = worker_step_rows(source.other_trees())
     paths = [path for path in split_paths(source.tree, workers) if _per_step_scope(path) == rule.scope]
     if not paths:
         return rule.report(State.ABSENT, detail=f"no per-step path into {rule.scope}")
