@@ -118,7 +118,7 @@ def split_refusal(method: ast.AST, splits: list[Split]) -> Optional[tuple[int, s
     """(line, why) when the splits of ``method`` cannot all be rewritten to the helper: a bound 3-d view
     read again elsewhere, what it reads rebound before its move, or two splits whose edits would meet in
     one statement; else None."""
-    touched: dict[int, ast.stmt] = {}
+    touched: set[int] = set()
     for split in splits:
         reads = view_reads(method, split)
         name = split.view.targets[0].id if split.view else ""  # type: ignore[attr-defined]
@@ -136,7 +136,7 @@ def split_refusal(method: ast.AST, splits: list[Split]) -> Optional[tuple[int, s
             if id(stmt) in touched:
                 return stmt.lineno, (f"two per-step out_cache_loc splits in one statement (line {stmt.lineno}): "
                                      "rewrite them by hand")
-            touched[id(stmt)] = stmt
+            touched.add(id(stmt))
     return None
 
 
