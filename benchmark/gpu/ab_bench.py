@@ -89,6 +89,8 @@ Usage (after ``MODEL_SHAPE=8b bash benchmark/gpu/run_on_h200.sh --setup-only``; 
 benchmark/gpu/ab_h200.sh, which does both):
   python3 benchmark/gpu/ab_bench.py --models /tmp/sgl_dl/models8b --site /tmp/sgl_dl/site \\
       --patched /tmp/sgl_dl/patched --out "$OUT" --configs flashinfer_cg_k8s5 --concurrencies 32
+  (a configuration's own concurrencies: ``--configs flashinfer_cg_k1s3@1,8,32 triton_nocg_k4s3``,
+  the second at --concurrencies)
   (parity, both trees at once, each on its own CPUs, pairs for 300 s per configuration:
   ``--mode together --cpu-split --config-seconds 300 --configs triton_nocg_k4s3 ...``)
 """
@@ -456,8 +458,10 @@ class Pair:
         self.names = {tree: f"{config}_{tree}" for tree in TREES}
         self.ports = {tree: a.base_port + (2 * index + j) * a.port_step for j, tree in enumerate(TREES)}
         self.procs: dict[str, subprocess.Popen] = {}
-        self.record: dict = {"config": config, "mode": a.mode, "notes": [], "runs": [], "rounds": []}
-        self.record["server_extra_args"] = server_extra_args(self.cfg, max(a.concurrencies), a.extra_args)
+        self.concurrencies = a.config_concurrencies[config]
+        self.record: dict = {"config": config, "mode": a.mode, "concurrencies": self.concurrencies, "notes": [],
+                             "runs": [], "rounds": []}
+        self.record["server_extra_args"] = server_extra_args(self.cfg, max(self.concurrencies), a.extra_args)
         self.cpus: dict[str, list[int]] | None = None  # each tree's CPUs now (--cpu-split)
         if a.cpu_halves:
             self.record["cpu_split"] = [format_cpu_list(half) for half in a.cpu_halves]
@@ -473,8 +477,8 @@ class Pair:
     def pair_steps(self, k: int) -> list[tuple[int, tuple[str, ...]]]:
         """(concurrency, trees run at once) of measured pair ``k``, in run order."""
         if self.a.mode == "together":
-            return [(c, TREES) for kk, c in ab_stats.together_schedule(k + 1, self.a.concurrencies) if kk == k]
-        return [(c, (tree,)) for kk, c, tree in ab_stats.schedule(k + 1, self.a.concurrencies) if kk == k]
+            return [(c, TREES) for kk, c in ab_stats.together_schedule(k + 1, self.concurrencies) if kk == k]
+        return [(c, (tree,)) for kk, c, tree in ab_stats.schedule(k + 1, self.concurrencies) if kk == k]
 
     def cpus_for(self, k: int) -> dict[str, list[int]]:
         """--cpu-split: each tree's half of the CPUs in pair ``k`` (and, for ``k`` = 0, before the
@@ -516,7 +520,7 @@ class Pair:
                                         f"{a.config_seconds:.0f}")
             return False
         per_round = 1 if a.mode == "together" else 2
-        need = sum(per_round * (expected[c] + 5) for c in a.concurrencies)
+        need = sum(per_round * (expected[c] + 5) for c in self.concurrencies)
         if self.left() < need:
             self.record["notes"].append(f"{k} pairs: pair {k} not started after {ran:.0f} s of --config-seconds "
                                         f"{a.config_seconds:.0f}, {self.left():.0f} s left, ~{need:.0f} s needed")
@@ -584,7 +588,7 @@ class Pair:
                 self.record["exactness"] = {t: exactness(self.names[t], self.ports[t], self.procs[t], a, prompts_json,
                                                          time.time() + self.left()) for t in TREES}
             round_prompts = {}
-            for c in a.concurrencies:
+            for c in self.concurrencies:
                 rates = []
                 for tag, n in (("warmup", a.warmup_waves * c), ("calibration", 4 * c)):
                     for trees in self.groups():
@@ -605,7 +609,7 @@ class Pair:
         """The measured pairs: --pairs of them, then (--config-seconds) more while
         :meth:`another_pair` says so; stops early when a round cannot run or fails."""
         a = self.a
-        expected = {c: a.round_seconds * a.round_margin * 1.3 + 5 for c in a.concurrencies}
+        expected = {c: a.round_seconds * a.round_margin * 1.3 + 5 for c in self.concurrencies}
         measured_since = time.time()
         try:
             k = 0
@@ -646,10 +650,12 @@ def mode_label(record: dict) -> str:
 
 
 def summarize(record: dict, concurrencies: list[int]) -> list[dict]:
-    """One summary per (configuration, concurrency) from a Pair record."""
+    """One summary per (configuration, concurrency) from a Pair record: at the record's own
+    concurrencies, or at ``concurrencies`` (the run's) for a record written before configurations
+    had their own."""
     out = []
     backend = serve_checks.parse(f"{record['config']}_patched")["backend"]
-    for c in concurrencies:
+    for c in record.get("concurrencies", concurrencies):
         rounds = [r for r in record.get("rounds", []) if r["concurrency"] == c]
         by_pair: dict[int, dict] = {}
         for r in rounds:
@@ -730,7 +736,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--patched", help="folder holding the patched copy sglang/")
     ap.add_argument("--out")
     ap.add_argument("--work", help="rounds' JSONL and server logs (default: OUT)")
-    ap.add_argument("--configs", nargs="+", default=CONFIGS, help="BACKEND_CG_MODE stems (serve_checks names)")
+    ap.add_argument("--configs", nargs="+", default=CONFIGS,
+                    help="BACKEND_CG_MODE stems (serve_checks names), each optionally with its own concurrencies "
+                    "(STEM@1,8,32; without: --concurrencies)")
     ap.add_argument("--concurrencies", nargs="+", type=int, default=[1, 8, 32])
     ap.add_argument("--pairs", type=int, default=6, help="measured pairs per concurrency (>= 6)")
     ap.add_argument("--round-seconds", type=float, default=20, help="measured round length (>= 20)")
@@ -776,8 +784,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             ap.error("--round-seconds must be at least 20")
         if a.round_margin < 1:
             ap.error("--round-margin must be at least 1")
-        if min(a.concurrencies) < 1:
-            ap.error("--concurrencies must be positive")
+        a.config_concurrencies = {}
+        for spec in a.configs:
+            stem, at, own = spec.partition("@")
+            try:
+                concurrencies = [int(c) for c in own.split(",")] if at else a.concurrencies
+            except ValueError:
+                ap.error(f"not a list of concurrencies: {spec} (STEM@1,8,32)")
+            if stem in a.config_concurrencies:
+                ap.error(f"configuration given twice: {stem} (give one its concurrencies: STEM@1,8,32)")
+            if min(concurrencies) < 1:
+                ap.error(f"concurrencies must be positive: {spec}")
+            a.config_concurrencies[stem] = concurrencies
+        a.configs = list(a.config_concurrencies)
         if a.config_seconds < 0:
             ap.error("--config-seconds must not be negative")
         a.cpu_halves = None
@@ -797,7 +816,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def write_outputs(a: argparse.Namespace, records: list[dict], summaries: list[dict], t_start: float) -> None:
-    settings = {k: getattr(a, k) for k in ("mode", "configs", "concurrencies", "pairs", "config_seconds",
+    settings = {k: getattr(a, k) for k in ("mode", "configs", "concurrencies", "config_concurrencies", "pairs",
+                                          "config_seconds",
                                           "round_seconds", "round_margin", "warmup_waves", "input_len",
                                           "output_len", "range_ratio", "seed", "stress", "mem_fraction",
                                           "max_total_tokens", "extra_args", "models")}
@@ -834,7 +854,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for index, config in enumerate(a.configs):
             if deadline.left() < a.min_config_seconds:
-                records.append({"config": config, "mode": a.mode, "notes": ["not started: deadline"], "rounds": []})
+                records.append({"config": config, "mode": a.mode, "concurrencies": a.config_concurrencies[config],
+                                "notes": ["not started: deadline"], "rounds": []})
             else:
                 def on_round(record: dict) -> None:
                     write_outputs(a, records + [record], [s for r in records + [record]

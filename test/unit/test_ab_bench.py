@@ -63,11 +63,22 @@ def test_defaults_are_the_issue_configs_and_sizes():
     REQUIRED + ["--configs", "vllm_cg_k4s3"],  # not a serve_checks backend
     REQUIRED + ["--cpu-split"],                # sequential: each tree has the host to itself anyway
     REQUIRED + ["--config-seconds", "-1"],
+    REQUIRED + ["--configs", "triton_nocg_k4s3@8,0"],                      # a concurrency of its own below 1
+    REQUIRED + ["--configs", "triton_nocg_k4s3@eight"],
+    REQUIRED + ["--configs", "triton_nocg_k4s3@"],
+    REQUIRED + ["--configs", "triton_nocg_k4s3", "triton_nocg_k4s3@1"],   # one configuration twice
 ])
 def test_bad_arguments_are_refused(argv):
     with pytest.raises(SystemExit) as exc:
         ab_bench.parse_args(argv)
     assert exc.value.code == 2
+
+
+def test_a_configuration_may_have_its_own_concurrencies():
+    a = ab_bench.parse_args(REQUIRED + ["--configs", "flashinfer_cg_k1s3@1,8,32", "triton_nocg_k4s3",
+                                        "--concurrencies", "32"])
+    assert a.configs == ["flashinfer_cg_k1s3", "triton_nocg_k4s3"]
+    assert a.config_concurrencies == {"flashinfer_cg_k1s3": [1, 8, 32], "triton_nocg_k4s3": [32]}
 
 
 @pytest.mark.releases
@@ -425,6 +436,27 @@ def test_one_config_end_to_end_with_stand_in_servers(tmp_path):
     assert s["pairs"] == 6 and s["ratio_median"] == pytest.approx(1.25) and s["verdict"] == "patched faster"
     assert s["patched"]["accept_length"] == 4.0 and s["unpatched"]["tokens_per_s"] == 100.0
     assert "| triton_nocg_k4s3 | sequential | 8 | 6 | 19.0 |" in (tmp_path / "out" / "ab_summary.md").read_text()
+
+
+def test_each_configuration_runs_at_its_own_concurrencies(tmp_path):
+    """STEM@2,8: the first configuration warms up, calibrates and measures every pair at 2 and at
+    8, the second (no @) only at --concurrencies; each pair's servers admit as many requests as
+    its largest concurrency; one summary per configuration and concurrency."""
+    site, base = stand_in_site(tmp_path)
+    run_stand_in_ab(tmp_path, site, base, "--mode", "together", "--configs", "triton_nocg_k4s3@2,8",
+                    "triton_cg_k4s3")
+    runs = [line.split() for line in (site / "sglang" / "runs.log").read_text().splitlines()]
+    first = {str(base), str(base + 1)}
+    assert {(r[2], r[4]) for r in runs if r[0] in first} == {
+        (c, tag) for c in ("2", "8") for tag in ["warmup", "calibration"] + [f"pair{k}" for k in range(6)]}
+    assert {(r[2], r[4]) for r in runs if r[0] not in first} == {
+        ("8", tag) for tag in ["warmup", "calibration"] + [f"pair{k}" for k in range(6)]}
+    result = json.loads((tmp_path / "out" / "ab_results.json").read_text())
+    assert result["settings"]["config_concurrencies"] == {"triton_nocg_k4s3": [2, 8], "triton_cg_k4s3": [8]}
+    assert [r["concurrencies"] for r in result["records"]] == [[2, 8], [8]]
+    assert all("--max-running-requests 8 " in r["server_extra_args"] for r in result["records"])
+    assert [(s["config"], s["concurrency"], s["pairs"]) for s in result["summaries"]] == [
+        ("triton_nocg_k4s3", 2, 6), ("triton_nocg_k4s3", 8, 6), ("triton_cg_k4s3", 8, 6)]
 
 
 def test_together_mode_runs_both_trees_of_every_pair_at_once(tmp_path):
