@@ -630,17 +630,24 @@ def self_called(cls: ast.ClassDef, func: ast.AST) -> List[ast.FunctionDef]:
     return [m for m in methods(cls) if m.name in called and m is not func]
 
 
+def self_reached(cls: ast.ClassDef, func: ast.AST) -> List[ast.AST]:
+    """``func``, then each method of ``cls`` it reaches through ``self.<name>(...)`` calls at any
+    depth (``self_called`` of ``self_called`` ...), each once in the order first reached, so
+    recursion and methods calling each other end."""
+    reached = [func]
+    for each in reached:  # the list grows while it is walked: breadth first
+        reached += [m for m in self_called(cls, each) if m not in reached]
+    return reached
+
+
 def splits_reached(cls: ast.ClassDef, func: ast.AST) -> List[ast.AST]:
     """Each per-step split (hand-written, ``Split.node``, or the helper call) in ``func`` or in a
-    method of ``cls`` it calls as ``self.<name>(...)``; for a per-step backend's
-    ``init_forward_metadata``, also in a method of ``cls`` that each of its ``handoff_methods``
-    calls so (one level from where out_cache_loc= is handed on, as ``check`` follows it).
+    method of ``cls`` it reaches through ``self.<name>(...)`` calls (``self_reached``: for a per-step
+    backend's ``init_forward_metadata``, its ``handoff_methods`` and what they call, at any depth,
+    as ``check`` follows them).
     """
-    searched = [func, *self_called(cls, func)]
-    for handoff in handoff_methods(cls):
-        searched += [m for m in self_called(cls, handoff) if m not in searched]
     found: List[ast.AST] = []
-    for each in searched:
+    for each in self_reached(cls, func):
         found += [split.node for split in out_cache_loc_layouts(each)] + helper_calls(
             each
         )
@@ -674,13 +681,14 @@ def per_step_rows_set(func: ast.AST) -> List[ast.Assign]:
 
 def handoff_methods(cls: ast.ClassDef) -> List[ast.FunctionDef]:
     """The methods where ``cls.init_forward_metadata`` hands ``out_cache_loc=`` on to the metadata it
-    builds (``out_cache_loc_handoffs``): itself, and each method of ``cls`` it calls as
-    ``self.<name>(...)`` (one level: a fork's decode branch moved into, say,
-    ``self._init_decode_metadata(forward_batch)``). Empty when it hands nothing on."""
+    builds (``out_cache_loc_handoffs``): itself, and each method of ``cls`` it reaches through
+    ``self.<name>(...)`` calls (``self_reached``: a fork's decode branch moved, say, into
+    ``self._init_decode_metadata(...)``, or further down). Empty when it hands nothing on.
+    """
     init = method_named(cls, "init_forward_metadata")
     if init is None:
         return []
-    return [m for m in [init, *self_called(cls, init)] if out_cache_loc_handoffs(m)]
+    return [m for m in self_reached(cls, init) if out_cache_loc_handoffs(m)]
 
 
 def knows_its_step(cls: ast.ClassDef) -> bool:

@@ -468,9 +468,16 @@ MOVED_HANDOFF = (
     "        if forward_batch")
 
 
-def moved_path_module(per_step_splits: bool, caller_splits: bool) -> str:
+def moved_path_module(per_step_splits: bool, caller_splits: bool, depth: int = 1) -> str:
+    """``path_module`` with the per-step backend's decode branch ``depth`` ``self.`` calls below its
+    init_forward_metadata (``_build_metadata``, then ``_build_metadata_2``, ...)."""
     code = path_module(per_step_splits, caller_splits)
-    return code.replace("    def init_forward_metadata(self, forward_batch):\n        if forward_batch", MOVED_HANDOFF, 1)
+    code = code.replace("    def init_forward_metadata(self, forward_batch):\n        if forward_batch", MOVED_HANDOFF, 1)
+    for level in range(2, depth + 1):
+        below = f"_build_metadata_{level}"
+        code = code.replace("        if forward_batch", (
+            f"        self.{below}(forward_batch)\n\n    def {below}(self, forward_batch):\n        if forward_batch"), 1)
+    return code
 
 
 def guard_split_once(code: str) -> tuple:
@@ -483,16 +490,25 @@ def guard_split_once(code: str) -> tuple:
     return finding.state, finding.line
 
 
+@pytest.mark.parametrize("depth", [1, 2, 3], ids=["one call deep", "two calls deep", "three calls deep"])
 @pytest.mark.parametrize("per_step_splits, caller_splits", [(True, False), (False, True), (True, True), (False, False)],
                          ids=["per-step backend splits", "caller splits", "both split", "nobody splits"])
-def test_a_moved_handoff_is_on_the_path_as_if_in_init_forward_metadata(per_step_splits, caller_splits):
-    """split_paths follows init_forward_metadata into the method of its class it calls that hands
-    out_cache_loc= on (handoff_methods), one level, as `check` does; the structural guard agrees."""
+def test_a_moved_handoff_is_on_the_path_as_if_in_init_forward_metadata(per_step_splits, caller_splits, depth):
+    """split_paths follows init_forward_metadata through the methods of its class it calls as ``self.<name>(...)``,
+    at any depth, to the one that hands out_cache_loc= on (handoff_methods), as `check` does; the structural
+    guard agrees."""
     from sglang_draft_layout.rules.base import State
 
-    code = moved_path_module(per_step_splits, caller_splits)
-    assert "def _build_metadata" in code
-    [path] = split_paths(ast.parse(code))
+    code = moved_path_module(per_step_splits, caller_splits, depth)
+    assert code.count("    def _build_metadata") == depth
+    tree = ast.parse(code)
+    step = next(c for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "StepBackend")
+    handoff = "_build_metadata" + (f"_{depth}" if depth > 1 else "")
+    assert [m.name for m in handoff_methods(step)] == [handoff]
+    if per_step_splits and caller_splits:  # a keep on the method handing out_cache_loc= on keeps the path
+        handoff_def = next(i for i, line in enumerate(code.splitlines()) if f"def {handoff}(" in line)
+        assert split_path_problems(*kept_at(code, handoff_def)) == []
+    [path] = split_paths(tree)
     assert path.per_step_method.name == "init_forward_metadata"
     assert path.splits == per_step_splits + caller_splits
     unmoved = path_module(per_step_splits, caller_splits)
@@ -501,6 +517,49 @@ def test_a_moved_handoff_is_on_the_path_as_if_in_init_forward_metadata(per_step_
     state, line = guard_split_once(code)
     assert (state is State.PATCHED) is (per_step_splits + caller_splits == 1)
     assert code.splitlines()[line - 1].strip().startswith("self.metadata = self.build(out_cache_loc=")
+
+
+def deep_split_module(depth: int, caller_splits: bool) -> str:
+    """``path_module`` whose per-step backend hands on ``self._row_1(forward_batch)``, its split ``depth``
+    ``self.`` calls below the handoff (``_row_1`` returning ``self._row_2(...)``, ...)."""
+    code = path_module(False, caller_splits).replace(
+        "out_cache_loc=forward_batch.out_cache_loc", "out_cache_loc=self._row_1(forward_batch)")
+    rows = [f"\n    def _row_{level}(self, forward_batch):\n        return self._row_{level + 1}(forward_batch)\n"
+            for level in range(1, depth)]
+    rows.append(f"\n    def _row_{depth}(self, forward_batch):\n"
+                "        return forward_batch.out_cache_loc.view(\n"
+                "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+                "        ).movedim(-1, 0).flatten(1)[self.speculative_step_id]\n")
+    return code.replace("\nclass MultiStepBackend", "".join(rows) + "\nclass MultiStepBackend", 1)
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+@pytest.mark.parametrize("caller_splits", [False, True], ids=["per-step backend splits", "both split"])
+def test_a_split_calls_below_the_handoff_is_on_the_path(depth, caller_splits):
+    """The per-step backend's row split in a method ``depth`` self. calls below its handoff: counted once."""
+    code = deep_split_module(depth, caller_splits)
+    assert code.count("    def _row_") == depth
+    [path] = split_paths(ast.parse(code))
+    assert path.splits == 1 + caller_splits
+    assert [what for *_, what in split_path_problems(ast.parse(code))] == \
+        ["splits per step, and so does StepBackend.init_forward_metadata: twice"] * caller_splits
+
+
+def test_methods_calling_each_other_are_followed_once():
+    """Recursion and two methods calling each other end: each method of the class is read once."""
+    code = moved_path_module(True, True, 2).replace(
+        "    def _build_metadata_2(self, forward_batch):\n",
+        "    def _build_metadata_2(self, forward_batch):\n"
+        "        if forward_batch.again:\n"
+        "            self._build_metadata(forward_batch)\n"
+        "            self._build_metadata_2(forward_batch)\n")
+    tree = ast.parse(code)
+    step = next(c for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "StepBackend")
+    assert [m.name for m in handoff_methods(step)] == ["_build_metadata_2"]
+    [path] = split_paths(tree)
+    assert path.splits == 2 and len(path.per_step_splits) == 1
+    no_handoff = code.replace("out_cache_loc=loc", "seq_lens=loc")
+    assert split_paths(ast.parse(no_handoff)) == [] and split_path_problems(ast.parse(no_handoff)) == []
 
 
 def test_a_keep_on_the_moved_handoff_or_either_def_line_keeps_the_path():

@@ -765,6 +765,31 @@ PARTIAL_DECODE = """\
             )
         return None
 """
+#: the moved body one ``self.`` call further down: ``_init_metadata`` calls ``_init_metadata_body`` holding it
+DEEPER = """\
+    def _init_metadata(self, forward_batch):
+        return self._init_metadata_body(forward_batch)
+"""
+#: DEEPER with recursion and two methods calling each other (each read once)
+DEEPER_CYCLE = """\
+    def _init_metadata(self, forward_batch):
+        if forward_batch.again:
+            return self._init_metadata(forward_batch)
+        return self._init_metadata_body(forward_batch)
+"""
+#: the fork's own method with its split one ``self.`` call further down (in ``_mtp_step_rows``)
+OWN_METHOD_DEEP = fork_edits.OWN_METHOD_DEEP.lstrip("\n")
+
+
+def deeper(method: str, calls_back: bool = False) -> str:
+    """``moved(method)`` as ``_init_metadata_body``, under DEEPER; with ``calls_back``, calling ``_init_metadata``."""
+    body = moved(method).replace("def _init_metadata(", "def _init_metadata_body(")
+    if calls_back:
+        body = body.replace("        max_seq_len =", "        if forward_batch.again:\n"
+                            "            return self._init_metadata(forward_batch)\n        max_seq_len =", 1)
+    return body
+
+
 TWICE = "splits per step, and so does DeepseekV4AttnBackend.init_forward_metadata: twice"
 NEVER = "DeepseekV4AttnBackend.init_forward_metadata gets the whole buffer: never split per step"
 #: per-step methods, caller -> check's state of the DSv4 site, what the written test finds (None: nothing)
@@ -775,6 +800,21 @@ MOVED = {
     "moved, caller splits": ((moved(BEFORE),), MULTI_STEP_AFTER, State.BY_CALLER, None),
     "moved, caller and upstream's split": ((moved(AFTER),), MULTI_STEP_AFTER, State.UNRECOGNISED, TWICE),
     "moved, caller and own method": ((moved(CALLS_OWN_METHOD), OWN_METHOD), MULTI_STEP_AFTER, State.UNRECOGNISED, TWICE),
+    "two deep, no split": ((DEEPER, deeper(BEFORE)), BUILDING_MULTI_STEP, State.TO_PATCH, NEVER),
+    "two deep, upstream's split": ((DEEPER, deeper(AFTER)), BUILDING_MULTI_STEP, State.PATCHED, None),
+    "two deep, caller splits": ((DEEPER, deeper(BEFORE)), MULTI_STEP_AFTER, State.BY_CALLER, None),
+    "two deep, caller and upstream's split": ((DEEPER, deeper(AFTER)), MULTI_STEP_AFTER, State.UNRECOGNISED, TWICE),
+    "two deep, own method two deep": ((DEEPER, deeper(CALLS_OWN_METHOD), OWN_METHOD_DEEP), BUILDING_MULTI_STEP,
+                                      State.TO_PATCH, None),
+    "two deep, caller and own method two deep": ((DEEPER, deeper(CALLS_OWN_METHOD), OWN_METHOD_DEEP),
+                                                 MULTI_STEP_AFTER, State.UNRECOGNISED, TWICE),
+    "calling each other, no split": ((DEEPER_CYCLE, deeper(BEFORE, calls_back=True)), BUILDING_MULTI_STEP,
+                                     State.TO_PATCH, NEVER),
+    "calling each other, caller and upstream's split": ((DEEPER_CYCLE, deeper(AFTER, calls_back=True)),
+                                                        MULTI_STEP_AFTER, State.UNRECOGNISED, TWICE),
+    "own method two deep": ((CALLS_OWN_METHOD.replace("def init_forward_metadata(", "def _init_metadata(").replace(
+        "        self.forward_metadata = metadata\n", "        return metadata\n"), OWN_METHOD_DEEP),
+        BUILDING_MULTI_STEP, State.TO_PATCH, None),
     "decode moved, no split": ((PARTIAL_DECODE.format(loc="forward_batch.out_cache_loc"),), BUILDING_MULTI_STEP,
                                State.TO_PATCH, NEVER),
     "decode moved, own method": ((PARTIAL_DECODE.format(loc="self._get_mtp_decode_out_cache_loc(forward_batch)"),
