@@ -97,6 +97,14 @@ FORKS = {
                                                "                    self.topk,\n"
                                                "                    steps,\n"
                                                "                )[self.speculative_step_id]\n"]),
+    # the view bound above the block its move is in: the view goes, its comment onto the helper in the block
+    "dsv4-bound-view-nested": (State.TO_PATCH, SITE, ["            steps = self.speculative_num_steps\n"
+                                                      "            if steps > 1:\n"
+                                                      "                # [bs, topk, steps]: each request's draft slots\n"
+                                                      "                out_cache_loc = per_step_draft_out_cache_loc(\n"
+                                                      "                    out_cache_loc,\n                    bs,\n"
+                                                      "                    self.topk,\n                    steps,\n"
+                                                      "                )[self.speculative_step_id]\n"]),
     # two splits in one method: every one rewritten in one apply
     "worker-two-splits": (State.TO_PATCH, "draft-forward:EagleDraftWorker",
                           ["        if self.topk == 1:\n            out_cache_loc = per_step_draft_out_cache_loc(\n",

@@ -5,7 +5,7 @@ fix of a site"): DeepSeek-V4's per-step out_cache_loc split by a method of the f
 in the per-step backend, in the multi-step backend that calls it, or by the EAGLE worker
 initing each step's backend with its row (also beside a split of DeepSeek-V4's own: twice), and
 the EAGLE worker's split in other spellings; splits through a 3-d view bound to a local (also apart from
-its move), a split reaching DeepSeek-V4's ``out_cache_loc=`` through a chain of locals, and methods splitting in
+its move, or moved in a block below it), a split reaching DeepSeek-V4's ``out_cache_loc=`` through a chain of locals, and methods splitting in
 two branches. Shapes no known fork has, which `check` follows: DeepSeek-V4's
 init_forward_metadata body moved into a method it calls (or two calls down), its own method's split one
 call further down. The edited files stay black/isort-clean.
@@ -308,6 +308,24 @@ def dsv4_bound_view(tree: Path) -> None:
     edit(tree, DSV4, DSV4_DECODE, _decode_passing("out_cache_loc").replace(DSV4_DECODE.splitlines(True)[0], split))
 
 
+def dsv4_bound_view_nested(tree: Path) -> None:
+    """DeepseekV4AttnBackend binds the 3-d view ``rows`` (a comment above it) ahead of its multi-step
+    guard and moves it inside that ``if`` block."""
+    split = (
+        "        if forward_batch.forward_mode.is_decode_or_idle():\n"
+        "            out_cache_loc = forward_batch.out_cache_loc\n"
+        "            bs = forward_batch.batch_size\n"
+        "            steps = self.speculative_num_steps\n"
+        "            # [bs, topk, steps]: each request's draft slots\n"
+        "            rows = out_cache_loc.reshape(bs, self.topk, steps)\n"
+        "            if steps > 1:\n"
+        "                out_cache_loc = rows.permute(2, 0, 1).reshape(steps, -1)[\n"
+        "                    self.speculative_step_id\n"
+        "                ]\n"
+    )
+    edit(tree, DSV4, DSV4_DECODE, _decode_passing("out_cache_loc").replace(DSV4_DECODE.splitlines(True)[0], split))
+
+
 def dsv4_alias_chain(tree: Path) -> None:
     """DeepseekV4AttnBackend splits in the decode branch into ``step_rows``, whose step's row reaches
     ``out_cache_loc=`` through a second local (``step_out_cache_loc``)."""
@@ -386,6 +404,7 @@ FORKS: Dict[str, Callable[[Path], None]] = {
     "worker-bound-view-apart": worker_bound_view_apart,
     "worker-bound-view-read-again": worker_bound_view_read_again,
     "dsv4-bound-view": dsv4_bound_view,
+    "dsv4-bound-view-nested": dsv4_bound_view_nested,
     "dsv4-alias-chain": dsv4_alias_chain,
     "worker-two-splits": worker_two_splits,
     "dsv4-two-splits": dsv4_two_splits,

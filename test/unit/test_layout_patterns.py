@@ -137,6 +137,12 @@ SPELLINGS = {
                                    "z = 2\nx = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
     "two statements, a statement between": "o = o.view(n, self.topk, self.speculative_num_steps)\ny = 1\n"
                                            "o = o.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
+    "bound view, moved in a nested block": "r = o.view(n, self.topk, self.speculative_num_steps)\nif n:\n"
+                                           "    x = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
+    "bound view, moved two blocks down": "r = o.view(n, self.topk, self.speculative_num_steps)\nwith f:\n"
+                                         "    y = 1\n    if n:\n        return r.movedim(-1, 0).flatten(1)[i]",
+    "bound view, moved in a loop below it": "r = o.view(n, self.topk, self.speculative_num_steps)\nfor i in f:\n"
+                                            "    x = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)[i]",
 }
 NOT_THE_LAYOUT = {
     "one transpose": f"{SPLIT}.transpose(0, 2).reshape(self.speculative_num_steps, -1)",
@@ -152,8 +158,12 @@ NOT_THE_LAYOUT = {
     "topk a parameter": "x = o.view(n, max_bs, self.speculative_num_steps).permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
     "flatten(0)": f"{SPLIT}.permute(2, 0, 1).flatten(0)",
     "permute by a variable": f"{SPLIT}.permute(*order).reshape(self.speculative_num_steps, -1)",
-    "bound view, moved in a nested block": "r = o.view(n, self.topk, self.speculative_num_steps)\nif n:\n"
-                                           "    x = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
+    "bound view, moved in a nested def": "r = o.view(n, self.topk, self.speculative_num_steps)\nif n:\n"
+                                         "    def g():\n"
+                                         "        return r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
+    "bound view, rebound in the block of its move": "r = o.view(n, self.topk, self.speculative_num_steps)\nif n:\n"
+                                                    "    r = f\n"
+                                                    "    x = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
 }
 
 
@@ -181,13 +191,16 @@ VIEW_READS = {  # the body, the lines (the def is line 1) reading the bound 3-d 
     "read between it and its split": (f"{BOUND}z = r.sum()\nx = {MOVED}", [3]),
     "read between it and its split rebinding it": (f"{BOUND}z = r.sum()\nr = {MOVED}", [3]),
     "read before it in a loop": ("for i in n:\n    z = r[0]\n" + textwrap.indent(f"{BOUND}x = {MOVED}", "    "), [3]),
+    "read by the header of its move's block": (f"{BOUND}if r.numel():\n    x = {MOVED}", [3]),
+    "read after its move's block": (f"{BOUND}if n:\n    x = {MOVED}\ny = r[:, 0]", [5]),
+    "moved in two branches": (f"{BOUND}if n:\n    x = {MOVED}\nelse:\n    x = {MOVED}", [6]),
 }
 
 
 @pytest.mark.parametrize("body, lines", VIEW_READS.values(), ids=VIEW_READS.keys())
 def test_the_other_reads_of_a_bound_view(body, lines):
     func = method(body)
-    [split] = out_cache_loc_layouts(func)
+    split = out_cache_loc_layouts(func)[0]
     assert split.view is not None and ast.unparse(split.view).startswith("r = ")
     assert (split.statements, ast.unparse(split.node)) == ([], MOVED)
     assert [name.lineno for name in view_reads(func, split)] == lines
@@ -238,6 +251,26 @@ REBINDS = {
 def test_what_the_statements_between_rebind(between, bound):
     [split] = out_cache_loc_layouts(method(f"{BOUND}{between}\nx = {MOVED}"))
     assert split.between and view_rebinds(split) == bound
+
+
+#: a block holding the move of the bound view (line 2) -> what it binds before the move that the view reads
+NESTED_REBINDS = {
+    "the move's own target": (f"if i:\n    o = {MOVED}", []),
+    "after the move": (f"if i:\n    x = {MOVED}\n    n = 2", []),
+    "in the block, before the move": (f"if i:\n    n = 2\n    x = {MOVED}", [("n", 4)]),
+    "a with target": (f"with f as o:\n    x = {MOVED}", [("o", 3)]),
+    "a walrus in the if test": (f"if (n := f):\n    x = {MOVED}", [("n", 3)]),
+    "an earlier branch": (f"if i:\n    n = 2\nelse:\n    x = {MOVED}", [("n", 4)]),
+    "an except name, two blocks down": (f"try:\n    y = 1\nexcept E as o:\n    if i:\n        x = {MOVED}",
+                                        [("o", 5)]),
+}
+
+
+@pytest.mark.parametrize("block, bound", NESTED_REBINDS.values(), ids=NESTED_REBINDS.keys())
+def test_what_the_block_of_a_nested_move_rebinds_before_it(block, bound):
+    [split] = out_cache_loc_layouts(method(f"{BOUND}{block}"))
+    assert (split.between, split.line, ast.unparse(split.node)) == ((), 2, MOVED)
+    assert view_rebinds(split) == bound
 
 
 def test_the_two_statement_form_has_no_bound_view():

@@ -539,6 +539,43 @@ def test_a_subscript_black_broke_is_joined_after_the_helper_call(sglang_tree):
     sglang_tree.assert_idempotent([RULE])
 
 
+#: the decode branch binding the 3-d view once and moving it in each of two branches below it
+VIEW_MOVED_TWICE = BEFORE.replace("""\
+            metadata = self.init_forward_metadata_decode(
+                max_seq_len=max_seq_len,
+                seq_lens=forward_batch.seq_lens,
+                out_cache_loc=forward_batch.out_cache_loc,
+            )
+""", """\
+            rows = forward_batch.out_cache_loc.view(
+                forward_batch.batch_size, self.topk, self.speculative_num_steps
+            )
+            if self.topk == 1:
+                step_loc = rows.movedim(-1, 0).flatten(1)[self.speculative_step_id]
+            else:
+                step_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)[
+                    self.speculative_step_id
+                ]
+            metadata = self.init_forward_metadata_decode(
+                max_seq_len=max_seq_len,
+                seq_lens=forward_batch.seq_lens,
+                out_cache_loc=step_loc,
+            )
+""")
+
+
+def test_a_bound_view_moved_in_two_branches_is_refused_in_one_line(sglang_tree):
+    text = dsv4_module(INIT, VIEW_MOVED_TWICE, DECODE)
+    sglang_tree.write(DSV4, text)
+    write_bystanders(sglang_tree, besides=DSV4)
+    view, first, second = (line_of(text, s) for s in ("rows = forward_batch", "step_loc = rows.movedim",
+                                                       "step_loc = rows.permute"))
+    detail = f"the 3-d view `rows` (line {view}) is moved in 2 places (lines {first}, {second}): rewrite the split by hand"
+    [finding] = sglang_tree.plan([RULE]).findings
+    assert (finding.state, finding.line, finding.detail) == (State.UNRECOGNISED, view, detail)
+    assert_refused(sglang_tree, DSV4, view, SCOPE, SITE, detail)
+
+
 MULTI_STEP = """
 
 class DeepseekV4MultiStepBackend(DeepseekV4AttnBackend):
