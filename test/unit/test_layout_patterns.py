@@ -513,6 +513,11 @@ def moved_path_module(per_step_splits: bool, caller_splits: bool, depth: int = 1
     return code
 
 
+def step_backend(tree: ast.Module) -> ast.ClassDef:
+    """The per-step backend class of a ``path_module`` tree."""
+    return next(c for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "StepBackend")
+
+
 def guard_split_once(code: str) -> tuple:
     """(state, line) of the structural guard's split-once row for StepBackend (what `check` reports)."""
     from sglang_draft_layout.rules.structural_guard import guard_rules
@@ -535,7 +540,7 @@ def test_a_moved_handoff_is_on_the_path_as_if_in_init_forward_metadata(per_step_
     code = moved_path_module(per_step_splits, caller_splits, depth)
     assert code.count("    def _build_metadata") == depth
     tree = ast.parse(code)
-    step = next(c for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "StepBackend")
+    step = step_backend(tree)
     handoff = "_build_metadata" + (f"_{depth}" if depth > 1 else "")
     assert [m.name for m in handoff_methods(step)] == [handoff]
     if per_step_splits and caller_splits:  # a keep on the method handing out_cache_loc= on keeps the path
@@ -587,7 +592,7 @@ def test_methods_calling_each_other_are_followed_once():
         "            self._build_metadata(forward_batch)\n"
         "            self._build_metadata_2(forward_batch)\n")
     tree = ast.parse(code)
-    step = next(c for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "StepBackend")
+    step = step_backend(tree)
     assert [m.name for m in handoff_methods(step)] == ["_build_metadata_2"]
     [path] = split_paths(tree)
     assert path.splits == 2 and len(path.per_step_splits) == 1
@@ -627,7 +632,7 @@ def test_a_method_handing_on_its_own_parameter_is_no_handoff():
         "    def decode(self, out_cache_loc):\n"
         "        return self.build(out_cache_loc=out_cache_loc)\n")
     tree = ast.parse(code)
-    step = next(c for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "StepBackend")
+    step = step_backend(tree)
     [path] = split_paths(tree)
     assert [m.name for m in handoff_methods(step)] == ["init_forward_metadata"]
     assert out_cache_loc_handoffs(next(m for m in step.body if getattr(m, "name", "") == "decode")) == []
