@@ -122,7 +122,7 @@ def _fed_by(source: Source, method: ast.FunctionDef,
     """The fork's own per-step split feeding ``out_cache_loc=value``, hand-written or via the helper,
     and where: in ``value``, in the values of the locals it names (and of the chain of locals bound
     once that those alias), or in the first method holding one that it reaches through ``self.<name>(...)``
-    calls there, at any depth (``self_reached``) (``where`` "": nothing found); ``why`` not "" when a
+    calls there, at any depth (``self_reached``); ``where`` "": nothing found; ``why`` not "" when a
     local of that chain is bound more than once."""
     names = {n.id for n in in_order(value) if isinstance(n, ast.Name)}
     feeding = [value] + [a.value for a in nodes_of(method, ast.Assign)
