@@ -543,9 +543,12 @@ def test_a_moved_handoff_is_on_the_path_as_if_in_init_forward_metadata(per_step_
     step = step_backend(tree)
     handoff = "_build_metadata" + (f"_{depth}" if depth > 1 else "")
     assert [m.name for m in handoff_methods(step)] == [handoff]
-    if per_step_splits and caller_splits:  # a keep on the method handing out_cache_loc= on keeps the path
-        handoff_def = next(i for i, line in enumerate(code.splitlines()) if f"def {handoff}(" in line)
+    if per_step_splits and caller_splits:  # a keep on the method handing out_cache_loc= on keeps the path,
+        lines = code.splitlines()  # not one on a method between that only calls it
+        handoff_def = next(i for i, line in enumerate(lines) if f"def {handoff}(" in line)
         assert split_path_problems(*kept_at(code, handoff_def)) == []
+        between_def = next(i for i, line in enumerate(lines) if "def _build_metadata(" in line)
+        assert (split_path_problems(*kept_at(code, between_def)) == []) is (depth == 1)
     [path] = split_paths(tree)
     assert path.per_step_method.name == "init_forward_metadata"
     assert path.splits == per_step_splits + caller_splits
