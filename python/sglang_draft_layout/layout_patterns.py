@@ -215,7 +215,9 @@ class Split(NamedTuple):
     ``view`` is the statement binding the 3-d view to a local that ``node``, in a later
     statement of the same block, moves (``rows = x.reshape(bs, topk, steps)`` then
     ``y = rows.permute(...).reshape(...)``), else None; ``between`` the statements
-    between the two. ``buffer``, ``batch_size``, ``topk`` and ``num_steps`` are the
+    between the two; ``block`` the compound statement of that block holding the move in
+    a block of its own (``if ...:`` / ``with ...:`` / ... ``y = rows.permute(...)...``),
+    else None. ``buffer``, ``batch_size``, ``topk`` and ``num_steps`` are the
     expressions the fork wrote (its locals included).
     """
 
@@ -227,6 +229,7 @@ class Split(NamedTuple):
     num_steps: ast.expr
     view: Optional[ast.Assign] = None
     between: Tuple[ast.stmt, ...] = ()
+    block: Optional[ast.stmt] = None
 
     @property
     def line(self) -> int:
@@ -421,6 +424,19 @@ def _moves_of(stmt: ast.stmt, name: str) -> Iterator[ast.Call]:
             yield node  # type: ignore[misc]
 
 
+def _block_moves(stmt: ast.stmt, name: str) -> Iterator[ast.Call]:
+    """The steps-first calls whose receiver is ``name`` in the statements nested in ``stmt`` (not in
+    a ``def`` or ``class`` there); none when ``stmt`` binds ``name`` anywhere (a move might then
+    be another value's)."""
+    scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    if isinstance(stmt, scopes) or any(bound == name for bound, _ in _bindings(stmt)):
+        return
+    defined = [d for d in nodes_of(stmt, ast.stmt) if isinstance(d, scopes)]
+    for inner in nodes_of(stmt, ast.stmt):
+        if inner is not stmt and not any(inside(inner, d) for d in defined):
+            yield from _moves_of(inner, name)
+
+
 def _views_anew(stmt: ast.stmt, name: str, names: Locals) -> bool:
     """``stmt`` binds ``name`` to a 3-d view of its own: the moves after it are that view's."""
     bound = _assigned(stmt)
@@ -442,7 +458,9 @@ def out_cache_loc_layouts(func: ast.AST) -> List[Split]:
     locals bound once. Two statements: ``x = x.reshape(bs, ...)`` then
     ``x = x.permute(...).reshape(...)``; or the 3-d view bound to any local
     (``rows = x.reshape(bs, ...)``) and moved through it in a later statement of the same
-    block, anywhere in it (``y = rows.permute(...).reshape(...)[i]``, ``return ...``):
+    block, anywhere in it (``y = rows.permute(...).reshape(...)[i]``, ``return ...``), or
+    in the blocks of a later compound statement (``Split.block``: ``if ...:``, ``with``,
+    ``try``, ``match``, a loop, at any depth; each such move a split):
     ``Split.view``, the statements between in ``Split.between`` (``view_rebinds`` and
     ``view_reads`` say when removing the view's statement would change the split).
     """
@@ -463,9 +481,12 @@ def out_cache_loc_layouts(func: ast.AST) -> List[Split]:
                 view = one.targets[0].id
                 moves: List[Tuple[ast.Call, Split]] = []
                 for end, second in enumerate(body[index + 1 :], index + 1):
+                    calls, block = list(_moves_of(second, view)), None
+                    if not calls:
+                        calls, block = list(_block_moves(second, view)), second
                     moves = [
                         (call, layout)
-                        for call in _moves_of(second, view)
+                        for call in calls
                         for layout in [_split_of(call, names, split)]
                         if layout is not None
                     ]
@@ -485,7 +506,9 @@ def out_cache_loc_layouts(func: ast.AST) -> List[Split]:
                             layout._replace(node=one.value, statements=[first, second])
                         )
                     else:
-                        found.append(layout._replace(view=first, between=between))
+                        found.append(
+                            layout._replace(view=first, between=between, block=block)
+                        )
     for call in nodes_of(func, ast.Call):
         if id(call) not in inner:
             layout = _split_of(call, names)
@@ -560,11 +583,14 @@ def comprehension_targets(node: ast.AST) -> FrozenSet[int]:
     )
 
 
-def _bindings(stmt: ast.stmt) -> Iterator[Tuple[str, int]]:
+def _bindings(
+    stmt: ast.stmt, until: Optional[ast.stmt] = None
+) -> Iterator[Tuple[str, int]]:
     """(what, line) of each name, attribute or item ``stmt`` binds or deletes, anywhere in it:
     targets (assignments, ``for``, ``with ... as``, walrus, ``del``), definitions, imports,
     ``global`` / ``nonlocal``, ``except ... as`` and ``match`` captures; not a comprehension's
-    own names (``comprehension_targets``)."""
+    own names (``comprehension_targets``); with ``until`` (a statement in ``stmt``), only
+    those written before it."""
     inner = comprehension_targets(stmt)
     for node in in_order(stmt):
         names: List[str] = []
@@ -589,15 +615,19 @@ def _bindings(stmt: ast.stmt) -> Iterator[Tuple[str, int]]:
                 for field in ("name", "rest")
                 if isinstance(getattr(node, field, None), str)
             ]
+        if names and until is not None and _start(node) >= _start(until):
+            continue
         for name in names:
             yield name, node.lineno
 
 
 def view_rebinds(split: Split) -> List[Tuple[str, int]]:
     """(what, line) of each binding, in the statements between ``split``'s bound 3-d view
-    and its move, of the view's local or of what the view reads (the buffer, the batch
-    size, ``self.topk`` or a local for it, ...; an attribute or item of them too). Removing
-    the view's statement would then split other values than the fork's.
+    and its move (in the ``Split.block`` holding the move, everything written before the
+    move's statement: headers, earlier statements and branches), of the view's local or of
+    what the view reads (the buffer, the batch size, ``self.topk`` or a local for it, ...;
+    an attribute or item of them too). Removing the view's statement would then split other
+    values than the fork's.
     """
     if split.view is None:
         return []
@@ -607,10 +637,15 @@ def view_rebinds(split: Split) -> List[Tuple[str, int]]:
         for node in in_order(split.view.value)
         if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript))
     }
+    scanned: List[Tuple[ast.stmt, Optional[ast.stmt]]] = [
+        (stmt, None) for stmt in split.between
+    ]
+    if split.block is not None:
+        scanned.append((split.block, holding_statement(split.block, split.node)))
     return [
         (name, line)
-        for stmt in split.between
-        for name, line in _bindings(stmt)
+        for stmt, until in scanned
+        for name, line in _bindings(stmt, until)
         if any(r == name or r.startswith((name + ".", name + "[")) for r in read)
     ]
 
@@ -630,17 +665,24 @@ def self_called(cls: ast.ClassDef, func: ast.AST) -> List[ast.FunctionDef]:
     return [m for m in methods(cls) if m.name in called and m is not func]
 
 
+def self_reached(cls: ast.ClassDef, func: ast.AST) -> List[ast.AST]:
+    """``func``, then each method of ``cls`` it reaches through ``self.<name>(...)`` calls at any
+    depth (``self_called`` of ``self_called`` ...), each once in the order first reached, so
+    recursion and methods calling each other end."""
+    reached = [func]
+    for each in reached:  # the list grows while it is walked: breadth first
+        reached += [m for m in self_called(cls, each) if m not in reached]
+    return reached
+
+
 def splits_reached(cls: ast.ClassDef, func: ast.AST) -> List[ast.AST]:
     """Each per-step split (hand-written, ``Split.node``, or the helper call) in ``func`` or in a
-    method of ``cls`` it calls as ``self.<name>(...)``; for a per-step backend's
-    ``init_forward_metadata``, also in a method of ``cls`` that each of its ``handoff_methods``
-    calls so (one level from where out_cache_loc= is handed on, as ``check`` follows it).
+    method of ``cls`` it reaches through ``self.<name>(...)`` calls (``self_reached``: for a per-step
+    backend's ``init_forward_metadata``, its ``handoff_methods`` and what they call, at any depth,
+    as ``check`` follows them).
     """
-    searched = [func, *self_called(cls, func)]
-    for handoff in handoff_methods(cls):
-        searched += [m for m in self_called(cls, handoff) if m not in searched]
     found: List[ast.AST] = []
-    for each in searched:
+    for each in self_reached(cls, func):
         found += [split.node for split in out_cache_loc_layouts(each)] + helper_calls(
             each
         )
@@ -674,13 +716,14 @@ def per_step_rows_set(func: ast.AST) -> List[ast.Assign]:
 
 def handoff_methods(cls: ast.ClassDef) -> List[ast.FunctionDef]:
     """The methods where ``cls.init_forward_metadata`` hands ``out_cache_loc=`` on to the metadata it
-    builds (``out_cache_loc_handoffs``): itself, and each method of ``cls`` it calls as
-    ``self.<name>(...)`` (one level: a fork's decode branch moved into, say,
-    ``self._init_decode_metadata(forward_batch)``). Empty when it hands nothing on."""
+    builds (``out_cache_loc_handoffs``): itself, and each method of ``cls`` it reaches through
+    ``self.<name>(...)`` calls (``self_reached``: a fork's decode branch moved, say, into
+    ``self._init_decode_metadata(...)``, or further down). Empty when it hands nothing on.
+    """
     init = method_named(cls, "init_forward_metadata")
     if init is None:
         return []
-    return [m for m in [init, *self_called(cls, init)] if out_cache_loc_handoffs(m)]
+    return [m for m in self_reached(cls, init) if out_cache_loc_handoffs(m)]
 
 
 def knows_its_step(cls: ast.ClassDef) -> bool:

@@ -97,6 +97,14 @@ FORKS = {
                                                "                    self.topk,\n"
                                                "                    steps,\n"
                                                "                )[self.speculative_step_id]\n"]),
+    # the view bound above the block its move is in: the view goes, its comment onto the helper in the block
+    "dsv4-bound-view-nested": (State.TO_PATCH, SITE, ["            steps = self.speculative_num_steps\n"
+                                                      "            if steps > 1:\n"
+                                                      "                # [bs, topk, steps]: each request's draft slots\n"
+                                                      "                out_cache_loc = per_step_draft_out_cache_loc(\n"
+                                                      "                    out_cache_loc,\n                    bs,\n"
+                                                      "                    self.topk,\n                    steps,\n"
+                                                      "                )[self.speculative_step_id]\n"]),
     # two splits in one method: every one rewritten in one apply
     "worker-two-splits": (State.TO_PATCH, "draft-forward:EagleDraftWorker",
                           ["        if self.topk == 1:\n            out_cache_loc = per_step_draft_out_cache_loc(\n",
@@ -267,25 +275,37 @@ def written_test_problems(root: Path) -> list[str]:
             for _scope, _line, what in split_path_problems(trees[path], text.splitlines(), workers)]
 
 
-def test_an_init_moved_into_a_method_is_judged_alike_by_check_and_the_written_test(scratch, pristine, capsys):
-    """DSv4's init_forward_metadata calls a method holding the release's body (fork_edits.dsv4_init_moved):
-    `check` follows it into that method, and so does the written test, before apply (never split),
-    after it (once), and with a caller splitting too (twice)."""
+NEVER = "DeepseekV4AttnBackend.init_forward_metadata gets the whole buffer: never split per step"
+
+
+@pytest.mark.parametrize("forks, before", [
+    (["dsv4-init-moved"], [NEVER]),
+    (["dsv4-init-moved-deep"], [NEVER]),
+    (["dsv4-init-moved-deep", "dsv4-own-method-deep"], []),
+], ids=["one call deep", "two calls deep", "two calls deep, own split two calls below"])
+def test_an_init_moved_into_a_method_is_judged_alike_by_check_and_the_written_test(scratch, pristine, forks, before,
+                                                                                  capsys):
+    """DSv4's init_forward_metadata calls a method holding the release's body (fork_edits.dsv4_init_moved), or
+    calls one that calls it (dsv4_init_moved_deep), its own split maybe further down (dsv4_own_method_deep):
+    `check` follows the `self.` calls, and so does the written test, before apply (never split, or the fork's
+    own once), after it (once), and with a caller splitting too (twice, both places named)."""
     root = scratch("0.5.12")
-    fork_edits.dsv4_init_moved(root)
+    for fork in forks:
+        fork_edits.FORKS[fork](root)
     assert_as_clean_as(pristine("0.5.12"), root, DSV4)
     assert findings(root)[SITE].state is State.TO_PATCH
-    assert written_test_problems(root) == [
-        "DeepseekV4AttnBackend.init_forward_metadata gets the whole buffer: never split per step"]
+    assert written_test_problems(root) == before
     assert cli.main(["apply", "--no-tests", str(root)]) == 0
     text = (root / "sglang" / DSV4).read_text()
-    assert text.split("def _init_forward_metadata_impl(", 1)[1].count("= per_step_draft_out_cache_loc(") == 1
+    assert text.split("class DeepseekV4AttnBackend", 1)[1].count("per_step_draft_out_cache_loc(") == 1
     assert findings(root)[SITE].state is State.PATCHED and written_test_problems(root) == []
     assert_as_clean_as(pristine("0.5.12"), root, DSV4)
     fork_edits.dsv4_caller_split(root)
     capsys.readouterr()
     assert cli.main(["check", "--no-tests", str(root)]) == 2
-    assert "splits the per-step out_cache_loc twice" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "DeepseekV4AttnBackend.init_forward_metadata" in error and "splits the per-step out_cache_loc twice" in error
+    assert "in its caller DeepseekV4MultiStepBackend.init_forward_metadata" in error
     assert written_test_problems(root) == [
         "splits per step, and so does DeepseekV4AttnBackend.init_forward_metadata: twice"]
 

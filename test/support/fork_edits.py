@@ -5,9 +5,10 @@ fix of a site"): DeepSeek-V4's per-step out_cache_loc split by a method of the f
 in the per-step backend, in the multi-step backend that calls it, or by the EAGLE worker
 initing each step's backend with its row (also beside a split of DeepSeek-V4's own: twice), and
 the EAGLE worker's split in other spellings; splits through a 3-d view bound to a local (also apart from
-its move), a split reaching DeepSeek-V4's ``out_cache_loc=`` through a chain of locals, and methods splitting in
-two branches. One shape no known fork has, which `check` follows: DeepSeek-V4's
-init_forward_metadata body moved into a method it calls. The edited files stay black/isort-clean.
+its move, or moved in a block below it), a split reaching DeepSeek-V4's ``out_cache_loc=`` through a chain of locals, and methods splitting in
+two branches. Shapes no known fork has, which `check` follows: DeepSeek-V4's
+init_forward_metadata body moved into a method it calls (or two calls down), its own method's split one
+call further down. The edited files stay black/isort-clean.
 Standard library only, so that the same fork can be built anywhere the release is installed:
 
     python test/support/fork_edits.py dsv4-caller-split DEST
@@ -72,6 +73,25 @@ OWN_METHOD = '''
             .reshape(steps, step_width)[self.speculative_step_id]
         )
 '''
+#: the fork's own method (OWN_METHOD) with its split one ``self.`` call further down, in ``_mtp_step_rows``
+OWN_METHOD_DEEP = '''
+    def _get_mtp_decode_out_cache_loc(
+        self, forward_batch: ForwardBatch
+    ) -> torch.Tensor:
+        if self.topk <= 0 or self.speculative_num_steps <= 1:
+            return forward_batch.out_cache_loc
+        return self._mtp_step_rows(forward_batch)[self.speculative_step_id]
+
+    def _mtp_step_rows(self, forward_batch: ForwardBatch) -> torch.Tensor:
+        bs = forward_batch.batch_size
+        topk = self.topk
+        steps = self.speculative_num_steps
+        return (
+            forward_batch.out_cache_loc.reshape(bs, topk, steps)
+            .permute(2, 0, 1)
+            .reshape(steps, -1)
+        )
+'''
 #: the fork's own caller split (SPEC's second fork): the multi-step backend hands each step its row
 CALLER_SPLIT = '''    def init_forward_metadata(self, forward_batch: ForwardBatch):
         step_out_cache_loc = self._split_out_cache_loc_per_step(forward_batch)
@@ -112,11 +132,16 @@ def _decode_passing(value: str) -> str:
     return DSV4_DECODE.replace("out_cache_loc=forward_batch.out_cache_loc,", f"out_cache_loc={value},")
 
 
-def dsv4_own_method(tree: Path) -> None:
+def dsv4_own_method(tree: Path, method: str = OWN_METHOD) -> None:
     """DeepseekV4AttnBackend passes the step's row from a method of its own (width ``step_width``)."""
     edit(tree, DSV4, DSV4_DECODE, _decode_passing("self._get_mtp_decode_out_cache_loc(forward_batch)"))
     edit(tree, DSV4, "    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:\n",
-         OWN_METHOD.lstrip("\n") + "\n    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:\n")
+         method.lstrip("\n") + "\n    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:\n")
+
+
+def dsv4_own_method_deep(tree: Path) -> None:
+    """DeepseekV4AttnBackend passes the step's row from a method of its own that calls another one splitting."""
+    dsv4_own_method(tree, OWN_METHOD_DEEP)
 
 
 #: 0.5.12's def line of DeepseekV4AttnBackend.init_forward_metadata
@@ -129,6 +154,20 @@ def dsv4_init_moved(tree: Path) -> None:
     edit(tree, DSV4, DSV4_INIT_DEF, (
         DSV4_INIT_DEF
         + "        self._init_forward_metadata_impl(forward_batch)\n"
+        "\n"
+        "    def _init_forward_metadata_impl(self, forward_batch: ForwardBatch) -> None:\n"
+    ))
+
+
+def dsv4_init_moved_deep(tree: Path) -> None:
+    """DeepseekV4AttnBackend.init_forward_metadata calls a method of its own that calls another one holding the
+    release's body: the ``out_cache_loc=`` handoff two ``self.`` calls deep."""
+    edit(tree, DSV4, DSV4_INIT_DEF, (
+        DSV4_INIT_DEF
+        + "        self._build_forward_metadata(forward_batch)\n"
+        "\n"
+        "    def _build_forward_metadata(self, forward_batch: ForwardBatch) -> None:\n"
+        "        self._init_forward_metadata_impl(forward_batch)\n"
         "\n"
         "    def _init_forward_metadata_impl(self, forward_batch: ForwardBatch) -> None:\n"
     ))
@@ -269,6 +308,24 @@ def dsv4_bound_view(tree: Path) -> None:
     edit(tree, DSV4, DSV4_DECODE, _decode_passing("out_cache_loc").replace(DSV4_DECODE.splitlines(True)[0], split))
 
 
+def dsv4_bound_view_nested(tree: Path) -> None:
+    """DeepseekV4AttnBackend binds the 3-d view ``rows`` (a comment above it) ahead of its multi-step
+    guard and moves it inside that ``if`` block."""
+    split = (
+        "        if forward_batch.forward_mode.is_decode_or_idle():\n"
+        "            out_cache_loc = forward_batch.out_cache_loc\n"
+        "            bs = forward_batch.batch_size\n"
+        "            steps = self.speculative_num_steps\n"
+        "            # [bs, topk, steps]: each request's draft slots\n"
+        "            rows = out_cache_loc.reshape(bs, self.topk, steps)\n"
+        "            if steps > 1:\n"
+        "                out_cache_loc = rows.permute(2, 0, 1).reshape(steps, -1)[\n"
+        "                    self.speculative_step_id\n"
+        "                ]\n"
+    )
+    edit(tree, DSV4, DSV4_DECODE, _decode_passing("out_cache_loc").replace(DSV4_DECODE.splitlines(True)[0], split))
+
+
 def dsv4_alias_chain(tree: Path) -> None:
     """DeepseekV4AttnBackend splits in the decode branch into ``step_rows``, whose step's row reaches
     ``out_cache_loc=`` through a second local (``step_out_cache_loc``)."""
@@ -336,6 +393,8 @@ FORKS: Dict[str, Callable[[Path], None]] = {
     "dsv4-own-method": dsv4_own_method,
     "dsv4-inline-movedim": dsv4_inline_movedim,
     "dsv4-init-moved": dsv4_init_moved,
+    "dsv4-init-moved-deep": dsv4_init_moved_deep,
+    "dsv4-own-method-deep": dsv4_own_method_deep,
     "dsv4-caller-split": dsv4_caller_split,
     "dsv4-worker-split": dsv4_worker_split,
     "dsv4-worker-split-twice": dsv4_worker_split_twice,
@@ -345,6 +404,7 @@ FORKS: Dict[str, Callable[[Path], None]] = {
     "worker-bound-view-apart": worker_bound_view_apart,
     "worker-bound-view-read-again": worker_bound_view_read_again,
     "dsv4-bound-view": dsv4_bound_view,
+    "dsv4-bound-view-nested": dsv4_bound_view_nested,
     "dsv4-alias-chain": dsv4_alias_chain,
     "worker-two-splits": worker_two_splits,
     "dsv4-two-splits": dsv4_two_splits,

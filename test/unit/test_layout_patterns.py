@@ -137,6 +137,12 @@ SPELLINGS = {
                                    "z = 2\nx = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
     "two statements, a statement between": "o = o.view(n, self.topk, self.speculative_num_steps)\ny = 1\n"
                                            "o = o.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
+    "bound view, moved in a nested block": "r = o.view(n, self.topk, self.speculative_num_steps)\nif n:\n"
+                                           "    x = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
+    "bound view, moved two blocks down": "r = o.view(n, self.topk, self.speculative_num_steps)\nwith f:\n"
+                                         "    y = 1\n    if n:\n        return r.movedim(-1, 0).flatten(1)[i]",
+    "bound view, moved in a loop below it": "r = o.view(n, self.topk, self.speculative_num_steps)\nfor i in f:\n"
+                                            "    x = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)[i]",
 }
 NOT_THE_LAYOUT = {
     "one transpose": f"{SPLIT}.transpose(0, 2).reshape(self.speculative_num_steps, -1)",
@@ -152,8 +158,12 @@ NOT_THE_LAYOUT = {
     "topk a parameter": "x = o.view(n, max_bs, self.speculative_num_steps).permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
     "flatten(0)": f"{SPLIT}.permute(2, 0, 1).flatten(0)",
     "permute by a variable": f"{SPLIT}.permute(*order).reshape(self.speculative_num_steps, -1)",
-    "bound view, moved in a nested block": "r = o.view(n, self.topk, self.speculative_num_steps)\nif n:\n"
-                                           "    x = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
+    "bound view, moved in a nested def": "r = o.view(n, self.topk, self.speculative_num_steps)\nif n:\n"
+                                         "    def g():\n"
+                                         "        return r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
+    "bound view, rebound in the block of its move": "r = o.view(n, self.topk, self.speculative_num_steps)\nif n:\n"
+                                                    "    r = f\n"
+                                                    "    x = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
 }
 
 
@@ -181,13 +191,16 @@ VIEW_READS = {  # the body, the lines (the def is line 1) reading the bound 3-d 
     "read between it and its split": (f"{BOUND}z = r.sum()\nx = {MOVED}", [3]),
     "read between it and its split rebinding it": (f"{BOUND}z = r.sum()\nr = {MOVED}", [3]),
     "read before it in a loop": ("for i in n:\n    z = r[0]\n" + textwrap.indent(f"{BOUND}x = {MOVED}", "    "), [3]),
+    "read by the header of its move's block": (f"{BOUND}if r.numel():\n    x = {MOVED}", [3]),
+    "read after its move's block": (f"{BOUND}if n:\n    x = {MOVED}\ny = r[:, 0]", [5]),
+    "moved in two branches": (f"{BOUND}if n:\n    x = {MOVED}\nelse:\n    x = {MOVED}", [6]),
 }
 
 
 @pytest.mark.parametrize("body, lines", VIEW_READS.values(), ids=VIEW_READS.keys())
 def test_the_other_reads_of_a_bound_view(body, lines):
     func = method(body)
-    [split] = out_cache_loc_layouts(func)
+    split = out_cache_loc_layouts(func)[0]
     assert split.view is not None and ast.unparse(split.view).startswith("r = ")
     assert (split.statements, ast.unparse(split.node)) == ([], MOVED)
     assert [name.lineno for name in view_reads(func, split)] == lines
@@ -238,6 +251,26 @@ REBINDS = {
 def test_what_the_statements_between_rebind(between, bound):
     [split] = out_cache_loc_layouts(method(f"{BOUND}{between}\nx = {MOVED}"))
     assert split.between and view_rebinds(split) == bound
+
+
+#: a block holding the move of the bound view (line 2) -> what it binds before the move that the view reads
+NESTED_REBINDS = {
+    "the move's own target": (f"if i:\n    o = {MOVED}", []),
+    "after the move": (f"if i:\n    x = {MOVED}\n    n = 2", []),
+    "in the block, before the move": (f"if i:\n    n = 2\n    x = {MOVED}", [("n", 4)]),
+    "a with target": (f"with f as o:\n    x = {MOVED}", [("o", 3)]),
+    "a walrus in the if test": (f"if (n := f):\n    x = {MOVED}", [("n", 3)]),
+    "an earlier branch": (f"if i:\n    n = 2\nelse:\n    x = {MOVED}", [("n", 4)]),
+    "an except name, two blocks down": (f"try:\n    y = 1\nexcept E as o:\n    if i:\n        x = {MOVED}",
+                                        [("o", 5)]),
+}
+
+
+@pytest.mark.parametrize("block, bound", NESTED_REBINDS.values(), ids=NESTED_REBINDS.keys())
+def test_what_the_block_of_a_nested_move_rebinds_before_it(block, bound):
+    [split] = out_cache_loc_layouts(method(f"{BOUND}{block}"))
+    assert (split.between, split.line, ast.unparse(split.node)) == ((), 2, MOVED)
+    assert view_rebinds(split) == bound
 
 
 def test_the_two_statement_form_has_no_bound_view():
@@ -468,9 +501,21 @@ MOVED_HANDOFF = (
     "        if forward_batch")
 
 
-def moved_path_module(per_step_splits: bool, caller_splits: bool) -> str:
+def moved_path_module(per_step_splits: bool, caller_splits: bool, depth: int = 1) -> str:
+    """``path_module`` with the per-step backend's decode branch ``depth`` ``self.`` calls below its
+    init_forward_metadata (``_build_metadata``, then ``_build_metadata_2``, ...)."""
     code = path_module(per_step_splits, caller_splits)
-    return code.replace("    def init_forward_metadata(self, forward_batch):\n        if forward_batch", MOVED_HANDOFF, 1)
+    code = code.replace("    def init_forward_metadata(self, forward_batch):\n        if forward_batch", MOVED_HANDOFF, 1)
+    for level in range(2, depth + 1):
+        below = f"_build_metadata_{level}"
+        code = code.replace("        if forward_batch", (
+            f"        self.{below}(forward_batch)\n\n    def {below}(self, forward_batch):\n        if forward_batch"), 1)
+    return code
+
+
+def step_backend(tree: ast.Module) -> ast.ClassDef:
+    """The per-step backend class of a ``path_module`` tree."""
+    return next(c for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "StepBackend")
 
 
 def guard_split_once(code: str) -> tuple:
@@ -483,16 +528,28 @@ def guard_split_once(code: str) -> tuple:
     return finding.state, finding.line
 
 
+@pytest.mark.parametrize("depth", [1, 2, 3], ids=["one call deep", "two calls deep", "three calls deep"])
 @pytest.mark.parametrize("per_step_splits, caller_splits", [(True, False), (False, True), (True, True), (False, False)],
                          ids=["per-step backend splits", "caller splits", "both split", "nobody splits"])
-def test_a_moved_handoff_is_on_the_path_as_if_in_init_forward_metadata(per_step_splits, caller_splits):
-    """split_paths follows init_forward_metadata into the method of its class it calls that hands
-    out_cache_loc= on (handoff_methods), one level, as `check` does; the structural guard agrees."""
+def test_a_moved_handoff_is_on_the_path_as_if_in_init_forward_metadata(per_step_splits, caller_splits, depth):
+    """split_paths follows init_forward_metadata through the methods of its class it calls as ``self.<name>(...)``,
+    at any depth, to the one that hands out_cache_loc= on (handoff_methods), as `check` does; the structural
+    guard agrees."""
     from sglang_draft_layout.rules.base import State
 
-    code = moved_path_module(per_step_splits, caller_splits)
-    assert "def _build_metadata" in code
-    [path] = split_paths(ast.parse(code))
+    code = moved_path_module(per_step_splits, caller_splits, depth)
+    assert code.count("    def _build_metadata") == depth
+    tree = ast.parse(code)
+    step = step_backend(tree)
+    handoff = "_build_metadata" + (f"_{depth}" if depth > 1 else "")
+    assert [m.name for m in handoff_methods(step)] == [handoff]
+    if per_step_splits and caller_splits:  # a keep on the method handing out_cache_loc= on keeps the path,
+        lines = code.splitlines()  # not one on a method between that only calls it
+        handoff_def = next(i for i, line in enumerate(lines) if f"def {handoff}(" in line)
+        assert split_path_problems(*kept_at(code, handoff_def)) == []
+        between_def = next(i for i, line in enumerate(lines) if "def _build_metadata(" in line)
+        assert (split_path_problems(*kept_at(code, between_def)) == []) is (depth == 1)
+    [path] = split_paths(tree)
     assert path.per_step_method.name == "init_forward_metadata"
     assert path.splits == per_step_splits + caller_splits
     unmoved = path_module(per_step_splits, caller_splits)
@@ -501,6 +558,49 @@ def test_a_moved_handoff_is_on_the_path_as_if_in_init_forward_metadata(per_step_
     state, line = guard_split_once(code)
     assert (state is State.PATCHED) is (per_step_splits + caller_splits == 1)
     assert code.splitlines()[line - 1].strip().startswith("self.metadata = self.build(out_cache_loc=")
+
+
+def deep_split_module(depth: int, caller_splits: bool) -> str:
+    """``path_module`` whose per-step backend hands on ``self._row_1(forward_batch)``, its split ``depth``
+    ``self.`` calls below the handoff (``_row_1`` returning ``self._row_2(...)``, ...)."""
+    code = path_module(False, caller_splits).replace(
+        "out_cache_loc=forward_batch.out_cache_loc", "out_cache_loc=self._row_1(forward_batch)")
+    rows = [f"\n    def _row_{level}(self, forward_batch):\n        return self._row_{level + 1}(forward_batch)\n"
+            for level in range(1, depth)]
+    rows.append(f"\n    def _row_{depth}(self, forward_batch):\n"
+                "        return forward_batch.out_cache_loc.view(\n"
+                "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+                "        ).movedim(-1, 0).flatten(1)[self.speculative_step_id]\n")
+    return code.replace("\nclass MultiStepBackend", "".join(rows) + "\nclass MultiStepBackend", 1)
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+@pytest.mark.parametrize("caller_splits", [False, True], ids=["per-step backend splits", "both split"])
+def test_a_split_calls_below_the_handoff_is_on_the_path(depth, caller_splits):
+    """The per-step backend's row split in a method ``depth`` self. calls below its handoff: counted once."""
+    code = deep_split_module(depth, caller_splits)
+    assert code.count("    def _row_") == depth
+    [path] = split_paths(ast.parse(code))
+    assert path.splits == 1 + caller_splits
+    assert [what for *_, what in split_path_problems(ast.parse(code))] == \
+        ["splits per step, and so does StepBackend.init_forward_metadata: twice"] * caller_splits
+
+
+def test_methods_calling_each_other_are_followed_once():
+    """Recursion and two methods calling each other end: each method of the class is read once."""
+    code = moved_path_module(True, True, 2).replace(
+        "    def _build_metadata_2(self, forward_batch):\n",
+        "    def _build_metadata_2(self, forward_batch):\n"
+        "        if forward_batch.again:\n"
+        "            self._build_metadata(forward_batch)\n"
+        "            self._build_metadata_2(forward_batch)\n")
+    tree = ast.parse(code)
+    step = step_backend(tree)
+    assert [m.name for m in handoff_methods(step)] == ["_build_metadata_2"]
+    [path] = split_paths(tree)
+    assert path.splits == 2 and len(path.per_step_splits) == 1
+    no_handoff = code.replace("out_cache_loc=loc", "seq_lens=loc")
+    assert split_paths(ast.parse(no_handoff)) == [] and split_path_problems(ast.parse(no_handoff)) == []
 
 
 def test_a_keep_on_the_moved_handoff_or_either_def_line_keeps_the_path():
@@ -535,7 +635,7 @@ def test_a_method_handing_on_its_own_parameter_is_no_handoff():
         "    def decode(self, out_cache_loc):\n"
         "        return self.build(out_cache_loc=out_cache_loc)\n")
     tree = ast.parse(code)
-    step = next(c for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "StepBackend")
+    step = step_backend(tree)
     [path] = split_paths(tree)
     assert [m.name for m in handoff_methods(step)] == ["init_forward_metadata"]
     assert out_cache_loc_handoffs(next(m for m in step.body if getattr(m, "name", "") == "decode")) == []

@@ -193,10 +193,6 @@ REFUSED = {
     "rows last": (
         "        out_cache_loc = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
         "        out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(-1, self.speculative_num_steps)\n"),
-    "bound view moved in a nested block": (
-        "        tmp = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
-        "        if self.topk > 0:\n"
-        "            out_cache_loc = tmp.permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)\n"),
 }
 
 
@@ -402,6 +398,45 @@ FORK_SPELLINGS = {
         "\n"
         + helper_call().replace("out_cache_loc = ", "return ").replace("        )\n", "        )[self.speculative_step_id]\n"),
     ),
+    # the view's statement goes, its comments (above it, at its end) onto the move in the block below
+    "bound view moved into an if block, comments carried": (
+        "        # [bs, topk, steps]\n"
+        "        tmp = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)  # slots\n"
+        "        if self.topk > 0:\n"
+        "            # steps first\n"
+        "            out_cache_loc = tmp.permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)\n",
+        "        if self.topk > 0:\n"
+        "            # [bs, topk, steps]\n"
+        "            # slots\n"
+        "            # steps first\n" + helper_call(pad="            "),
+    ),
+    # its blank line stays above the block; the statement before the move in the block stays
+    "bound view moved two blocks down, after a statement": (
+        "        topk_p = None\n"
+        "\n"
+        "        rows = out_cache_loc.view(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
+        "        with self.timer:\n"
+        "            scores = None\n"
+        "            if self.speculative_num_steps > 1:\n"
+        "                out_cache_loc = rows.movedim(-1, 0).flatten(1)\n",
+        "        topk_p = None\n"
+        "\n"
+        "        with self.timer:\n"
+        "            scores = None\n"
+        "            if self.speculative_num_steps > 1:\n" + helper_call(pad="                "),
+    ),
+    "bound view moved into an else branch, returned subscripted": (
+        "        rows = out_cache_loc.view(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
+        "        if self.speculative_num_steps == 1:\n"
+        "            return out_cache_loc\n"
+        "        else:\n"
+        "            return rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)[0]\n",
+        "        if self.speculative_num_steps == 1:\n"
+        "            return out_cache_loc\n"
+        "        else:\n"
+        + helper_call(pad="            ").replace("out_cache_loc = ", "return ").replace(
+            "            )\n", "            )[0]\n"),
+    ),
     "movedim in a subscripted chain, width a local": (
         "        step_width = self.topk * forward_batch.batch_size\n"
         "        first = (\n"
@@ -490,6 +525,50 @@ def test_a_bound_view_with_its_values_changed_before_its_move_is_refused(sglang_
     detail = why.format(gap=line_of(text, between.strip().splitlines()[0]), view=view, move=move)
     assert (finding.state, finding.line, finding.detail) == (State.UNRECOGNISED, view, detail)
     assert plan.changes == ()
+
+
+NESTED_MOVE = "rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)"
+#: a bound 3-d view moved in a block below it that `apply` refuses -> (the block, why)
+NESTED_REFUSED = {
+    "moved in a loop below it": (
+        "        for i in range(self.speculative_num_steps):\n"
+        f"            forward_batch.out_cache_loc = {NESTED_MOVE}[i]\n",
+        "the 3-d view `rows` (line {view}) is moved inside a loop (line {first}): rewrite the split by hand"),
+    "moved in two branches": (
+        "        if self.topk == 1:\n"
+        "            out_cache_loc = rows.movedim(-1, 0).flatten(1)\n"
+        "        else:\n"
+        f"            out_cache_loc = {NESTED_MOVE}\n",
+        "the 3-d view `rows` (line {view}) is moved in 2 places (lines {second}, {fourth}): rewrite the split by hand"),
+    "the batch rebound in the block before the move": (
+        "        if self.topk > 0:\n"
+        "            forward_batch = self.next_batch\n"
+        f"            out_cache_loc = {NESTED_MOVE}\n",
+        "`forward_batch` is rebound at line {second} between the 3-d view `rows` (line {view}) "
+        "and its move (line {third}): rewrite the split by hand"),
+    "the buffer rebound by the block's header": (
+        "        with self.buffers() as out_cache_loc:\n"
+        f"            out_cache_loc = {NESTED_MOVE}\n",
+        "`out_cache_loc` is rebound at line {first} between the 3-d view `rows` (line {view}) "
+        "and its move (line {second}): rewrite the split by hand"),
+    "the view read by the block's header": (
+        "        if rows.numel():\n"
+        f"            out_cache_loc = {NESTED_MOVE}\n",
+        "the 3-d view `rows` of its split is also read at line {first}: rewriting the split would remove it"),
+}
+
+
+@pytest.mark.parametrize("block, why", NESTED_REFUSED.values(), ids=NESTED_REFUSED.keys())
+def test_a_bound_view_moved_in_a_block_below_it_is_refused_where_unsafe(sglang_tree, block, why):
+    text = worker_module(CLS, OTHER, _draft_forward(GAP_VIEW + block))
+    sglang_tree.write(WORKER_V2, text)
+    write_bystanders(sglang_tree, besides=WORKER_V2)
+    view = line_of(text, GAP_VIEW.strip())
+    first, second, third, fourth = range(view + 1, view + 5)
+    detail = why.format(view=view, first=first, second=second, third=third, fourth=fourth)
+    [finding] = sglang_tree.plan([RULE]).findings
+    assert (finding.state, finding.line, finding.detail) == (State.UNRECOGNISED, view, detail)
+    assert_refused(sglang_tree, WORKER_V2, view, SCOPE, "per-step out_cache_loc", detail)
 
 
 def test_apply_refuses_a_rebound_batch_size_and_writes_nothing(sglang_tree):

@@ -539,6 +539,43 @@ def test_a_subscript_black_broke_is_joined_after_the_helper_call(sglang_tree):
     sglang_tree.assert_idempotent([RULE])
 
 
+#: the decode branch binding the 3-d view once and moving it in each of two branches below it
+VIEW_MOVED_TWICE = BEFORE.replace("""\
+            metadata = self.init_forward_metadata_decode(
+                max_seq_len=max_seq_len,
+                seq_lens=forward_batch.seq_lens,
+                out_cache_loc=forward_batch.out_cache_loc,
+            )
+""", """\
+            rows = forward_batch.out_cache_loc.view(
+                forward_batch.batch_size, self.topk, self.speculative_num_steps
+            )
+            if self.topk == 1:
+                step_loc = rows.movedim(-1, 0).flatten(1)[self.speculative_step_id]
+            else:
+                step_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)[
+                    self.speculative_step_id
+                ]
+            metadata = self.init_forward_metadata_decode(
+                max_seq_len=max_seq_len,
+                seq_lens=forward_batch.seq_lens,
+                out_cache_loc=step_loc,
+            )
+""")
+
+
+def test_a_bound_view_moved_in_two_branches_is_refused_in_one_line(sglang_tree):
+    text = dsv4_module(INIT, VIEW_MOVED_TWICE, DECODE)
+    sglang_tree.write(DSV4, text)
+    write_bystanders(sglang_tree, besides=DSV4)
+    view, first, second = (line_of(text, s) for s in ("rows = forward_batch", "step_loc = rows.movedim",
+                                                       "step_loc = rows.permute"))
+    detail = f"the 3-d view `rows` (line {view}) is moved in 2 places (lines {first}, {second}): rewrite the split by hand"
+    [finding] = sglang_tree.plan([RULE]).findings
+    assert (finding.state, finding.line, finding.detail) == (State.UNRECOGNISED, view, detail)
+    assert_refused(sglang_tree, DSV4, view, SCOPE, SITE, detail)
+
+
 MULTI_STEP = """
 
 class DeepseekV4MultiStepBackend(DeepseekV4AttnBackend):
@@ -765,6 +802,31 @@ PARTIAL_DECODE = """\
             )
         return None
 """
+#: the moved body one ``self.`` call further down: ``_init_metadata`` calls ``_init_metadata_body`` holding it
+DEEPER = """\
+    def _init_metadata(self, forward_batch):
+        return self._init_metadata_body(forward_batch)
+"""
+#: DEEPER with recursion and two methods calling each other (each read once)
+DEEPER_CYCLE = """\
+    def _init_metadata(self, forward_batch):
+        if forward_batch.again:
+            return self._init_metadata(forward_batch)
+        return self._init_metadata_body(forward_batch)
+"""
+#: the fork's own method with its split one ``self.`` call further down (in ``_mtp_step_rows``)
+OWN_METHOD_DEEP = fork_edits.OWN_METHOD_DEEP.lstrip("\n")
+
+
+def deeper(method: str, calls_back: bool = False) -> str:
+    """``moved(method)`` as ``_init_metadata_body``, under DEEPER; with ``calls_back``, calling ``_init_metadata``."""
+    body = moved(method).replace("def _init_metadata(", "def _init_metadata_body(")
+    if calls_back:
+        body = body.replace("        max_seq_len =", "        if forward_batch.again:\n"
+                            "            return self._init_metadata(forward_batch)\n        max_seq_len =", 1)
+    return body
+
+
 TWICE = "splits per step, and so does DeepseekV4AttnBackend.init_forward_metadata: twice"
 NEVER = "DeepseekV4AttnBackend.init_forward_metadata gets the whole buffer: never split per step"
 #: per-step methods, caller -> check's state of the DSv4 site, what the written test finds (None: nothing)
@@ -775,6 +837,21 @@ MOVED = {
     "moved, caller splits": ((moved(BEFORE),), MULTI_STEP_AFTER, State.BY_CALLER, None),
     "moved, caller and upstream's split": ((moved(AFTER),), MULTI_STEP_AFTER, State.UNRECOGNISED, TWICE),
     "moved, caller and own method": ((moved(CALLS_OWN_METHOD), OWN_METHOD), MULTI_STEP_AFTER, State.UNRECOGNISED, TWICE),
+    "two deep, no split": ((DEEPER, deeper(BEFORE)), BUILDING_MULTI_STEP, State.TO_PATCH, NEVER),
+    "two deep, upstream's split": ((DEEPER, deeper(AFTER)), BUILDING_MULTI_STEP, State.PATCHED, None),
+    "two deep, caller splits": ((DEEPER, deeper(BEFORE)), MULTI_STEP_AFTER, State.BY_CALLER, None),
+    "two deep, caller and upstream's split": ((DEEPER, deeper(AFTER)), MULTI_STEP_AFTER, State.UNRECOGNISED, TWICE),
+    "two deep, own method two deep": ((DEEPER, deeper(CALLS_OWN_METHOD), OWN_METHOD_DEEP), BUILDING_MULTI_STEP,
+                                      State.TO_PATCH, None),
+    "two deep, caller and own method two deep": ((DEEPER, deeper(CALLS_OWN_METHOD), OWN_METHOD_DEEP),
+                                                 MULTI_STEP_AFTER, State.UNRECOGNISED, TWICE),
+    "calling each other, no split": ((DEEPER_CYCLE, deeper(BEFORE, calls_back=True)), BUILDING_MULTI_STEP,
+                                     State.TO_PATCH, NEVER),
+    "calling each other, caller and upstream's split": ((DEEPER_CYCLE, deeper(AFTER, calls_back=True)),
+                                                        MULTI_STEP_AFTER, State.UNRECOGNISED, TWICE),
+    "own method two deep": ((CALLS_OWN_METHOD.replace("def init_forward_metadata(", "def _init_metadata(").replace(
+        "        self.forward_metadata = metadata\n", "        return metadata\n"), OWN_METHOD_DEEP),
+        BUILDING_MULTI_STEP, State.TO_PATCH, None),
     "decode moved, no split": ((PARTIAL_DECODE.format(loc="forward_batch.out_cache_loc"),), BUILDING_MULTI_STEP,
                                State.TO_PATCH, NEVER),
     "decode moved, own method": ((PARTIAL_DECODE.format(loc="self._get_mtp_decode_out_cache_loc(forward_batch)"),

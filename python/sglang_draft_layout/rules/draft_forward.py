@@ -12,8 +12,9 @@ its metadata, because both read the layout off one helper, which also checks the
 buffer's length.
 
 A fork's own spelling (any ``layout_patterns.out_cache_loc_layouts`` proves equal, a 3-d view
-bound to a local included, statements between it and its move too) is rewritten where it is,
-every split of the method in one apply; a bound view read elsewhere, what it reads rebound
+bound to a local included, statements between it and its move too, the move also in a block
+below the view) is rewritten where it is, every split of the method in one apply; a bound view
+read elsewhere, moved in several statements or inside a loop below it, what it reads rebound
 before its move, or two splits in one statement, are refused.
 
 Not affected: the step-major split of SGLang 0.4.6.post5 and 0.4.7,
@@ -29,7 +30,7 @@ import re
 from typing import Optional
 
 from ..layout_patterns import (
-    PER_STEP_HELPER, WORKERS, Split, factors, helper_calls, holding_statement, is_self_attr, nodes_of,
+    PER_STEP_HELPER, WORKERS, Split, factors, helper_calls, holding_statement, inside, is_self_attr, nodes_of,
     out_cache_loc_layouts, view_reads, view_rebinds,
 )
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State, locate_method
@@ -114,14 +115,32 @@ def _span(outer: ast.expr, inner: ast.expr, end: bool) -> ast.AST:
     return node
 
 
+def _loop_below_view(method: ast.AST, split: Split) -> Optional[ast.stmt]:
+    """The first loop whose body holds the move of ``split``'s bound 3-d view but not the view:
+    the helper written at the move would run on every pass."""
+    loops = [*nodes_of(method, ast.For), *nodes_of(method, ast.AsyncFor), *nodes_of(method, ast.While)]
+    return min((loop for loop in loops if split.view is not None and not inside(split.view, loop)
+                and any(inside(split.node, s) for s in [*loop.body, *loop.orelse])),
+               key=lambda loop: loop.lineno, default=None)
+
+
 def split_refusal(method: ast.AST, splits: list[Split]) -> Optional[tuple[int, str]]:
     """(line, why) when the splits of ``method`` cannot all be rewritten to the helper: a bound 3-d view
-    read again elsewhere, what it reads rebound before its move, or two splits whose edits would meet in
-    one statement; else None."""
+    moved in several statements or inside a loop below it, read again elsewhere, what it reads rebound
+    before its move, or two splits whose edits would meet in one statement; else None."""
     touched: set[int] = set()
     for split in splits:
-        reads = view_reads(method, split)
         name = split.view.targets[0].id if split.view else ""  # type: ignore[attr-defined]
+        shared = [s for s in splits if split.view is not None and s.view is split.view]
+        moves = sorted({holding_statement(method, s.node).lineno for s in shared})
+        if len(moves) > 1:
+            return split.line, (f"the 3-d view `{name}` (line {split.line}) is moved in {len(moves)} places "
+                                f"(lines {', '.join(map(str, moves))}): rewrite the split by hand")
+        loop = _loop_below_view(method, split)
+        if loop is not None:
+            return split.line, (f"the 3-d view `{name}` (line {split.line}) is moved inside a loop "
+                                f"(line {loop.lineno}): rewrite the split by hand")
+        reads = view_reads(method, split)
         if reads:
             return split.line, (f"the 3-d view `{name}` of its split is also read at line {reads[0].lineno}: "
                                 "rewriting the split would remove it")

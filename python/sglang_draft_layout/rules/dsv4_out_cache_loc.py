@@ -14,7 +14,7 @@ split from the flat buffer exactly once on the path multi-step backend -> per-st
 
 A fork's own fix is the same site: a split of its own feeding ``out_cache_loc=`` (inline,
 through a local or a chain of locals each bound once, ``loc = rows[self.speculative_step_id]``,
-or in a method of the class the site calls; any spelling
+or in a method of the class the site calls, at any depth of ``self.`` calls; any spelling
 ``layout_patterns.out_cache_loc_layouts`` proves equal) is rewritten to the helper where it
 is, every such split in the one apply (say one per branch). A caller that already hands each
 step its own row (``DeepseekV4MultiStepBackend.init_forward_metadata`` setting
@@ -27,7 +27,8 @@ keep comment on this method or its statement handing ``out_cache_loc=`` on, or o
 of the class holding the decode branch that it calls, ``layout_patterns.handoff_methods``, or
 ``--keep`` naming it); a keep on the caller keeps the caller's own layout, not the double split.
 The written CPU test (``split_path_problems``) judges the path by the same functions, following
-``init_forward_metadata`` into such a method as this rule finds the decode branch there.
+``init_forward_metadata`` into such a method, at any depth (``layout_patterns.self_reached``), as
+this rule finds the decode branch there.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from typing import Iterator, Optional
 from ..layout_patterns import (
     KEEP_PRAGMA, PER_STEP_HELPER, Split, called_name, comprehension_targets, helper_calls, in_order, inside,
     is_self_attr, keeps_split_once, nodes_of,
-    out_cache_loc_layouts, per_step_rows_set, self_called, split_paths, worker_step_rows,
+    out_cache_loc_layouts, per_step_rows_set, self_called, self_reached, split_paths, worker_step_rows,
 )
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State
 from .draft_forward import split_finding
@@ -120,8 +121,9 @@ def _fed_by(source: Source, method: ast.FunctionDef,
             value: ast.expr) -> tuple[list[Split], list[ast.Call], str, str]:
     """The fork's own per-step split feeding ``out_cache_loc=value``, hand-written or via the helper,
     and where: in ``value``, in the values of the locals it names (and of the chain of locals bound
-    once that those alias), or in a method of the class it calls as ``self.<name>(...)`` there
-    (``where`` "": nothing found); ``why`` not "" when a local of that chain is bound more than once."""
+    once that those alias), or in the first method holding one that it reaches through ``self.<name>(...)``
+    calls there, at any depth (``self_reached``); ``where`` "": nothing found; ``why`` not "" when a
+    local of that chain is bound more than once."""
     names = {n.id for n in in_order(value) if isinstance(n, ast.Name)}
     feeding = [value] + [a.value for a in nodes_of(method, ast.Assign)
                          if any(isinstance(t, ast.Name) and t.id in names for t in a.targets)]
@@ -137,8 +139,10 @@ def _fed_by(source: Source, method: ast.FunctionDef,
     called = {c.func.attr for e in feeding for c in in_order(e)
               if isinstance(c, ast.Call) and is_self_attr(c.func, getattr(c.func, "attr", ""))}
     for callee in self_called(cls, method):
-        if callee.name in called and (out_cache_loc_layouts(callee) or helper_calls(callee)):
-            return out_cache_loc_layouts(callee), helper_calls(callee), callee.name, ""
+        reached = self_reached(cls, callee) if callee.name in called else []
+        for each in (m for m in reached if m is not method):
+            if out_cache_loc_layouts(each) or helper_calls(each):
+                return out_cache_loc_layouts(each), helper_calls(each), each.name, ""
     return [], [], "", ""
 
 

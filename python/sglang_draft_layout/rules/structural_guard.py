@@ -27,7 +27,7 @@ that bake out_cache_loc into their metadata (``layout_patterns.split_paths``; De
 pair is the DSv4 rule's) must split the per-step layout exactly once on that path, in the
 caller (an EAGLE worker's per-step rows counted) or in the per-step backend: twice or never
 is unrecognised. As for DeepSeek-V4, the site is the per-step backend's method, where every
-path's one-step row must arrive (its handoff also in a method of its class it calls,
+path's one-step row must arrive (its handoff also in a method of its class it calls, at any depth,
 ``layout_patterns.handoff_methods``): a keep there (``layout_patterns.keeps_split_once``, or
 ``--keep`` naming it) keeps the paths into it; a keep on a caller keeps its own layout only.
 """
