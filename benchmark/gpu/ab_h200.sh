@@ -17,7 +17,8 @@
 # AB_ARGS for parity: --mode together --cpu-split (each tree's server and client on its own half of
 #   the host's CPUs, the halves swapping trees pair by pair) --config-seconds S (pairs beyond --pairs
 #   while a configuration's measured phase has run less than S s and a pair fits before the deadline),
-#   e.g. start --mode together --cpu-split --config-seconds 300 --concurrencies 32 --configs triton_nocg_k4s3
+#   e.g. start --mode together --cpu-split --config-seconds 500 --concurrencies 32 --configs flashinfer_cg_k1s3@1,8,32 triton_nocg_k4s3
+#   (STEM@1,8,32: a configuration's own concurrencies)
 #   (ab_bench.py's docstring). Keep setup + WAIT_S + packing under the 600 s of one call: WAIT_S <= 500.
 # Either way $OUT gets at most 8 files: setup.txt, patch.txt, console.txt, ab_results.json,
 # ab_summary.md (both rewritten after every measured round), logs.tgz (server logs, memory probe,

@@ -136,7 +136,7 @@ def plot_tokens(records: list[dict], path: str) -> None:
     import matplotlib.pyplot as plt
 
     recs = [r for r in records if r.get("rounds")]
-    fig, axes = plt.subplots(1, len(recs), figsize=(3.6 * len(recs), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(recs), figsize=(3.8 * len(recs), 3.6), squeeze=False)
     for ax, record in zip(axes[0], recs):
         for tree, color in TREE_COLORS.items():
             by_c: dict[int, list[float]] = {}
@@ -156,7 +156,7 @@ def plot_tokens(records: list[dict], path: str) -> None:
         ax.set_xlabel("concurrency")
         ax.set_ylabel("output tokens/s")
         measured = sorted({r["concurrency"] for r in record["rounds"]})
-        ax.set_title(f"{record['config']}, {ab_bench.mode_label(record)} (measured at "
+        ax.set_title(f"{record['config']}, {ab_bench.mode_label(record)}\n(measured at "
                      f"{', '.join(map(str, measured))})", fontsize=9)
         ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
