@@ -534,6 +534,11 @@ NESTED_REFUSED = {
         "        for i in range(self.speculative_num_steps):\n"
         f"            forward_batch.out_cache_loc = {NESTED_MOVE}[i]\n",
         "the 3-d view `rows` (line {view}) is moved inside a loop (line {first}): rewrite the split by hand"),
+    # the test runs on every pass: the helper there would read the buffer the body rebinds
+    "moved in a while loop's test": (
+        f"        while {NESTED_MOVE}.numel() > forward_batch.batch_size:\n"
+        "            out_cache_loc = self.next_buffer()\n",
+        "the 3-d view `rows` (line {view}) is moved inside a loop (line {first}): rewrite the split by hand"),
     "moved in two branches": (
         "        if self.topk == 1:\n"
         "            out_cache_loc = rows.movedim(-1, 0).flatten(1)\n"

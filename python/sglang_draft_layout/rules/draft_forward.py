@@ -116,11 +116,13 @@ def _span(outer: ast.expr, inner: ast.expr, end: bool) -> ast.AST:
 
 
 def _loop_below_view(method: ast.AST, split: Split) -> Optional[ast.stmt]:
-    """The first loop whose body holds the move of ``split``'s bound 3-d view but not the view:
-    the helper written at the move would run on every pass."""
+    """The first loop whose body (or ``while`` test) holds the move of ``split``'s bound 3-d view but
+    not the view: the helper written at the move would run on every pass."""
     loops = [*nodes_of(method, ast.For), *nodes_of(method, ast.AsyncFor), *nodes_of(method, ast.While)]
+    passes = {id(loop): [*loop.body, *loop.orelse, *([loop.test] if isinstance(loop, ast.While) else [])]
+              for loop in loops}
     return min((loop for loop in loops if split.view is not None and not inside(split.view, loop)
-                and any(inside(split.node, s) for s in [*loop.body, *loop.orelse])),
+                and any(inside(split.node, s) for s in passes[id(loop)])),
                key=lambda loop: loop.lineno, default=None)
 
 
