@@ -539,6 +539,18 @@ NESTED_REFUSED = {
         f"        while {NESTED_MOVE}.numel() > forward_batch.batch_size:\n"
         "            out_cache_loc = self.next_buffer()\n",
         "the 3-d view `rows` (line {view}) is moved inside a loop (line {first}): rewrite the split by hand"),
+    # a lambda runs later, a comprehension on every item: the helper there would read the buffer
+    # (and the names they bind) then
+    "moved in a lambda": (
+        "        if self.topk > 0:\n"
+        f"            step_rows = lambda: {NESTED_MOVE}\n"
+        "        out_cache_loc = self.next_buffer()\n",
+        "the 3-d view `rows` (line {view}) is moved inside a lambda (line {second}): rewrite the split by hand"),
+    "moved in a comprehension binding the batch": (
+        "        if self.topk > 0:\n"
+        f"            out_cache_loc = [{NESTED_MOVE} for forward_batch in self.batches]\n",
+        "the 3-d view `rows` (line {view}) is moved inside a comprehension (line {second}): "
+        "rewrite the split by hand"),
     "moved in two branches": (
         "        if self.topk == 1:\n"
         "            out_cache_loc = rows.movedim(-1, 0).flatten(1)\n"

@@ -14,8 +14,8 @@ buffer's length.
 A fork's own spelling (any ``layout_patterns.out_cache_loc_layouts`` proves equal, a 3-d view
 bound to a local included, statements between it and its move too, the move also in a block
 below the view) is rewritten where it is, every split of the method in one apply; a bound view
-read elsewhere, moved in several statements or inside a loop below it, what it reads rebound
-before its move, or two splits in one statement, are refused.
+read elsewhere, moved in several statements, inside a loop below it or inside a lambda or
+comprehension, what it reads rebound before its move, or two splits in one statement, are refused.
 
 Not affected: the step-major split of SGLang 0.4.6.post5 and 0.4.7,
 ``x = x.view(bs, -1)`` then ``x[:, self.topk * i : self.topk * (i + 1)]`` (a
@@ -126,10 +126,27 @@ def _loop_below_view(method: ast.AST, split: Split) -> Optional[ast.stmt]:
                key=lambda loop: loop.lineno, default=None)
 
 
+#: the expressions that run what they hold later or once per item, in a scope of their own
+DEFERRED = {ast.Lambda: "a lambda", ast.ListComp: "a comprehension", ast.SetComp: "a comprehension",
+            ast.DictComp: "a comprehension", ast.GeneratorExp: "a comprehension"}
+
+
+def _deferred_move(method: ast.AST, split: Split) -> Optional[tuple[ast.expr, str]]:
+    """(node, what) of the first lambda or comprehension holding the move of ``split``'s bound 3-d view:
+    the helper written there would run later or on every item, reading the buffer (and the names they
+    bind) then."""
+    if split.view is None:
+        return None
+    found = [n for kind in DEFERRED for n in nodes_of(method, kind) if inside(split.node, n)]
+    first = min(found, key=lambda n: (n.lineno, n.col_offset), default=None)
+    return None if first is None else (first, DEFERRED[type(first)])
+
+
 def split_refusal(method: ast.AST, splits: list[Split]) -> Optional[tuple[int, str]]:
     """(line, why) when the splits of ``method`` cannot all be rewritten to the helper: a bound 3-d view
-    moved in several statements or inside a loop below it, read again elsewhere, what it reads rebound
-    before its move, or two splits whose edits would meet in one statement; else None."""
+    moved in several statements, inside a loop below it or inside a lambda or comprehension, read again
+    elsewhere, what it reads rebound before its move, or two splits whose edits would meet in one statement;
+    else None."""
     touched: set[int] = set()
     for split in splits:
         name = split.view.targets[0].id if split.view else ""  # type: ignore[attr-defined]
@@ -142,6 +159,10 @@ def split_refusal(method: ast.AST, splits: list[Split]) -> Optional[tuple[int, s
         if loop is not None:
             return split.line, (f"the 3-d view `{name}` (line {split.line}) is moved inside a loop "
                                 f"(line {loop.lineno}): rewrite the split by hand")
+        deferred = _deferred_move(method, split)
+        if deferred is not None:
+            return split.line, (f"the 3-d view `{name}` (line {split.line}) is moved inside {deferred[1]} "
+                                f"(line {deferred[0].lineno}): rewrite the split by hand")
         reads = view_reads(method, split)
         if reads:
             return split.line, (f"the 3-d view `{name}` of its split is also read at line {reads[0].lineno}: "
