@@ -568,6 +568,18 @@ NESTED_REFUSED = {
         f"            out_cache_loc = {NESTED_MOVE}\n",
         "`out_cache_loc` is rebound at line {first} between the 3-d view `rows` (line {view}) "
         "and its move (line {second}): rewrite the split by hand"),
+    # the move's own statement binds before the move what the view reads: a match capture, a walrus
+    "the batch captured by the pattern of the move's guard": (
+        "        match self.mode:\n"
+        f"            case (forward_batch, _) if {NESTED_MOVE}.numel():\n"
+        "                out_cache_loc = forward_batch.out_cache_loc\n",
+        "`forward_batch` is rebound at line {second} between the 3-d view `rows` (line {view}) "
+        "and its move (line {second}): rewrite the split by hand"),
+    "the batch bound by a walrus before the move in its statement": (
+        f"        if (forward_batch := self.next_batch) is not None and {NESTED_MOVE}.numel():\n"
+        "            out_cache_loc = forward_batch.out_cache_loc\n",
+        "`forward_batch` is rebound at line {first} between the 3-d view `rows` (line {view}) "
+        "and its move (line {first}): rewrite the split by hand"),
     "the view read by the block's header": (
         "        if rows.numel():\n"
         f"            out_cache_loc = {NESTED_MOVE}\n",

@@ -167,11 +167,11 @@ def split_refusal(method: ast.AST, splits: list[Split]) -> Optional[tuple[int, s
         if reads:
             return split.line, (f"the 3-d view `{name}` of its split is also read at line {reads[0].lineno}: "
                                 "rewriting the split would remove it")
-        rebinds = view_rebinds(split)
+        rebinds = view_rebinds(split, holding_statement(method, split.node))
         if rebinds:
             what, line = rebinds[0]
             return split.line, (f"`{what}` is rebound at line {line} between the 3-d view `{name}` "
-                                f"(line {split.line}) and its move (line {holding_statement(method, split.node).lineno}): "
+                                f"(line {split.line}) and its move (line {split.node.lineno}): "
                                 "rewrite the split by hand")
         statements = split.statements or [holding_statement(method, split.node)] + ([split.view] if split.view else [])
         for stmt in statements:
