@@ -551,6 +551,14 @@ NESTED_REFUSED = {
         f"            out_cache_loc = [{NESTED_MOVE} for forward_batch in self.batches]\n",
         "the 3-d view `rows` (line {view}) is moved inside a comprehension (line {second}): "
         "rewrite the split by hand"),
+    # its errors (a buffer of another length) were raised by the view, before the `try`
+    "moved into a try body with a handler": (
+        "        try:\n"
+        f"            out_cache_loc = {NESTED_MOVE}\n"
+        "        except RuntimeError:\n"
+        "            out_cache_loc = forward_batch.out_cache_loc\n",
+        "the 3-d view `rows` (line {view}) is moved into the body of a `try` (line {first}), whose handlers "
+        "would catch its errors: rewrite the split by hand"),
     "moved in two branches": (
         "        if self.topk == 1:\n"
         "            out_cache_loc = rows.movedim(-1, 0).flatten(1)\n"

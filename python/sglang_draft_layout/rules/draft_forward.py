@@ -14,8 +14,9 @@ buffer's length.
 A fork's own spelling (any ``layout_patterns.out_cache_loc_layouts`` proves equal, a 3-d view
 bound to a local included, statements between it and its move too, the move also in a block
 below the view) is rewritten where it is, every split of the method in one apply; a bound view
-read elsewhere, moved in several statements, inside a loop below it or inside a lambda or
-comprehension, what it reads rebound before its move, or two splits in one statement, are refused.
+read elsewhere, moved in several statements, inside a loop below it, into the body of a ``try``
+below it or inside a lambda or comprehension, what it reads rebound before its move, or two
+splits in one statement, are refused.
 
 Not affected: the step-major split of SGLang 0.4.6.post5 and 0.4.7,
 ``x = x.view(bs, -1)`` then ``x[:, self.topk * i : self.topk * (i + 1)]`` (a
@@ -142,11 +143,20 @@ def _deferred_move(method: ast.AST, split: Split) -> Optional[tuple[ast.expr, st
     return None if first is None else (first, DEFERRED[type(first)])
 
 
+def _try_below_view(method: ast.AST, split: Split) -> Optional[ast.stmt]:
+    """The first ``try`` with handlers whose body holds the move of ``split``'s bound 3-d view but not
+    the view: the view's errors (a buffer of another length), raised before it, would be caught there."""
+    kinds = [ast.Try, *([ast.TryStar] if hasattr(ast, "TryStar") else [])]
+    tries = [node for kind in kinds for node in nodes_of(method, kind)]
+    return min((node for node in tries if split.view is not None and node.handlers and not inside(split.view, node)
+                and any(inside(split.node, s) for s in node.body)), key=lambda node: node.lineno, default=None)
+
+
 def split_refusal(method: ast.AST, splits: list[Split]) -> Optional[tuple[int, str]]:
     """(line, why) when the splits of ``method`` cannot all be rewritten to the helper: a bound 3-d view
-    moved in several statements, inside a loop below it or inside a lambda or comprehension, read again
-    elsewhere, what it reads rebound before its move, or two splits whose edits would meet in one statement;
-    else None."""
+    moved in several statements, inside a loop below it, into the body of a ``try`` below it or inside a lambda
+    or comprehension, read again elsewhere, what it reads rebound before its move, or two splits whose edits
+    would meet in one statement; else None."""
     touched: set[int] = set()
     for split in splits:
         name = split.view.targets[0].id if split.view else ""  # type: ignore[attr-defined]
@@ -159,6 +169,10 @@ def split_refusal(method: ast.AST, splits: list[Split]) -> Optional[tuple[int, s
         if loop is not None:
             return split.line, (f"the 3-d view `{name}` (line {split.line}) is moved inside a loop "
                                 f"(line {loop.lineno}): rewrite the split by hand")
+        guarded = _try_below_view(method, split)
+        if guarded is not None:
+            return split.line, (f"the 3-d view `{name}` (line {split.line}) is moved into the body of a `try` "
+                                f"(line {guarded.lineno}), whose handlers would catch its errors: rewrite the split by hand")
         deferred = _deferred_move(method, split)
         if deferred is not None:
             return split.line, (f"the 3-d view `{name}` (line {split.line}) is moved inside {deferred[1]} "
