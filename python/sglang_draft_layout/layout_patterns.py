@@ -628,7 +628,8 @@ def _bound_by(node: ast.AST) -> List[str]:
 def _bound_ahead(holder: ast.stmt, node: ast.AST) -> Iterator[Tuple[str, int]]:
     """(what, line) of each binding in ``holder``'s own header written before ``node`` in it, so
     made before ``node`` runs: a walrus, a ``match`` capture, a ``with ... as`` target; not
-    ``holder``'s assignment or ``for`` targets (bound after their value) nor a comprehension's."""
+    ``holder``'s assignment or ``for`` targets (bound after their value) nor a comprehension's.
+    """
     targets = [*getattr(holder, "targets", []), getattr(holder, "target", None)]
     skipped = {id(n) for t in targets if t is not None for n in in_order(t)}
     skipped |= comprehension_targets(holder)

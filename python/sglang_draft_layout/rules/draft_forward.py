@@ -116,40 +116,32 @@ def _span(outer: ast.expr, inner: ast.expr, end: bool) -> ast.AST:
     return node
 
 
-def _loop_below_view(method: ast.AST, split: Split) -> Optional[ast.stmt]:
-    """The first loop whose body (or ``while`` test) holds the move of ``split``'s bound 3-d view but
-    not the view: the helper written at the move would run on every pass."""
-    loops = [*nodes_of(method, ast.For), *nodes_of(method, ast.AsyncFor), *nodes_of(method, ast.While)]
-    passes = {id(loop): [*loop.body, *loop.orelse, *([loop.test] if isinstance(loop, ast.While) else [])]
-              for loop in loops}
-    return min((loop for loop in loops if split.view is not None and not inside(split.view, loop)
-                and any(inside(split.node, s) for s in passes[id(loop)])),
-               key=lambda loop: loop.lineno, default=None)
+#: what runs the code it holds otherwise than once, there and then -> how the refusal says the move is in it
+LOOPS = {ast.For: "inside a loop", ast.AsyncFor: "inside a loop", ast.While: "inside a loop"}
+DEFERRED = {ast.Lambda: "inside a lambda", ast.ListComp: "inside a comprehension", ast.SetComp: "inside a comprehension",
+            ast.DictComp: "inside a comprehension", ast.GeneratorExp: "inside a comprehension"}
+TRIES = {kind: "into the body of a `try`" for kind in (ast.Try, getattr(ast, "TryStar", ast.Try))}
 
 
-#: the expressions that run what they hold later or once per item, in a scope of their own
-DEFERRED = {ast.Lambda: "a lambda", ast.ListComp: "a comprehension", ast.SetComp: "a comprehension",
-            ast.DictComp: "a comprehension", ast.GeneratorExp: "a comprehension"}
+def _held_parts(node: ast.AST) -> list[ast.AST]:
+    """The parts of ``node`` (of ``LOOPS``, ``DEFERRED`` or ``TRIES``) where a move is not run once, there and then."""
+    if type(node) in LOOPS:
+        return [*node.body, *node.orelse, *([node.test] if isinstance(node, ast.While) else [])]  # type: ignore[attr-defined]
+    if type(node) in TRIES:
+        return node.body if node.handlers else []  # type: ignore[attr-defined]
+    return [node]
 
 
-def _deferred_move(method: ast.AST, split: Split) -> Optional[tuple[ast.expr, str]]:
-    """(node, what) of the first lambda or comprehension holding the move of ``split``'s bound 3-d view:
-    the helper written there would run later or on every item, reading the buffer (and the names they
-    bind) then."""
+def _moved_into(method: ast.AST, split: Split) -> Optional[tuple[ast.AST, str]]:
+    """(node, how) of the first of these holding the move of ``split``'s bound 3-d view but not the view: a loop's
+    body or ``while`` test (the helper written at the move would run on every pass), a lambda or comprehension (it
+    would run later or on every item, reading the buffer, and the names they bind, then), the body of a ``try``
+    with handlers (the view's errors, a buffer of another length, raised before it, would be caught there)."""
     if split.view is None:
         return None
-    found = [n for kind in DEFERRED for n in nodes_of(method, kind) if inside(split.node, n)]
-    first = min(found, key=lambda n: (n.lineno, n.col_offset), default=None)
-    return None if first is None else (first, DEFERRED[type(first)])
-
-
-def _try_below_view(method: ast.AST, split: Split) -> Optional[ast.stmt]:
-    """The first ``try`` with handlers whose body holds the move of ``split``'s bound 3-d view but not
-    the view: the view's errors (a buffer of another length), raised before it, would be caught there."""
-    kinds = [ast.Try, *([ast.TryStar] if hasattr(ast, "TryStar") else [])]
-    tries = [node for kind in kinds for node in nodes_of(method, kind)]
-    return min((node for node in tries if split.view is not None and node.handlers and not inside(split.view, node)
-                and any(inside(split.node, s) for s in node.body)), key=lambda node: node.lineno, default=None)
+    found = [(node, how) for kind, how in {**LOOPS, **DEFERRED, **TRIES}.items() for node in nodes_of(method, kind)
+             if not inside(split.view, node) and any(inside(split.node, part) for part in _held_parts(node))]
+    return min(found, key=lambda each: (each[0].lineno, each[0].col_offset), default=None)
 
 
 def split_refusal(method: ast.AST, splits: list[Split]) -> Optional[tuple[int, str]]:
@@ -165,18 +157,12 @@ def split_refusal(method: ast.AST, splits: list[Split]) -> Optional[tuple[int, s
         if len(moves) > 1:
             return split.line, (f"the 3-d view `{name}` (line {split.line}) is moved in {len(moves)} places "
                                 f"(lines {', '.join(map(str, moves))}): rewrite the split by hand")
-        loop = _loop_below_view(method, split)
-        if loop is not None:
-            return split.line, (f"the 3-d view `{name}` (line {split.line}) is moved inside a loop "
-                                f"(line {loop.lineno}): rewrite the split by hand")
-        guarded = _try_below_view(method, split)
-        if guarded is not None:
-            return split.line, (f"the 3-d view `{name}` (line {split.line}) is moved into the body of a `try` "
-                                f"(line {guarded.lineno}), whose handlers would catch its errors: rewrite the split by hand")
-        deferred = _deferred_move(method, split)
-        if deferred is not None:
-            return split.line, (f"the 3-d view `{name}` (line {split.line}) is moved inside {deferred[1]} "
-                                f"(line {deferred[0].lineno}): rewrite the split by hand")
+        moved_into = _moved_into(method, split)
+        if moved_into is not None:
+            node, how = moved_into
+            caught = ", whose handlers would catch its errors" if type(node) in TRIES else ""
+            return split.line, (f"the 3-d view `{name}` (line {split.line}) is moved {how} "
+                                f"(line {node.lineno}){caught}: rewrite the split by hand")
         reads = view_reads(method, split)
         if reads:
             return split.line, (f"the 3-d view `{name}` of its split is also read at line {reads[0].lineno}: "
