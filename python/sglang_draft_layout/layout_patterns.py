@@ -538,7 +538,8 @@ def inside(node: ast.AST, outer: ast.AST) -> bool:
 def view_reads(func: ast.AST, split: Split) -> List[ast.Name]:
     """The reads (loads, ``del``) of ``split``'s bound 3-d view other than the split's own:
     any after the view is bound (or anywhere in a loop around it), up to the end of the
-    split's statement when that statement binds the name anew. Removing the view's
+    split's statement when that statement binds the name anew; any in a function, lambda
+    or generator expression of ``func`` (they may run later). Removing the view's
     statement would break them.
     """
     view = split.view
@@ -555,13 +556,17 @@ def view_reads(func: ast.AST, split: Split) -> List[ast.Name]:
         for loop in [*nodes_of(func, ast.For), *nodes_of(func, ast.While)]
         if inside(view, loop)
     ]
+    deferring = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.GeneratorExp)
+    later = [n for k in deferring for n in nodes_of(func, k) if n is not func]
     reads = []
     for read in nodes_of(func, ast.Name):
         if read.id != name or isinstance(read.ctx, ast.Store) or read is receiver:
             continue
         if inside(read, view):
             continue  # the view's own value (``x = x.view(...)``)
-        if rebinds:
+        if any(inside(read, node) for node in later):
+            seen = True
+        elif rebinds:
             seen = _end(view) <= _start(read) and _end(read) <= _end(holder)
         else:
             seen = _end(view) <= _start(read) or any(
