@@ -538,7 +538,8 @@ def inside(node: ast.AST, outer: ast.AST) -> bool:
 def view_reads(func: ast.AST, split: Split) -> List[ast.Name]:
     """The reads (loads, ``del``) of ``split``'s bound 3-d view other than the split's own:
     any after the view is bound (or anywhere in a loop around it), up to the end of the
-    split's statement when that statement binds the name anew. Removing the view's
+    split's statement when that statement binds the name anew; any in a function, lambda
+    or generator expression of ``func`` (they may run later). Removing the view's
     statement would break them.
     """
     view = split.view
@@ -555,13 +556,17 @@ def view_reads(func: ast.AST, split: Split) -> List[ast.Name]:
         for loop in [*nodes_of(func, ast.For), *nodes_of(func, ast.While)]
         if inside(view, loop)
     ]
+    deferring = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.GeneratorExp)
+    later = [n for k in deferring for n in nodes_of(func, k) if n is not func]
     reads = []
     for read in nodes_of(func, ast.Name):
         if read.id != name or isinstance(read.ctx, ast.Store) or read is receiver:
             continue
         if inside(read, view):
             continue  # the view's own value (``x = x.view(...)``)
-        if rebinds:
+        if any(inside(read, node) for node in later):
+            seen = True
+        elif rebinds:
             seen = _end(view) <= _start(read) and _end(read) <= _end(holder)
         else:
             seen = _end(view) <= _start(read) or any(
@@ -593,41 +598,64 @@ def _bindings(
     those written before it."""
     inner = comprehension_targets(stmt)
     for node in in_order(stmt):
-        names: List[str] = []
         if id(node) in inner:
             continue
-        if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)):
-            if not isinstance(node.ctx, ast.Load):
-                names = [ast.unparse(node)]
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names = [node.name]
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [a.asname or a.name.split(".")[0] for a in node.names]
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            names = list(node.names)
-        elif isinstance(node, ast.ExceptHandler) or type(node).__name__ in (
-            "MatchAs",
-            "MatchStar",
-            "MatchMapping",
-        ):
-            names = [
-                getattr(node, field)
-                for field in ("name", "rest")
-                if isinstance(getattr(node, field, None), str)
-            ]
+        names = _bound_by(node)
         if names and until is not None and _start(node) >= _start(until):
             continue
         for name in names:
             yield name, node.lineno
 
 
-def view_rebinds(split: Split) -> List[Tuple[str, int]]:
+def _bound_by(node: ast.AST) -> List[str]:
+    """What ``node`` itself binds or deletes (``_bindings``)."""
+    if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)):
+        return [] if isinstance(node.ctx, ast.Load) else [ast.unparse(node)]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [a.asname or a.name.split(".")[0] for a in node.names]
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return list(node.names)
+    if isinstance(node, ast.ExceptHandler) or type(node).__name__ in (
+        "MatchAs",
+        "MatchStar",
+        "MatchMapping",
+    ):
+        return [
+            getattr(node, field)
+            for field in ("name", "rest")
+            if isinstance(getattr(node, field, None), str)
+        ]
+    return []
+
+
+def _bound_ahead(holder: ast.stmt, node: ast.AST) -> Iterator[Tuple[str, int]]:
+    """(what, line) of each binding in ``holder``'s own header written before ``node`` in it, so
+    made before ``node`` runs: a walrus, a ``match`` capture, a ``with ... as`` target; not
+    ``holder``'s assignment or ``for`` targets (bound after their value) nor a comprehension's.
+    """
+    targets = [*getattr(holder, "targets", []), getattr(holder, "target", None)]
+    skipped = {id(n) for t in targets if t is not None for n in in_order(t)}
+    skipped |= comprehension_targets(holder)
+    for each in _header_nodes(holder):
+        if id(each) in skipped or not hasattr(each, "lineno"):
+            continue
+        if _start(each) < _start(node):
+            for name in _bound_by(each):
+                yield name, each.lineno
+
+
+def view_rebinds(
+    split: Split, holder: Optional[ast.stmt] = None
+) -> List[Tuple[str, int]]:
     """(what, line) of each binding, in the statements between ``split``'s bound 3-d view
     and its move (in the ``Split.block`` holding the move, everything written before the
-    move's statement: headers, earlier statements and branches), of the view's local or of
-    what the view reads (the buffer, the batch size, ``self.topk`` or a local for it, ...;
-    an attribute or item of them too). Removing the view's statement would then split other
-    values than the fork's.
+    move's statement: headers, earlier statements and branches; with ``holder``, the move's
+    statement, what its header binds before the move, ``_bound_ahead``), of the view's
+    local or of what the view reads (the buffer, the batch size, ``self.topk`` or a local
+    for it, ...; an attribute or item of them too). Removing the view's statement would
+    then split other values than the fork's.
     """
     if split.view is None:
         return []
@@ -642,10 +670,11 @@ def view_rebinds(split: Split) -> List[Tuple[str, int]]:
     ]
     if split.block is not None:
         scanned.append((split.block, holding_statement(split.block, split.node)))
+    bound = [b for stmt, until in scanned for b in _bindings(stmt, until)]
+    bound += _bound_ahead(holder, split.node) if holder is not None else []
     return [
         (name, line)
-        for stmt, until in scanned
-        for name, line in _bindings(stmt, until)
+        for name, line in bound
         if any(r == name or r.startswith((name + ".", name + "[")) for r in read)
     ]
 

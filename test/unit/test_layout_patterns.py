@@ -190,6 +190,10 @@ VIEW_READS = {  # the body, the lines (the def is line 1) reading the bound 3-d 
     "its name read before it is bound": (f"r = o\nz = r.sum()\n{BOUND.replace('o.view', 'r.view')}x = {MOVED}", []),
     "read between it and its split": (f"{BOUND}z = r.sum()\nx = {MOVED}", [3]),
     "read between it and its split rebinding it": (f"{BOUND}z = r.sum()\nr = {MOVED}", [3]),
+    # a function, lambda or generator written before it runs later: it may read the view
+    "read before it by a def": (f"def show():\n    return r.shape\n{BOUND}x = {MOVED}\nshow()", [3]),
+    "read before it by a lambda": (f"show = lambda: r.shape\n{BOUND}if n:\n    x = {MOVED}", [2]),
+    "read before it by a generator": (f"g = (r[j] for j in n)\n{BOUND}x = {MOVED}", [2]),
     "read before it in a loop": ("for i in n:\n    z = r[0]\n" + textwrap.indent(f"{BOUND}x = {MOVED}", "    "), [3]),
     "read by the header of its move's block": (f"{BOUND}if r.numel():\n    x = {MOVED}", [3]),
     "read after its move's block": (f"{BOUND}if n:\n    x = {MOVED}\ny = r[:, 0]", [5]),

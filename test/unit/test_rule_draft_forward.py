@@ -534,6 +534,31 @@ NESTED_REFUSED = {
         "        for i in range(self.speculative_num_steps):\n"
         f"            forward_batch.out_cache_loc = {NESTED_MOVE}[i]\n",
         "the 3-d view `rows` (line {view}) is moved inside a loop (line {first}): rewrite the split by hand"),
+    # the test runs on every pass: the helper there would read the buffer the body rebinds
+    "moved in a while loop's test": (
+        f"        while {NESTED_MOVE}.numel() > forward_batch.batch_size:\n"
+        "            out_cache_loc = self.next_buffer()\n",
+        "the 3-d view `rows` (line {view}) is moved inside a loop (line {first}): rewrite the split by hand"),
+    # a lambda runs later, a comprehension on every item: the helper there would read the buffer
+    # (and the names they bind) then
+    "moved in a lambda": (
+        "        if self.topk > 0:\n"
+        f"            step_rows = lambda: {NESTED_MOVE}\n"
+        "        out_cache_loc = self.next_buffer()\n",
+        "the 3-d view `rows` (line {view}) is moved inside a lambda (line {second}): rewrite the split by hand"),
+    "moved in a comprehension binding the batch": (
+        "        if self.topk > 0:\n"
+        f"            out_cache_loc = [{NESTED_MOVE} for forward_batch in self.batches]\n",
+        "the 3-d view `rows` (line {view}) is moved inside a comprehension (line {second}): "
+        "rewrite the split by hand"),
+    # its errors (a buffer of another length) were raised by the view, before the `try`
+    "moved into a try body with a handler": (
+        "        try:\n"
+        f"            out_cache_loc = {NESTED_MOVE}\n"
+        "        except RuntimeError:\n"
+        "            out_cache_loc = forward_batch.out_cache_loc\n",
+        "the 3-d view `rows` (line {view}) is moved into the body of a `try` (line {first}), whose handlers "
+        "would catch its errors: rewrite the split by hand"),
     "moved in two branches": (
         "        if self.topk == 1:\n"
         "            out_cache_loc = rows.movedim(-1, 0).flatten(1)\n"
@@ -551,6 +576,18 @@ NESTED_REFUSED = {
         f"            out_cache_loc = {NESTED_MOVE}\n",
         "`out_cache_loc` is rebound at line {first} between the 3-d view `rows` (line {view}) "
         "and its move (line {second}): rewrite the split by hand"),
+    # the move's own statement binds before the move what the view reads: a match capture, a walrus
+    "the batch captured by the pattern of the move's guard": (
+        "        match self.mode:\n"
+        f"            case (forward_batch, _) if {NESTED_MOVE}.numel():\n"
+        "                out_cache_loc = forward_batch.out_cache_loc\n",
+        "`forward_batch` is rebound at line {second} between the 3-d view `rows` (line {view}) "
+        "and its move (line {second}): rewrite the split by hand"),
+    "the batch bound by a walrus before the move in its statement": (
+        f"        if (forward_batch := self.next_batch) is not None and {NESTED_MOVE}.numel():\n"
+        "            out_cache_loc = forward_batch.out_cache_loc\n",
+        "`forward_batch` is rebound at line {first} between the 3-d view `rows` (line {view}) "
+        "and its move (line {first}): rewrite the split by hand"),
     "the view read by the block's header": (
         "        if rows.numel():\n"
         f"            out_cache_loc = {NESTED_MOVE}\n",

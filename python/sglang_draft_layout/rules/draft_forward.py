@@ -14,8 +14,9 @@ buffer's length.
 A fork's own spelling (any ``layout_patterns.out_cache_loc_layouts`` proves equal, a 3-d view
 bound to a local included, statements between it and its move too, the move also in a block
 below the view) is rewritten where it is, every split of the method in one apply; a bound view
-read elsewhere, moved in several statements or inside a loop below it, what it reads rebound
-before its move, or two splits in one statement, are refused.
+read elsewhere, moved in several statements, inside a loop below it, into the body of a ``try``
+below it or inside a lambda or comprehension, what it reads rebound before its move, or two
+splits in one statement, are refused.
 
 Not affected: the step-major split of SGLang 0.4.6.post5 and 0.4.7,
 ``x = x.view(bs, -1)`` then ``x[:, self.topk * i : self.topk * (i + 1)]`` (a
@@ -115,19 +116,39 @@ def _span(outer: ast.expr, inner: ast.expr, end: bool) -> ast.AST:
     return node
 
 
-def _loop_below_view(method: ast.AST, split: Split) -> Optional[ast.stmt]:
-    """The first loop whose body holds the move of ``split``'s bound 3-d view but not the view:
-    the helper written at the move would run on every pass."""
-    loops = [*nodes_of(method, ast.For), *nodes_of(method, ast.AsyncFor), *nodes_of(method, ast.While)]
-    return min((loop for loop in loops if split.view is not None and not inside(split.view, loop)
-                and any(inside(split.node, s) for s in [*loop.body, *loop.orelse])),
-               key=lambda loop: loop.lineno, default=None)
+#: what runs the code it holds otherwise than once, there and then -> how the refusal says the move is in it
+LOOPS = {ast.For: "inside a loop", ast.AsyncFor: "inside a loop", ast.While: "inside a loop"}
+DEFERRED = {ast.Lambda: "inside a lambda", ast.ListComp: "inside a comprehension", ast.SetComp: "inside a comprehension",
+            ast.DictComp: "inside a comprehension", ast.GeneratorExp: "inside a comprehension"}
+TRIES = {kind: "into the body of a `try`" for kind in (ast.Try, getattr(ast, "TryStar", ast.Try))}
+
+
+def _held_parts(node: ast.AST) -> list[ast.AST]:
+    """The parts of ``node`` (of ``LOOPS``, ``DEFERRED`` or ``TRIES``) where a move is not run once, there and then."""
+    if type(node) in LOOPS:
+        return [*node.body, *node.orelse, *([node.test] if isinstance(node, ast.While) else [])]  # type: ignore[attr-defined]
+    if type(node) in TRIES:
+        return node.body if node.handlers else []  # type: ignore[attr-defined]
+    return [node]
+
+
+def _moved_into(method: ast.AST, split: Split) -> Optional[tuple[ast.AST, str]]:
+    """(node, how) of the first of these holding the move of ``split``'s bound 3-d view but not the view: a loop's
+    body or ``while`` test (the helper written at the move would run on every pass), a lambda or comprehension (it
+    would run later or on every item, reading the buffer, and the names they bind, then), the body of a ``try``
+    with handlers (the view's errors, a buffer of another length, raised before it, would be caught there)."""
+    if split.view is None:
+        return None
+    found = [(node, how) for kind, how in {**LOOPS, **DEFERRED, **TRIES}.items() for node in nodes_of(method, kind)
+             if not inside(split.view, node) and any(inside(split.node, part) for part in _held_parts(node))]
+    return min(found, key=lambda each: (each[0].lineno, each[0].col_offset), default=None)
 
 
 def split_refusal(method: ast.AST, splits: list[Split]) -> Optional[tuple[int, str]]:
     """(line, why) when the splits of ``method`` cannot all be rewritten to the helper: a bound 3-d view
-    moved in several statements or inside a loop below it, read again elsewhere, what it reads rebound
-    before its move, or two splits whose edits would meet in one statement; else None."""
+    moved in several statements, inside a loop below it, into the body of a ``try`` below it or inside a lambda
+    or comprehension, read again elsewhere, what it reads rebound before its move, or two splits whose edits
+    would meet in one statement; else None."""
     touched: set[int] = set()
     for split in splits:
         name = split.view.targets[0].id if split.view else ""  # type: ignore[attr-defined]
@@ -136,19 +157,21 @@ def split_refusal(method: ast.AST, splits: list[Split]) -> Optional[tuple[int, s
         if len(moves) > 1:
             return split.line, (f"the 3-d view `{name}` (line {split.line}) is moved in {len(moves)} places "
                                 f"(lines {', '.join(map(str, moves))}): rewrite the split by hand")
-        loop = _loop_below_view(method, split)
-        if loop is not None:
-            return split.line, (f"the 3-d view `{name}` (line {split.line}) is moved inside a loop "
-                                f"(line {loop.lineno}): rewrite the split by hand")
+        moved_into = _moved_into(method, split)
+        if moved_into is not None:
+            node, how = moved_into
+            caught = ", whose handlers would catch its errors" if type(node) in TRIES else ""
+            return split.line, (f"the 3-d view `{name}` (line {split.line}) is moved {how} "
+                                f"(line {node.lineno}){caught}: rewrite the split by hand")
         reads = view_reads(method, split)
         if reads:
             return split.line, (f"the 3-d view `{name}` of its split is also read at line {reads[0].lineno}: "
                                 "rewriting the split would remove it")
-        rebinds = view_rebinds(split)
+        rebinds = view_rebinds(split, holding_statement(method, split.node))
         if rebinds:
             what, line = rebinds[0]
             return split.line, (f"`{what}` is rebound at line {line} between the 3-d view `{name}` "
-                                f"(line {split.line}) and its move (line {holding_statement(method, split.node).lineno}): "
+                                f"(line {split.line}) and its move (line {split.node.lineno}): "
                                 "rewrite the split by hand")
         statements = split.statements or [holding_statement(method, split.node)] + ([split.view] if split.view else [])
         for stmt in statements:
