@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import difflib
 import fcntl
@@ -131,12 +132,21 @@ def render(path: Path, source: Source, findings: Sequence[Finding], line_length:
     try:
         code = apply_edits(source, [e for f in to_patch for e in f.edits])
     except AnchorError as error:
-        raise PatchError(f"{path}:{error.node.lineno}: an edit's anchor maps to no libcst node (a rule bug); "
-                         "nothing written") from None
+        raise PatchError(f"{path}:{error.node.lineno}: {_unanchored(source, error.node)}; nothing written") from None
     except cst.ParserSyntaxError as error:
         raise TargetError(f"{path}:{error.raw_line}: not valid Python ({error.message.splitlines()[0]}); "
                           "nothing written") from None
     return add_imports(code, sorted({i for f in to_patch for i in f.imports}), line_length)
+
+
+def _unanchored(source: Source, node: ast.AST) -> str:
+    """Why libcst has no node for an edit's anchor: a statement sharing its line with another (a
+    `;` or a one-line block, which libcst keeps as one line), else a rule bug."""
+    line = getattr(node, "lineno", None)
+    if sum(isinstance(s, ast.stmt) and s.lineno == line for s in ast.walk(source.tree)) > 1:
+        return ("more than one statement on this line (`;` or a one-line block): put each on a line of "
+                "its own, as black does, then apply again")
+    return "an edit's anchor maps to no libcst node (a rule bug)"
 
 
 def _parse(path: Path, relative: str, code: str, classes: Optional[Collection[str]] = None) -> Source:

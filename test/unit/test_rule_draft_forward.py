@@ -653,3 +653,24 @@ def test_two_splits_in_one_statement_are_refused(sglang_tree):
     assert (finding.state, finding.line, finding.detail) == (
         State.UNRECOGNISED, line, f"two per-step out_cache_loc splits in one statement (line {line}): rewrite them by hand")
     assert plan.changes == ()
+
+
+@pytest.mark.parametrize("layout", [
+    "        out_cache_loc = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps); "
+    "out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)\n",
+    "        if self.speculative_num_steps > 1: out_cache_loc = out_cache_loc.reshape(\n"
+    "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+    "        ).permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)\n",
+])
+def test_a_split_sharing_its_line_is_refused_naming_the_line(sglang_tree, layout):
+    """libcst keeps `;`-joined statements and a one-line block as one line: apply says so (a line
+    black would split), not "a rule bug", and writes nothing."""
+    text = worker_module(CLS, _draft_forward(layout))
+    sglang_tree.write(WORKER_V2, text)
+    before = sglang_tree.snapshot()
+    code, out, err = sglang_tree.cli("apply")
+    assert (code, out) == (2, "")
+    assert err == (f"error: {sglang_tree.path(WORKER_V2)}:{line_of(text, 'out_cache_loc = out_cache_loc.reshape(')}: "
+                   "more than one statement on this line (`;` or a one-line block): put each on a line of its own, "
+                   "as black does, then apply again; nothing written\n")
+    assert sglang_tree.snapshot() == before
