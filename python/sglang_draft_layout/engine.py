@@ -257,6 +257,7 @@ def _plan(target: Target, rules: Sequence[Rule], render_changes: bool,
     sources, stored = _sources(target, rules, gate)
     for source in sources.values():
         source.others = sources  # the callers a rule looks at (``Rule.reads``)
+        source.line_length = target.line_length
     guarded = [rule for relative, source in sources.items()
                for rule in guard_rules(relative, source, _named_classes(relative))]
     by_file = _rules_by_file([*rules, *guarded])
@@ -406,6 +407,7 @@ def _patched_bytes(target: Target, path: Path, data: bytes) -> Optional[bytes]:
         stored = StoredText.decode(path, data)
         whole = any(rule.scope == MODULE_SCOPE for rule in RULES if rule.file == relative)
         source = _parse(path, relative, stored.text, None if whole else _read_classes(relative))
+        source.line_length = target.line_length
         file_rules = [rule for rule in RULES if rule.file == relative]
         file_rules += guard_rules(relative, source, _named_classes(relative))
         findings = [rule.find(rule, source) for rule in file_rules]

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import black
 import pytest
 
 from rule_test_support import (
@@ -437,6 +438,43 @@ FORK_SPELLINGS = {
         + helper_call(pad="            ").replace("out_cache_loc = ", "return ").replace(
             "            )\n", "            )[0]\n"),
     ),
+    "an attribute target, its value in parentheses (black's form of a long line)": (
+        "        self.draft_step_out_cache_loc_rows_for_every_speculative_decoding_step = (\n"
+        "            out_cache_loc.reshape(\n"
+        "                forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+        "            )\n"
+        "            .permute(2, 0, 1)\n"
+        "            .reshape(self.speculative_num_steps, -1)\n"
+        "        )\n",
+        "        self.draft_step_out_cache_loc_rows_for_every_speculative_decoding_step = (\n"
+        + helper_call(target="", pad="            ").replace(" = per_step", "per_step")
+        + "        )\n",
+    ),
+    "an attribute target too long for parentheses to help": (
+        "        self.draft_step_out_cache_loc_rows_for_every_one_of_the_speculative_decoding_steps_here = (\n"
+        "            out_cache_loc.reshape(bs, self.topk, self.speculative_num_steps)\n"
+        "            .permute(2, 0, 1)\n"
+        "            .reshape(self.speculative_num_steps, -1)\n"
+        "        )\n",
+        helper_call(target="self.draft_step_out_cache_loc_rows_for_every_one_of_the_speculative_decoding_steps_here",
+                    batch_size="bs"),
+    ),
+    "a local name long enough for parentheses": (
+        "        step_rows_of_the_draft_out_cache_loc_buffer_one_per_speculative_step = (\n"
+        "            out_cache_loc.reshape(\n"
+        "                forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+        "            )\n"
+        "        )\n"
+        "        step_rows_of_the_draft_out_cache_loc_buffer_one_per_speculative_step = step_rows_of_the_draft_"
+        "out_cache_loc_buffer_one_per_speculative_step.permute(\n"
+        "            2, 0, 1\n"
+        "        ).reshape(\n"
+        "            self.speculative_num_steps, -1\n"
+        "        )\n",
+        "        step_rows_of_the_draft_out_cache_loc_buffer_one_per_speculative_step = (\n"
+        + helper_call(target="", pad="            ").replace(" = per_step", "per_step")
+        + "        )\n",
+    ),
     "movedim in a subscripted chain, width a local": (
         "        step_width = self.topk * forward_batch.batch_size\n"
         "        first = (\n"
@@ -460,6 +498,20 @@ def test_each_spelling_is_rewritten_to_the_helper(sglang_tree, before, after):
     assert sglang_tree.apply([RULE]).findings[0].state is State.TO_PATCH
     assert sglang_tree.read(WORKER_V2) == worker_module(CLS, _draft_forward(after), header=HEADER_AFTER)
     sglang_tree.assert_idempotent([RULE])
+    if black_clean(worker_module(CLS, _draft_forward(before))):  # black's input gives black's output
+        assert black_clean(sglang_tree.read(WORKER_V2))
+
+
+def black_clean(code: str) -> bool:
+    return black.format_str(code, mode=black.Mode()) == code
+
+
+def test_black_clean_spellings_are_among_those_above():
+    """The black check above runs on most spellings, the long-target ones included."""
+    clean = [name for name, (before, _) in SPELLINGS.items() if black_clean(worker_module(CLS, _draft_forward(before)))]
+    assert len(clean) >= 11 and {name for name in clean if "long" in name} == {
+        "an attribute target, its value in parentheses (black's form of a long line)",
+        "an attribute target too long for parentheses to help", "a local name long enough for parentheses"}
 
 
 def test_a_split_inside_a_call_is_rewritten_in_place(sglang_tree):

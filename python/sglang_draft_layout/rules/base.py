@@ -110,6 +110,8 @@ class Source:
     #: the tree's other files as the engine read them (relative path -> Source), for rules that
     #: look at a site's callers elsewhere; empty when the file is judged alone
     others: dict[str, "Source"] = {}
+    #: the tree's black line length (``Target.line_length``), for a rule writing a long line as black would
+    line_length: int = 88
 
     def __init__(self, path: str, code: str) -> None:
         self.path = path

@@ -60,7 +60,7 @@ def helper_edit(source: Source, method: ast.AST, split: Split) -> list[Edit]:
     texts = {name: source.text(getattr(split, name)) for name in ("buffer", "batch_size", "topk", "num_steps")}
     if split.statements:
         target = split.statements[0].targets[0].id  # type: ignore[attr-defined]
-        new = f"{target} = " + CALL.format(pad="", **texts) + "\n"
+        new = _assigned_call(source, split.statements[0], f"{target} = ", texts)
         return [Edit(split.statements[0], replace=new, absorb=tuple(split.statements[1:]))]
     holder = holding_statement(method, split.node)
     edit = _statement_anew(source, holder, split, texts)
@@ -72,14 +72,15 @@ def helper_edit(source: Source, method: ast.AST, split: Split) -> list[Edit]:
 
 
 def _statement_anew(source: Source, holder: ast.stmt, split: Split, texts: dict[str, str]) -> Optional[Edit]:
-    """``x = <...>``, ``x: T = <...>`` or ``return <...>`` holding the split on the lines of its value: the
-    statement anew with the helper call, parentheses around its value dropped (None for any other statement)."""
+    """``x = <...>`` (any one target: ``self.x``, ``rows[i]``), ``x: T = <...>`` or ``return <...>`` holding the
+    split on the lines of its value: the statement anew with the helper call, parentheses around its value
+    dropped (None for any other statement)."""
     head = "return " if isinstance(holder, ast.Return) else ""
-    if isinstance(holder, ast.Assign) and len(holder.targets) == 1 and isinstance(holder.targets[0], ast.Name):
-        head = f"{holder.targets[0].id} = "
-    if isinstance(holder, ast.AnnAssign) and isinstance(holder.target, ast.Name):
-        head = f"{holder.target.id}: {source.text(holder.annotation)} = "
-    if not head or holder.value is None:
+    if isinstance(holder, ast.Assign) and len(holder.targets) == 1:
+        head = f"{source.text(holder.targets[0])} = "
+    if isinstance(holder, ast.AnnAssign):
+        head = f"{source.text(holder.target)}: {source.text(holder.annotation)} = "
+    if not head or "\n" in head or holder.value is None:
         return None
     value = source.text(holder.value)
     start = len(source.text(_span(holder.value, split.node, end=False)))
@@ -87,7 +88,18 @@ def _statement_anew(source: Source, holder: ast.stmt, split: Split, texts: dict[
     before, after = value[:start], _on_one_line(value[end:])
     if "\n" in before or after is None:
         return None
-    return Edit(holder, replace=head + before + CALL.format(pad="", **texts) + after + "\n")
+    return Edit(holder, replace=_assigned_call(source, holder, head + before, texts, after))
+
+
+def _assigned_call(source: Source, stmt: ast.stmt, head: str, texts: dict[str, str], after: str = "") -> str:
+    """``stmt`` anew as ``head`` + the helper call + ``after``, as black writes it: a plain
+    ``x = <call>`` whose first line does not fit the line length but fits as ``x = (`` gets the
+    call in parentheses, one level in."""
+    indent = len(_indent(source.lines[stmt.lineno - 1]))
+    if not after and head.endswith(" = ") and \
+            indent + len(head) + len(CALL.split("\n")[0]) > source.line_length >= indent + len(head) + 1:
+        return f"{head}(\n    {CALL.format(pad='    ', **texts)}\n)\n"
+    return head + CALL.format(pad="", **texts) + after + "\n"
 
 
 def _on_one_line(text: str) -> Optional[str]:
