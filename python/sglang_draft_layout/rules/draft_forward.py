@@ -67,7 +67,7 @@ def helper_edit(source: Source, method: ast.AST, split: Split) -> list[Edit]:
     if edit is not None:
         return [edit] if split.view is None else [Edit(holder, replace=edit.replace, absorb=(split.view,))]
     pad = _indent(source.lines[split.node.lineno - 1])[len(_indent(source.lines[holder.lineno - 1])):]
-    in_place = Edit(split.node, replace=CALL.format(pad=pad, **texts))
+    in_place = Edit(split.node, replace=_one_line_call(source, holder, split, texts) or CALL.format(pad=pad, **texts))
     return [in_place] if split.view is None else [in_place, Edit(holder, absorb=(split.view,))]
 
 
@@ -88,7 +88,22 @@ def _statement_anew(source: Source, holder: ast.stmt, split: Split, texts: dict[
     before, after = value[:start], _on_one_line(value[end:])
     if "\n" in before or after is None:
         return None
+    if before or after:  # inside an expression of the statement
+        call = _one_line_call(source, holder, split, texts)
+        if call:
+            return Edit(holder, replace=head + before + call + after + "\n")
     return Edit(holder, replace=_assigned_call(source, holder, head + before, texts, after))
+
+
+def _one_line_call(source: Source, holder: ast.stmt, split: Split, texts: dict[str, str]) -> Optional[str]:
+    """The helper call on one line, for a split inside an expression of a one-line statement that
+    still fits the line length with it, as black leaves such a line (exploded there, the call would
+    make black explode what holds it too); else None."""
+    line = source.lines[holder.lineno - 1].rstrip("\n")
+    call = f"{PER_STEP_HELPER}({', '.join(texts.values())})"
+    if holder.end_lineno != holder.lineno or len(line) - len(source.text(split.node)) + len(call) > source.line_length:
+        return None
+    return call
 
 
 def _assigned_call(source: Source, stmt: ast.stmt, head: str, texts: dict[str, str], after: str = "") -> str:
