@@ -1,3 +1,3 @@
 """Bring SGLang trees up to upstream's shared multi-step EAGLE draft layout helpers."""
 
-__version__ = "0.4.0"
+__version__ = "0.5.0"
