@@ -132,21 +132,29 @@ def render(path: Path, source: Source, findings: Sequence[Finding], line_length:
     try:
         code = apply_edits(source, [e for f in to_patch for e in f.edits])
     except AnchorError as error:
-        raise PatchError(f"{path}:{error.node.lineno}: {_unanchored(source, error.node)}; nothing written") from None
+        raise PatchError(f"{path}:{error.node.lineno}: an edit's anchor maps to no libcst node (a rule bug); "
+                         "nothing written") from None
     except cst.ParserSyntaxError as error:
         raise TargetError(f"{path}:{error.raw_line}: not valid Python ({error.message.splitlines()[0]}); "
                           "nothing written") from None
     return add_imports(code, sorted({i for f in to_patch for i in f.imports}), line_length)
 
 
-def _unanchored(source: Source, node: ast.AST) -> str:
-    """Why libcst has no node for an edit's anchor: a statement sharing its line with another (a
-    `;` or a one-line block, which libcst keeps as one line), else a rule bug."""
-    line = getattr(node, "lineno", None)
-    if sum(isinstance(s, ast.stmt) and s.lineno == line for s in ast.walk(source.tree)) > 1:
-        return ("more than one statement on this line (`;` or a one-line block): put each on a line of "
-                "its own, as black does, then apply again")
-    return "an edit's anchor maps to no libcst node (a rule bug)"
+#: why a site whose statement shares its line is unrecognised (libcst keeps such a line whole)
+SHARED_LINE = "more than one statement on this line (`;` or a one-line block): put each on a line of its own, as black does"
+
+
+def _own_lines(finding: Finding, source: Optional[Source]) -> Finding:
+    """A site to patch whose edits touch a statement sharing its line with another statement is
+    unrecognised there: the rewrite edits whole statements, and such a line is one to libcst."""
+    if source is None or finding.state is not State.TO_PATCH:
+        return finding
+    touched = [node for edit in finding.edits for node in (edit.node, *edit.absorb) if isinstance(node, ast.stmt)]
+    if not touched:
+        return finding
+    starts = [s.lineno for s in ast.walk(source.tree) if isinstance(s, ast.stmt)]
+    shared = sorted(node.lineno for node in touched if starts.count(node.lineno) > 1)
+    return replace(finding, state=State.UNRECOGNISED, line=shared[0], detail=SHARED_LINE, edits=()) if shared else finding
 
 
 def _parse(path: Path, relative: str, code: str, classes: Optional[Collection[str]] = None) -> Source:
@@ -268,7 +276,8 @@ def _plan(target: Target, rules: Sequence[Rule], render_changes: bool,
     created = _modules_to_create(findings, target)
     findings = [
         replace(f, state=State.TO_PATCH, detail=helper_definitions.TO_CREATE.format(file=f.rule.file))
-        if f.rule.file in created else _kept(_helper_module_missing(f, target, created), sources.get(f.rule.file), keep)
+        if f.rule.file in created else _kept(_own_lines(_helper_module_missing(f, target, created), sources.get(f.rule.file)),
+                                             sources.get(f.rule.file), keep)
         for f in findings
     ]
     for relative, file_rules in by_file.items():
@@ -410,7 +419,7 @@ def _patched_bytes(target: Target, path: Path, data: bytes) -> Optional[bytes]:
         source.line_length = target.line_length
         file_rules = [rule for rule in RULES if rule.file == relative]
         file_rules += guard_rules(relative, source, _named_classes(relative))
-        findings = [rule.find(rule, source) for rule in file_rules]
+        findings = [_own_lines(rule.find(rule, source), source) for rule in file_rules]
         if any(f.state is State.UNRECOGNISED for f in findings) or not any(f.state is State.TO_PATCH for f in findings):
             return None
         return _file_change(path, relative, stored, source, findings, file_rules, target.line_length).after

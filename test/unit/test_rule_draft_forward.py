@@ -731,15 +731,12 @@ def test_two_splits_in_one_statement_are_refused(sglang_tree):
     "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
     "        ).permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)\n",
 ])
-def test_a_split_sharing_its_line_is_refused_naming_the_line(sglang_tree, layout):
-    """libcst keeps `;`-joined statements and a one-line block as one line: apply says so (a line
-    black would split), not "a rule bug", and writes nothing."""
+def test_a_split_sharing_its_line_is_unrecognised_naming_the_line(sglang_tree, layout):
+    """libcst keeps `;`-joined statements and a one-line block as one line: `check` and `apply` say
+    so (a line black would split), and apply writes nothing."""
     text = worker_module(CLS, _draft_forward(layout))
     sglang_tree.write(WORKER_V2, text)
-    before = sglang_tree.snapshot()
-    code, out, err = sglang_tree.cli("apply")
-    assert (code, out) == (2, "")
-    assert err == (f"error: {sglang_tree.path(WORKER_V2)}:{line_of(text, 'out_cache_loc = out_cache_loc.reshape(')}: "
-                   "more than one statement on this line (`;` or a one-line block): put each on a line of its own, "
-                   "as black does, then apply again; nothing written\n")
-    assert sglang_tree.snapshot() == before
+    write_bystanders(sglang_tree, besides=WORKER_V2)
+    assert_refused(sglang_tree, WORKER_V2, line_of(text, "out_cache_loc = out_cache_loc.reshape("), SCOPE,
+                   "per-step out_cache_loc", "more than one statement on this line (`;` or a one-line block): "
+                   "put each on a line of its own, as black does")
