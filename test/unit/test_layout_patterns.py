@@ -376,6 +376,19 @@ def kept_at(code: str, index: int) -> tuple:
     return ast.parse("\n".join(lines)), lines
 
 
+def kept_where(code: str, where: dict) -> dict:
+    """{name: whether keeps_split_once keeps the one path of ``code`` with the keep comment on line
+    ``where[name]``}; the written test and the structural guard (what `check` reports) agree on each."""
+    kept = {}
+    for name, index in where.items():
+        tree, kept_lines = kept_at(code, index)
+        [path] = split_paths(tree)
+        kept[name] = keeps_split_once(kept_lines, path.per_step)
+        assert (split_path_problems(tree, kept_lines) == []) is kept[name], name
+        assert (guard_split_once("\n".join(kept_lines))[0].value == "kept by the fork") is kept[name], name
+    return kept
+
+
 def test_only_a_keep_on_the_per_step_backends_def_or_handoff_keeps_the_path():
     """keeps_split_once: the per-step method's def line or its statement handing out_cache_loc= on;
     not its own split's statement, not the caller's def line or rows (they keep their own layouts)."""
@@ -389,12 +402,7 @@ def test_only_a_keep_on_the_per_step_backends_def_or_handoff_keeps_the_path():
         "caller rows": next(i for i, line in enumerate(lines) if "forward_batch.out_cache_loc = rows[i]" in line),
         "caller split": next(i for i, line in enumerate(lines) if "rows = forward_batch.out_cache_loc.view(" in line),
     }
-    kept = {}
-    for name, index in where.items():
-        tree, kept_lines = kept_at(code, index)
-        [path] = split_paths(tree)
-        kept[name] = keeps_split_once(kept_lines, path.per_step)
-        assert (split_path_problems(tree, kept_lines) == []) is kept[name]
+    kept = kept_where(code, where)
     assert kept == {"per-step def": True, "handoff": True, "per-step split": False,
                     "caller def": False, "caller rows": False, "caller split": False}
     [path] = split_paths(ast.parse(code))
@@ -618,13 +626,7 @@ def test_a_keep_on_the_moved_handoff_or_either_def_line_keeps_the_path():
         "moved split": next(i for i, line in enumerate(lines) if "loc = per_step_draft_out_cache_loc(" in line),
         "caller def": [i for i in defs if "def init_forward_metadata" in lines[i]][1],
     }
-    kept = {}
-    for name, index in where.items():
-        tree, kept_lines = kept_at(code, index)
-        [path] = split_paths(tree)
-        kept[name] = keeps_split_once(kept_lines, path.per_step)
-        assert (split_path_problems(tree, kept_lines) == []) is kept[name]
-        assert (guard_split_once("\n".join(kept_lines))[0].value == "kept by the fork") is kept[name], name
+    kept = kept_where(code, where)
     assert kept == {"init_forward_metadata def": True, "moved method def": True, "moved handoff": True,
                     "moved split": False, "caller def": False}
 
