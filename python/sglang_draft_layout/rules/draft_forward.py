@@ -92,7 +92,7 @@ def _statement_anew(source: Source, holder: ast.stmt, split: Split, texts: dict[
         call = _one_line_call(source, holder, split, texts)
         if call:
             return Edit(holder, replace=head + before + call + after + "\n")
-    return Edit(holder, replace=_assigned_call(source, holder, head + before, texts, after))
+    return Edit(holder, replace=_assigned_call(source, holder, head, texts, before, after))
 
 
 def _one_line_call(source: Source, holder: ast.stmt, split: Split, texts: dict[str, str]) -> Optional[str]:
@@ -106,15 +106,16 @@ def _one_line_call(source: Source, holder: ast.stmt, split: Split, texts: dict[s
     return call
 
 
-def _assigned_call(source: Source, stmt: ast.stmt, head: str, texts: dict[str, str], after: str = "") -> str:
-    """``stmt`` anew as ``head`` + the helper call + ``after``, as black writes it: a plain
-    ``x = <call>`` whose first line does not fit the line length but fits as ``x = (`` gets the
-    call in parentheses, one level in."""
+def _assigned_call(source: Source, stmt: ast.stmt, head: str, texts: dict[str, str], before: str = "",
+                   after: str = "") -> str:
+    """``stmt`` anew as ``head`` + ``before`` + the helper call + ``after``, as black writes it: a
+    plain ``x = <call>`` (the call the whole value) whose first line does not fit the line length
+    but fits as ``x = (`` gets the call in parentheses, one level in."""
     indent = len(_indent(source.lines[stmt.lineno - 1]))
-    if not after and head.endswith(" = ") and \
+    if not before and not after and head.endswith(" = ") and \
             indent + len(head) + len(CALL.split("\n")[0]) > source.line_length >= indent + len(head) + 1:
         return f"{head}(\n    {CALL.format(pad='    ', **texts)}\n)\n"
-    return head + CALL.format(pad="", **texts) + after + "\n"
+    return head + before + CALL.format(pad="", **texts) + after + "\n"
 
 
 def _on_one_line(text: str) -> Optional[str]:

@@ -138,11 +138,11 @@ def _fed_by(source: Source, method: ast.FunctionDef,
     cls = source.cls(CLASS)
     called = {c.func.attr for e in feeding for c in in_order(e)
               if isinstance(c, ast.Call) and is_self_attr(c.func, getattr(c.func, "attr", ""))}
-    for callee in self_called(cls, method):
-        reached = self_reached(cls, callee) if callee.name in called else []
-        for each in (m for m in reached if m is not method):
-            if out_cache_loc_layouts(each) or helper_calls(each):
-                return out_cache_loc_layouts(each), helper_calls(each), each.name, ""
+    for each in (m for callee in self_called(cls, method) if callee.name in called
+                 for m in self_reached(cls, callee) if m is not method):
+        splits, helpers = out_cache_loc_layouts(each), helper_calls(each)
+        if splits or helpers:
+            return splits, helpers, each.name, ""
     return [], [], "", ""
 
 
