@@ -157,6 +157,29 @@ def _own_lines(finding: Finding, source: Optional[Source]) -> Finding:
     return replace(finding, state=State.UNRECOGNISED, line=shared[0], detail=SHARED_LINE, edits=()) if shared else finding
 
 
+def _proven(findings: Sequence[Finding], sources: dict[str, Source]) -> list[Finding]:
+    """Each call site to patch with its rewrite proven (``proof.prove``, on the file's edits spliced in as
+    text); one that cannot be proven is unrecognised, with the proof's one line. The helper definitions
+    are the package's own functions, tested as such."""
+    to_patch = [f for f in findings if f.state is State.TO_PATCH and f.edits and f.rule.scope != MODULE_SCOPE]
+    if not to_patch:
+        return list(findings)
+    from .proof import prove, spliced
+
+    proven = {}
+    for relative in {f.rule.file for f in to_patch}:
+        source = sources[relative]
+        code = spliced(source, [e for f in to_patch if f.rule.file == relative for e in f.edits])
+        classes = {c.name for c in source.tree.body if isinstance(c, ast.ClassDef)}
+        new = Source.class_blocks(relative, code, lambda block: any(f"class {name}" in block for name in classes))
+        for finding in (f for f in to_patch if f.rule.file == relative):
+            proven[id(finding)] = prove(finding.rule.scope, source, new.code, finding.edits, source.package, new)
+    return [f if id(f) not in proven else replace(f, proof=proven[id(f)]) if proven[id(f)].proven
+            else replace(f, state=State.UNRECOGNISED, line=proven[id(f)].line or f.line, detail=proven[id(f)].why,
+                         edits=())
+            for f in findings]
+
+
 def _parse(path: Path, relative: str, code: str, classes: Optional[Collection[str]] = None) -> Source:
     """The file whole, or (``classes`` given) only its class blocks that name a draft layout or one of ``classes``."""
     def wanted(block: str) -> bool:
@@ -266,6 +289,7 @@ def _plan(target: Target, rules: Sequence[Rule], render_changes: bool,
     for source in sources.values():
         source.others = sources  # the callers a rule looks at (``Rule.reads``)
         source.line_length = target.line_length
+        source.package = target.package
     guarded = [rule for relative, source in sources.items()
                for rule in guard_rules(relative, source, _named_classes(relative))]
     by_file = _rules_by_file([*rules, *guarded])
@@ -280,6 +304,7 @@ def _plan(target: Target, rules: Sequence[Rule], render_changes: bool,
                                              sources.get(f.rule.file), keep)
         for f in findings
     ]
+    findings = _proven(findings, sources)
     for relative, file_rules in by_file.items():
         gate.check()
         path = target.package / relative
@@ -315,7 +340,23 @@ def _file_change(path: Path, relative: str, stored: StoredText, source: Source, 
     _parse(path, relative, stored.text)  # a file written must be valid Python as a whole, not only its classes
     new = render(path, source, findings, line_length)
     _check_rendered(path, relative, new, file_rules, keep, others)
+    _prove_rendered(path, source, new, findings)
     return FileChange.of(path, stored, new)
+
+
+def _prove_rendered(path: Path, source: Source, new: str, findings: Sequence[Finding]) -> None:
+    """Each rewrite proven again on the text libcst rendered, the text to be written (``_proven``
+    proved the edits spliced in as plain text)."""
+    from .proof import prove
+
+    rendered = None
+    for finding in findings:
+        if finding.state is State.TO_PATCH and finding.edits and finding.rule.scope != MODULE_SCOPE:
+            rendered = rendered or Source(source.path, new)
+            proof = prove(finding.rule.scope, source, new, finding.edits, source.package, rendered)
+            if not proof.proven:
+                raise PatchError(f"{path}: {finding.rule.scope}: {finding.rule.site}: the rendered rewrite: "
+                                 f"{proof.why} (a rule bug); nothing written")
 
 
 def _generated_change(generated: fork_tests.GeneratedFile) -> FileChange:
@@ -349,7 +390,7 @@ def _check_rendered(path: Path, relative: str, new: str, rules: Sequence[Rule], 
     source.others = others or {}
     for rule in rules:
         finding = _kept(rule.find(rule, source), source, keep)
-        if finding.state not in (State.PATCHED, State.ABSENT, State.BY_CALLER, State.KEPT):
+        if finding.state not in (State.PATCHED, State.ABSENT, State.BY_CALLER, State.BY_HAND, State.KEPT):
             raise PatchError(f"{path}: {rule.scope}: {rule.site} is {finding.state.value} after rewriting (a rule bug); nothing written")
 
 

@@ -989,8 +989,8 @@ def methods(cls: ast.ClassDef) -> List[ast.FunctionDef]:
 
 
 def method_named(cls: ast.ClassDef, name: str) -> Optional[ast.FunctionDef]:
-    """The first method ``name`` of ``cls`` (None when it has none)."""
-    return next((m for m in methods(cls) if m.name == name), None)
+    """The method ``name`` of ``cls`` as Python keeps it, the last definition (None when it has none)."""
+    return next((m for m in reversed(methods(cls)) if m.name == name), None)
 
 
 def _classes(tree: ast.Module) -> List[ast.ClassDef]:

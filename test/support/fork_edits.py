@@ -389,6 +389,198 @@ def dsv4_two_splits(tree: Path) -> None:
     edit(tree, DSV4, DSV4_DECODE, _decode_passing("out_cache_loc").replace(DSV4_DECODE.splitlines(True)[0], split))
 
 
+# -- plausible fork edits where a rewrite read off the syntax alone would change the rows (issue 26) --
+
+#: 0.5.12's DeepseekV4AttnBackend.init_forward_metadata_decode, up to its shape assert
+DSV4_DECODE_CALLEE = (
+    "    ) -> Union[DSV4Metadata, DSV4RawDecodeMetadata]:\n"
+    "        assert (\n"
+    "            req_pool_indices.shape[0] == seq_lens.shape[0] == out_cache_loc.shape[0]\n"
+)
+
+
+def worker_minus_one(tree: Path) -> None:
+    """EagleDraftWorker.draft_forward's split with ``-1`` for the batch (it infers the sequence count)."""
+    edit(tree, WORKER_V2, WORKER_SPLIT, WORKER_SPLIT.replace("forward_batch.batch_size,", "-1,"))
+
+
+def worker_2d_buffer(tree: Path) -> None:
+    """EagleDraftWorker.draft_forward views the buffer as [bs * topk, steps] first, then splits it."""
+    edit(tree, WORKER_V2, WORKER_SPLIT, (
+        "        out_cache_loc = out_cache_loc.view(-1, self.speculative_num_steps)\n" + WORKER_SPLIT))
+
+
+def dsv4_inline_minus_one(tree: Path) -> None:
+    """DeepseekV4AttnBackend's own split inline, with ``-1`` for the batch."""
+    split = ("forward_batch.out_cache_loc.reshape(-1, self.topk, self.speculative_num_steps)"
+             ".permute(2, 0, 1).reshape(self.speculative_num_steps, -1)[self.speculative_step_id]")
+    edit(tree, DSV4, DSV4_DECODE, _decode_passing(split))
+
+
+def dsv4_caller_minus_one(tree: Path) -> None:
+    """The caller split (``dsv4-caller-split``) with ``-1`` for the batch."""
+    edit(tree, DSV4, DSV4_MULTI_STEP, CALLER_SPLIT.replace("reshape(num_reqs, topk, steps)", "reshape(-1, topk, steps)"))
+
+
+def dsv4_callee_split(tree: Path) -> None:
+    """DeepseekV4AttnBackend splits in ``init_forward_metadata_decode``, where 0.5.12's shape assert points."""
+    edit(tree, DSV4, DSV4_DECODE_CALLEE, DSV4_DECODE_CALLEE.replace("        assert (\n", (
+        "        if self.topk > 0 and self.speculative_num_steps > 1:\n"
+        "            out_cache_loc = out_cache_loc.reshape(\n"
+        "                -1, self.topk, self.speculative_num_steps\n"
+        "            ).permute(2, 0, 1)[self.speculative_step_id].reshape(-1)\n"
+        "        assert (\n"), 1))
+
+
+#: the caller split's own method (``CALLER_SPLIT``), put in a mixin of the multi-step backend
+MIXIN = "class _PerStepOutCacheLocMixin:\n" + CALLER_SPLIT + "\n\n"
+MULTI_STEP_CLASS = "class DeepseekV4MultiStepBackend(DeepseekV4AttnBackend):\n"
+
+
+def dsv4_caller_split_mixin(tree: Path) -> None:
+    """The caller split moved into a mixin that DeepseekV4MultiStepBackend inherits."""
+    edit(tree, DSV4, DSV4_MULTI_STEP, "")
+    edit(tree, DSV4, MULTI_STEP_CLASS,
+         MIXIN + "class DeepseekV4MultiStepBackend(_PerStepOutCacheLocMixin, DeepseekV4AttnBackend):\n")
+
+
+def dsv4_caller_split_super(tree: Path) -> None:
+    """DeepseekV4MultiStepBackend's own init_forward_metadata calls ``super()``, the mixin's split."""
+    edit(tree, DSV4, DSV4_MULTI_STEP, (
+        "    def init_forward_metadata(self, forward_batch: ForwardBatch):\n"
+        "        super().init_forward_metadata(forward_batch)\n"))
+    edit(tree, DSV4, MULTI_STEP_CLASS,
+         MIXIN + "class DeepseekV4MultiStepBackend(_PerStepOutCacheLocMixin, DeepseekV4AttnBackend):\n")
+
+
+def dsv4_caller_split_base_call(tree: Path) -> None:
+    """DeepseekV4MultiStepBackend calls the mixin's split explicitly: ``Mixin.init_forward_metadata(self, ...)``."""
+    edit(tree, DSV4, DSV4_MULTI_STEP, (
+        "    def init_forward_metadata(self, forward_batch: ForwardBatch):\n"
+        "        _PerStepOutCacheLocMixin.init_forward_metadata(self, forward_batch)\n"))
+    edit(tree, DSV4, MULTI_STEP_CLASS,
+         MIXIN + "class DeepseekV4MultiStepBackend(_PerStepOutCacheLocMixin, DeepseekV4AttnBackend):\n")
+
+
+#: 0.5.12's construction of each step's backend in DeepseekV4MultiStepBackend.__init__
+DSV4_STEP_BUILT = "            self.attn_backends.append(\n                DeepseekV4AttnBackend(\n"
+
+
+def dsv4_step_subclass_split(tree: Path) -> None:
+    """Each step's backend is a subclass that sets its own row on the batch, then calls ``super()``."""
+    edit(tree, DSV4, DSV4_STEP_BUILT, DSV4_STEP_BUILT.replace("DeepseekV4AttnBackend(", "DeepseekV4StepBackend("))
+    edit(tree, DSV4, MULTI_STEP_CLASS, (
+        "class DeepseekV4StepBackend(DeepseekV4AttnBackend):\n"
+        "    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:\n"
+        "        whole = forward_batch.out_cache_loc\n"
+        "        forward_batch.out_cache_loc = whole.reshape(\n"
+        "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+        "        ).permute(2, 0, 1)[self.speculative_step_id].flatten()\n"
+        "        try:\n"
+        "            super().init_forward_metadata(forward_batch)\n"
+        "        finally:\n"
+        "            forward_batch.out_cache_loc = whole\n\n\n" + MULTI_STEP_CLASS))
+
+
+FLASHINFER = "srt/layers/attention/flashinfer_backend.py"
+#: 0.5.12's FlashInferMultiStepDraftBackend.init_cuda_graph_state def line and its narrow row
+FLASHINFER_GRAPH_STATE = (
+    "    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int):\n"
+    "        self.cuda_graph_kv_indices = torch.zeros(\n"
+    "            (self.speculative_num_steps, max_bs * self.max_context_len),\n"
+)
+
+
+def graph_width_defined_twice(tree: Path) -> None:
+    """FlashInferMultiStepDraftBackend defines init_cuda_graph_state a second time below (the one Python keeps)."""
+    path = Path(tree) / "sglang" / FLASHINFER
+    text = path.read_text(encoding="utf-8")
+    start = text.index(FLASHINFER_GRAPH_STATE)
+    end = text.index("\n    def ", start + 1)
+    method = text[start:end]
+    later = text.index("\n    def ", end + 1)
+    path.write_text(text[:later] + "\n" + method.replace(
+        "dtype=torch.int32,", "dtype=torch.int32,  # the fork's second definition") + text[later:], encoding="utf-8")
+
+
+def _caller_rows(rows: str, step_row: str = "step_out_cache_loc[i]") -> str:
+    return CALLER_SPLIT.replace(
+        "        return (\n            out_cache_loc.reshape(num_reqs, topk, steps)\n"
+        "            .permute(2, 0, 1)\n            .reshape(steps, -1)\n        )\n", rows
+    ).replace("forward_batch.out_cache_loc = step_out_cache_loc[i]", f"forward_batch.out_cache_loc = {step_row}")
+
+
+def dsv4_caller_chunk(tree: Path) -> None:
+    """The caller hands step i ``torch.chunk``'s i-th piece of the buffer (step-major pieces, not the layout)."""
+    edit(tree, DSV4, DSV4_MULTI_STEP, _caller_rows("        return out_cache_loc.chunk(steps)\n"))
+
+
+def dsv4_caller_first_row(tree: Path) -> None:
+    """The caller hands every step row 0."""
+    edit(tree, DSV4, DSV4_MULTI_STEP, CALLER_SPLIT.replace(
+        "forward_batch.out_cache_loc = step_out_cache_loc[i]", "forward_batch.out_cache_loc = step_out_cache_loc[0]"))
+
+
+def dsv4_caller_topk_only(tree: Path) -> None:
+    """The caller splits only for topk > 1 (DeepSeek-V4's MTP runs topk 1): at topk 1 it hands the whole buffer."""
+    edit(tree, DSV4, DSV4_MULTI_STEP, CALLER_SPLIT.replace(
+        "if out_cache_loc is None or self.topk <= 0 or self.speculative_num_steps <= 1:",
+        "if out_cache_loc is None or self.topk <= 1 or self.speculative_num_steps <= 1:"))
+
+
+def dsv4_caller_next_row(tree: Path) -> None:
+    """The caller hands step i the next step's row."""
+    edit(tree, DSV4, DSV4_MULTI_STEP, CALLER_SPLIT.replace(
+        "forward_batch.out_cache_loc = step_out_cache_loc[i]",
+        "forward_batch.out_cache_loc = step_out_cache_loc[i + 1]"))
+
+
+def worker_view_suppress(tree: Path) -> None:
+    """EagleDraftWorker.draft_forward moves its bound 3-d view under ``contextlib.suppress``."""
+    edit(tree, WORKER_V2, WORKER_SPLIT, (
+        "        rows = out_cache_loc.reshape(\n"
+        "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+        "        )\n"
+        "        with contextlib.suppress(RuntimeError):\n"
+        "            out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n"))
+
+
+def worker_view_nonlocal(tree: Path) -> None:
+    """Between the bound 3-d view and its move, a local function rebinds the buffer through ``nonlocal``."""
+    edit(tree, WORKER_V2, WORKER_SPLIT, (
+        "        rows = out_cache_loc.reshape(\n"
+        "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+        "        )\n"
+        "\n"
+        "        def keep_first_row():\n"
+        "            nonlocal rows\n"
+        "            rows = rows[:1]\n"
+        "\n"
+        "        keep_first_row()\n"
+        "        out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n"))
+
+
+#: issue 26's forks: the rewrite must be proven (patched, the rows upstream's) or refused
+PROOF_FORKS: Dict[str, Callable[[Path], None]] = {
+    "worker-minus-one": worker_minus_one,
+    "worker-2d-buffer": worker_2d_buffer,
+    "dsv4-inline-minus-one": dsv4_inline_minus_one,
+    "dsv4-caller-minus-one": dsv4_caller_minus_one,
+    "dsv4-callee-split": dsv4_callee_split,
+    "dsv4-caller-split-mixin": dsv4_caller_split_mixin,
+    "dsv4-caller-split-super": dsv4_caller_split_super,
+    "dsv4-caller-split-base-call": dsv4_caller_split_base_call,
+    "dsv4-step-subclass-split": dsv4_step_subclass_split,
+    "graph-width-defined-twice": graph_width_defined_twice,
+    "dsv4-caller-chunk": dsv4_caller_chunk,
+    "dsv4-caller-first-row": dsv4_caller_first_row,
+    "dsv4-caller-topk-only": dsv4_caller_topk_only,
+    "dsv4-caller-next-row": dsv4_caller_next_row,
+    "worker-view-suppress": worker_view_suppress,
+    "worker-view-nonlocal": worker_view_nonlocal,
+}
+
+
 FORKS: Dict[str, Callable[[Path], None]] = {
     "dsv4-own-method": dsv4_own_method,
     "dsv4-inline-movedim": dsv4_inline_movedim,
@@ -408,6 +600,7 @@ FORKS: Dict[str, Callable[[Path], None]] = {
     "dsv4-alias-chain": dsv4_alias_chain,
     "worker-two-splits": worker_two_splits,
     "dsv4-two-splits": dsv4_two_splits,
+    **PROOF_FORKS,
 }
 
 

@@ -10,8 +10,12 @@ from __future__ import annotations
 import ast
 import enum
 import re
+from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
+
+if TYPE_CHECKING:
+    from ..proof import Proof
 
 SPEC_UTILS = "sglang.srt.speculative.spec_utils"
 EAGLE_UTILS = "sglang.srt.speculative.eagle_utils"
@@ -32,6 +36,8 @@ class State(enum.Enum):
     UNRECOGNISED = "unrecognised"
     KEPT = "kept by the fork"  # the maintainer's pragma or --keep: left as the fork wrote it
     BY_CALLER = "handled by the fork's caller"  # a caller already splits the layout: nothing to add here
+    #: the fork's own code gives upstream's layout in a form no rule rewrites (proven on the probes): left as it is
+    BY_HAND = "correct, by hand"
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,8 @@ class Finding:
     edits: tuple[Edit, ...] = ()
     #: (module, name) pairs the rewritten file must import at module level.
     imports: tuple[tuple[str, str], ...] = ()
+    #: the proof of the rewrite (``proof.Proof``): set by the engine before anything is written
+    proof: Optional["Proof"] = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +120,8 @@ class Source:
     others: dict[str, "Source"] = {}
     #: the tree's black line length (``Target.line_length``), for a rule writing a long line as black would
     line_length: int = 88
+    #: the tree's ``sglang`` folder, for the proofs to read a base class in another module (None: judged alone)
+    package: Optional[Path] = None
 
     def __init__(self, path: str, code: str) -> None:
         self.path = path
@@ -167,7 +177,8 @@ class Source:
         return [s for s in cls.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))] if cls else []
 
     def method(self, class_name: str, method_name: str) -> Optional[ast.FunctionDef]:
-        return next((s for s in self.methods(class_name) if s.name == method_name), None)
+        """The method as Python keeps it: of a name defined twice in the class body, the last definition."""
+        return next((s for s in reversed(self.methods(class_name)) if s.name == method_name), None)
 
     def function(self, name: str) -> Optional[ast.FunctionDef]:
         """The top-level function ``name``."""

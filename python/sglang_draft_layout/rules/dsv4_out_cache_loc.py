@@ -34,7 +34,7 @@ this rule finds the decode branch there.
 from __future__ import annotations
 
 import ast
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from ..layout_patterns import (
     KEEP_PRAGMA, PER_STEP_HELPER, Split, called_name, comprehension_targets, helper_calls, in_order, inside,
@@ -44,6 +44,19 @@ from ..layout_patterns import (
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State
 from .draft_forward import split_finding
 
+
+def path_verdict(source: Source) -> "SplitVerdict":
+    """Who splits the per-step out_cache_loc on the paths into the class (``proof.split_once``)."""
+    from ..proof import world_of
+    from ..proof.split_once import split_verdict
+
+    return split_verdict(world_of(source, source.package), CLASS)
+
+if TYPE_CHECKING:
+    from ..proof.split_once import SplitVerdict
+
+#: the verdicts of ``proof.split_once`` (its module loads numpy, so it is imported where a path is judged)
+CALLER, PER_STEP, WRONG = "caller", "per-step backend", "wrong"
 CLASS = "DeepseekV4AttnBackend"
 #: the multi-step backend that calls each step's DeepseekV4AttnBackend.init_forward_metadata
 MULTI_STEP = "DeepseekV4MultiStepBackend"
@@ -188,9 +201,20 @@ def _find(rule: Rule, source: Source) -> Finding:
                 return rule.report(State.UNRECOGNISED, stmt.lineno,
                                    f"splits the per-step out_cache_loc twice: here (in {where}) and in its caller "
                                    f"{caller[0]} ({caller[1]}); keep one of them")
-            if caller and plain:
-                return rule.report(State.BY_CALLER, caller[2] or stmt.lineno,
+            if caller and plain and caller[2] is None:  # an EAGLE worker's rows (its module is not run here)
+                return rule.report(State.BY_CALLER, stmt.lineno,
                                    f"{caller[0]} hands each step its own row: no second split here")
+            if plain:
+                verdict = path_verdict(source)
+                if verdict.who == CALLER:
+                    return rule.report(State.BY_CALLER, verdict.line or stmt.lineno,
+                                       f"{verdict.caller} hands each step its own row (proven on the probes): "
+                                       "no second split here")
+                if verdict.who == PER_STEP:
+                    return rule.report(State.BY_HAND, stmt.lineno,
+                                       "the fork's own code splits it per step (proven on the probes): left as it is")
+                if verdict.who == WRONG:
+                    return rule.report(State.UNRECOGNISED, stmt.lineno, f"the per-step out_cache_loc path: {verdict.why}")
             if splits:  # every one of them, also beside a helper call
                 return split_finding(rule, source, source.method(CLASS, where), splits,
                                      f"the fork's own split (in {where}): via {PER_STEP_HELPER}")

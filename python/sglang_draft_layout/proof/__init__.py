@@ -1,0 +1,304 @@
+"""Translation validation: a rewrite is written only when it is proven on probe arrays.
+
+For each site to patch, the fork's code and the rewritten code are run (``interpret``) from the
+site's method, and from every multi-step caller in the file that drives it per step, on each probe
+of ``world.PROBES`` (topk 1, one step and one sequence among them). What they compute must agree:
+the draft buffer each step's code takes (``loc``), the kv_indices rows allocated and the row ends
+sliced. The rewritten code must give upstream's values (``Probe.rows``, ``Probe.width``); the fork's
+code must give the same, or have the bug the patch fixes: the unsplit buffer where a step's row
+belongs, a row narrower than upstream's. Every rewritten line must run on some probe. Anything
+else is refused in one line (``Proof.why``), and nothing is written.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+from ..layout_patterns import HELPERS, called_name, in_order
+from ..rules.base import Edit, Source
+from .interpret import CannotProve, Event, Function, Raised, Run, World
+from .splice import spliced
+from .world import PROBES, Probe, world_of
+
+
+#: the most paths (ways the undecided branches go) one run may take
+MAX_PATHS = 32
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One path of a run: its events, the error it raised, why it could not run, the nodes it reached,
+    and how its undecided branches went (``Run.decisions``)."""
+
+    events: tuple[Event, ...]
+    error: Optional[Raised]
+    cannot: str
+    reached: frozenset[int]
+    path: frozenset[tuple[str, bool]] = frozenset()
+
+    def of(self, kind: str) -> list[Event]:
+        return [e for e in self.events if e.kind == kind]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """Where a run starts: ``cls.method``, per step when the class knows its step, and (a multi-step
+    caller) the attribute holding its per-step backends of class ``per_step``."""
+
+    cls: str
+    method: str
+    stepped: bool = False
+    per_step: str = ""
+    backends_attr: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.cls}.{self.method}"
+
+
+@dataclass(frozen=True)
+class Proof:
+    """The verdict on one rewrite: proven, or why not (one line) and the line it points at;
+    ``probes``: each probe and what it showed."""
+
+    proven: bool
+    why: str = ""
+    line: Optional[int] = None
+    probes: tuple[tuple[str, str], ...] = ()
+
+    def summary(self) -> str:
+        fixed = sum("fixes" in verdict for _probe, verdict in self.probes)
+        shown = f"{len(self.probes)} probes" + (f", the fork's bug fixed on {fixed}" if fixed else "")
+        return f"proven on {shown}" if self.proven else self.why
+
+
+def knows_its_step(world: World, cls: str) -> bool:
+    return any("speculative_step_id" in ast.unparse(world.classes[c]) for c in world.mro(cls) if c in world.classes)
+
+
+def _subclasses(world: World, cls: str) -> set[str]:
+    return {name for name in world.classes if cls in world.mro(name)}
+
+
+def callers(world: World, per_step: str) -> list[Entry]:
+    """The multi-step classes that build per-step backends of ``per_step`` (or a subclass) into a list
+    attribute (``self.X.append(C(...))`` / ``self.X = [C(...) ...]``) and have an ``init_forward_metadata``."""
+    cache = world.__dict__.setdefault("_callers", {})
+    if per_step not in cache:
+        cache[per_step] = _callers(world, per_step)
+    return cache[per_step]
+
+
+def _callers(world: World, per_step: str) -> list[Entry]:
+    kinds = _subclasses(world, per_step)
+    found = []
+    for name, node in world.classes.items():
+        built = _built_backends(world, name, kinds)
+        if built and world.lookup(name, "init_forward_metadata") is not None:
+            attr, cls = built
+            found.append(Entry(name, "init_forward_metadata", per_step=cls, backends_attr=attr))
+    return found
+
+
+def _built_backends(world: World, name: str, kinds: set[str]) -> Optional[tuple[str, str]]:
+    """(attribute, class) of the per-step backends the class's methods build, along its MRO."""
+    for each in world.mro(name):
+        node = world.classes.get(each)
+        for call in (n for n in in_order(node) if isinstance(n, ast.Call)) if node else ():
+            built = call.args[0] if called_name(call) == "append" and call.args else None
+            owner = call.func.value if isinstance(call.func, ast.Attribute) else None
+            if isinstance(built, ast.Call) and isinstance(built.func, ast.Name) and built.func.id in kinds \
+                    and isinstance(owner, ast.Attribute) and isinstance(owner.value, ast.Name) and owner.value.id == "self":
+                return owner.attr, built.func.id
+        for assign in (n for n in in_order(node) if isinstance(n, ast.Assign)) if node else ():
+            target = assign.targets[0]
+            value = assign.value
+            element = value.elt if isinstance(value, ast.ListComp) else (value.elts[0] if isinstance(value, ast.List)
+                                                                          and value.elts else None)
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self" \
+                    and isinstance(element, ast.Call) and isinstance(element.func, ast.Name) and element.func.id in kinds:
+                return target.attr, element.func.id
+    return None
+
+
+def run(world: World, entry: Entry, probe: Probe, step: Optional[int] = None,
+        decisions: Optional[dict[str, bool]] = None) -> tuple[Outcome, list[str]]:
+    """``entry`` run once on ``probe`` (at ``step``) along ``decisions``; the undecided branches it met first."""
+    function = world.lookup(entry.cls, entry.method)
+    if function is None:
+        return Outcome((), None, f"no {entry}", frozenset()), []
+    instance = probe.instance(entry.cls, step)
+    if entry.backends_attr:
+        instance.attrs[entry.backends_attr] = [probe.instance(entry.per_step, j) for j in range(probe.steps)]
+    state = Run(world, {}, decisions)
+    error, cannot = None, ""
+    try:
+        state.call(Function(function.node, function.owner, instance), [], probe.arguments(function.node))
+    except Raised as raised:
+        error = raised
+    except CannotProve as refused:
+        cannot = str(refused)
+    except RecursionError:
+        cannot = f"{entry}: recursion too deep to run"
+    path = frozenset(state.decisions.items())
+    return Outcome(tuple(state.events), error, cannot, frozenset(state.reached), path), state.pending
+
+
+def paths(world: World, entry: Entry, probe: Probe, step: Optional[int]) -> dict[frozenset, Outcome]:
+    """Every path of ``entry`` on ``probe``: each undecided branch that touches the layout both ways."""
+    found: dict[frozenset, Outcome] = {}
+    todo: list[dict[str, bool]] = [{}]
+    while todo:
+        if len(found) >= MAX_PATHS:
+            return {frozenset(): Outcome((), None, f"{entry}: more than {MAX_PATHS} ways its undecided branches go",
+                                         frozenset())}
+        decisions = todo.pop()
+        outcome, pending = run(world, entry, probe, step, decisions)
+        found[outcome.path] = outcome
+        todo += [{**dict(outcome.path), key: True} for key in pending]
+    return found
+
+
+def outcomes(world: World, entry: Entry, probe: Probe) -> list[tuple[Optional[int], dict[frozenset, Outcome]]]:
+    steps = range(probe.steps) if entry.stepped else [None]
+    return [(step, paths(world, entry, probe, step)) for step in steps]
+
+
+def _loc_verdict(old: Event, new: Event, probe: Probe, ordinal: int) -> str:
+    """"" when ``new`` is ``old`` (the fork's value kept); "fixes" when it is upstream's row for its step
+    where ``old`` is the unsplit buffer (the bug); else why not."""
+    if old.same(new):
+        return ""
+    step = new.step if new.step is not None else ordinal
+    expected = probe.rows()[step] if step < probe.steps else None
+    if expected is None or not new.same_value(expected):
+        return f"the rewritten code gives step {step} other out_cache_loc slots than upstream's ({probe})"
+    if old.step == new.step and len(old.value) == probe.buffer_length:
+        return "fixes"
+    return f"the fork's code gives step {step} other slots than upstream's, not the unsplit buffer ({probe})"
+
+
+def judge(old: Outcome, new: Outcome, probe: Probe) -> str:
+    """"" (the same values), "fixes" (upstream's where the fork had the bug), or why the two differ."""
+    if new.cannot or old.cannot:
+        return new.cannot or old.cannot
+    if new.error is not None and (old.error is None or type(old.error.error) is not type(new.error.error)):
+        return f"the rewritten code raises {type(new.error.error).__name__} at line {new.error.line} ({probe})"
+    verdicts = []
+    old_locs, new_locs = old.of("loc"), new.of("loc")
+    if len(new_locs) < len(old_locs):
+        return f"the rewritten code hands on the draft buffer {len(new_locs)} times, the fork's {len(old_locs)} ({probe})"
+    if len(new_locs) > len(old_locs) and old.error is None:
+        return f"the rewritten code hands on the draft buffer {len(new_locs)} times, the fork's {len(old_locs)} ({probe})"
+    for ordinal, new_loc in enumerate(new_locs):
+        if ordinal >= len(old_locs):  # the fork's code stopped at its bug (an assert on the unsplit buffer)
+            verdicts.append(_loc_verdict(new_loc, new_loc, probe, ordinal) or "fixes")
+        else:
+            verdicts.append(_loc_verdict(old_locs[ordinal], new_loc, probe, ordinal))
+    old_rows, new_rows = old.of("alloc"), new.of("alloc")
+    if len(old_rows) != len(new_rows):
+        return f"the rewritten code allocates {len(new_rows)} buffers, the fork's {len(old_rows)} ({probe})"
+    for before, after in zip(old_rows, new_rows):
+        if before.same(after):
+            continue
+        widened = len(after.value) == 2 and after.value == (probe.steps, probe.width) and \
+            len(before.value) == 2 and before.value[0] == probe.steps and before.value[1] < probe.width
+        if not widened:
+            return (f"the rewritten code allocates {after.value} at line {after.line} where the fork's allocates "
+                    f"{before.value} ({probe}; upstream's rows: {(probe.steps, probe.width)})")
+        verdicts.append("fixes")
+    old_ends, new_ends = [e.value for e in old.of("slice")], [e.value for e in new.of("slice")]
+    if old_ends != new_ends:
+        return f"the rewritten code cuts kv_indices rows at {new_ends}, the fork's at {old_ends} ({probe})"
+    bad = next((v for v in verdicts if v not in ("", "fixes")), None)
+    return bad if bad is not None else ("fixes" if "fixes" in verdicts else "")
+
+
+def _matched(old: dict[frozenset, Outcome], new: dict[frozenset, Outcome]) -> Optional[list[tuple[Outcome, Outcome]]]:
+    """Each path of the fork's code with the rewritten code's paths that go the same way where both decide
+    (a path that stopped early, at the fork's bug, decided fewer branches); None when a path has no partner."""
+    pairs = [(o, n) for n in new.values() for o in old.values() if o.path <= n.path or n.path <= o.path]
+    partnered_old = {id(o) for o, _n in pairs}
+    partnered_new = {id(n) for _o, n in pairs}
+    if len(partnered_old) != len(old) or len(partnered_new) != len(new):
+        return None
+    return pairs
+
+
+def _method_at(tree: ast.Module, node: ast.AST) -> Optional[tuple[str, str]]:
+    for cls in (s for s in tree.body if isinstance(s, ast.ClassDef)):
+        for method in (s for s in cls.body if isinstance(s, ast.FunctionDef)):
+            if method.lineno <= node.lineno <= method.end_lineno:
+                return cls.name, method.name
+    return None
+
+
+def entries(world: World, scope: str) -> list[Entry]:
+    """The site's method, and each multi-step caller in the file that drives its class per step."""
+    cls, method = scope.split(".")
+    found = [Entry(cls, method, stepped=knows_its_step(world, cls))]
+    if method == "init_forward_metadata" and found[0].stepped:
+        found += callers(world, cls)
+    return found
+
+
+def prove(scope: str, old: Source, new_code: str, edits: Sequence[Edit], package: Optional[Path] = None,
+          new: Optional[Source] = None) -> Proof:
+    """Whether ``new_code`` (``old`` with ``edits``) computes the draft layout as proven above, from ``scope``."""
+    new = new or Source(old.path, new_code)
+    old_world, new_world = _world(old, package), _world(new, package)
+    anchors = {id(n) for edit in edits for n in (edit.node, *edit.absorb)}
+    touched = {_method_at(old.tree, edit.node) for edit in edits} - {None}
+    added = [n for cls, method in touched for n in _helper_calls(new_world, cls, method)
+             if not _had(old_world, cls, method, n)]
+    reached_old: set[int] = set()
+    reached_new: set[int] = set()
+    verdicts: list[tuple[str, str]] = []
+    line = edits[0].node.lineno if edits else None
+    for entry in entries(new_world, scope):
+        for probe in PROBES:
+            for (step, old_paths), (_step, new_paths) in zip(outcomes(old_world, entry, probe),
+                                                             outcomes(new_world, entry, probe)):
+                where = f"{entry} ({probe}{'' if step is None else f', step {step}'})"
+                pairs = _matched(old_paths, new_paths)
+                if pairs is None:
+                    return Proof(False, f"cannot prove the rewrite from {where}: the rewritten code branches "
+                                        "otherwise than the fork's", line, tuple(verdicts))
+                for before, after in pairs:
+                    reached_old |= before.reached
+                    reached_new |= after.reached
+                    verdict = judge(before, after, probe)
+                    if verdict not in ("", "fixes"):
+                        return Proof(False, f"cannot prove the rewrite from {where}: {verdict}", line, tuple(verdicts))
+                    verdicts.append((where, "fixes the fork's bug" if verdict else "equal"))
+    if not anchors <= reached_old:
+        return Proof(False, "cannot prove the rewrite: the fork's code there never runs on the probes "
+                            f"from {scope} (a method defined twice runs its last definition)", line, tuple(verdicts))
+    if not {id(n) for n in added} <= reached_new:
+        return Proof(False, f"cannot prove the rewrite: the rewritten code never runs on the probes from {scope}",
+                     line, tuple(verdicts))
+    return Proof(True, probes=tuple(verdicts))
+
+
+def _world(source: Source, package: Optional[Path]) -> World:
+    """``world_of(source)``, made once per source."""
+    if getattr(source, "_world", None) is None:
+        source._world = world_of(source, package)  # type: ignore[attr-defined]
+    return source._world  # type: ignore[attr-defined]
+
+
+def _helper_calls(world: World, cls: str, method: str) -> list[ast.Call]:
+    function = world.lookup(cls, method)
+    return [n for n in in_order(function.node) if isinstance(n, ast.Call) and called_name(n) in HELPERS] \
+        if function else []
+
+
+def _had(world: World, cls: str, method: str, call: ast.Call) -> bool:
+    """The fork's method already has this helper call (the same text)."""
+    text = ast.unparse(call)
+    return any(ast.unparse(c) == text for c in _helper_calls(world, cls, method))
+
+
+__all__ = ["Proof", "Probe", "PROBES", "prove", "spliced", "judge", "run", "entries", "callers", "Entry", "Outcome"]

@@ -1,0 +1,53 @@
+"""A file's text with the rules' edits spliced in as plain text, for ``check`` to prove without libcst.
+
+Layout is not kept (``rewrite.py`` does that when a file is written): the result only has to be the
+same program. ``apply`` proves the text libcst rendered as well.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Sequence
+
+from ..rules.base import Edit, Source
+
+
+def _offset(source: Source, line: int, col: int) -> int:
+    """The text offset of (1-based line, UTF-8 byte column)."""
+    before = sum(len(text) for text in source.lines[: line - 1])
+    return before + len(source.lines[line - 1].encode()[:col].decode())
+
+
+def _indent(source: Source, node: ast.AST) -> str:
+    text = source.lines[node.lineno - 1]
+    return text[: len(text) - len(text.lstrip())]
+
+
+def _indented(text: str, pad: str) -> str:
+    lines = text.rstrip("\n").split("\n")
+    return "\n".join([lines[0], *(pad + line if line else line for line in lines[1:])])
+
+
+def spliced(source: Source, edits: Sequence[Edit]) -> str:
+    """``source`` with every edit applied: a node's text replaced, statements inserted before a
+    statement (at its indentation), absorbed statements removed."""
+    changes: list[tuple[int, int, str]] = []  # (start, end, new text), by text offset
+    for edit in edits:
+        node = edit.node
+        start = _offset(source, node.lineno, node.col_offset)
+        end = _offset(source, node.end_lineno, node.end_col_offset)
+        pad = _indent(source, node)
+        if edit.replace is not None:
+            changes.append((start, end, _indented(edit.replace, pad)))
+        if edit.before:
+            line_start = _offset(source, node.lineno, 0)
+            inserted = "".join(pad + _indented(stmt, pad) + "\n" for stmt in edit.before)
+            changes.append((line_start, line_start, inserted))
+        for absorbed in edit.absorb:
+            first = _offset(source, absorbed.lineno, 0)
+            last = _offset(source, absorbed.end_lineno, 0) + len(source.lines[absorbed.end_lineno - 1])
+            changes.append((first, last, ""))
+    text = source.code
+    for start, end, new in sorted(changes, key=lambda c: (c[0], c[1]), reverse=True):
+        text = text[:start] + new + text[end:]
+    return text
