@@ -19,13 +19,15 @@ from typing import Optional, Sequence
 
 from ..layout_patterns import HELPERS, called_name, in_order
 from ..rules.base import Edit, Source
-from .interpret import CannotProve, Event, Function, Raised, Run, World
+from .interpret import CannotProve, Diverged, Event, Function, Raised, Run, World
 from .splice import spliced
 from .world import PROBES, Probe, world_of
 
 
 #: the most paths (ways the undecided branches go) one run may take
 MAX_PATHS = 32
+#: an ``Outcome.cannot`` of a path that never returns (it calls itself on and on): no value to compare
+DIVERGED = "diverges"
 
 
 @dataclass(frozen=True)
@@ -135,9 +137,13 @@ def run(world: World, entry: Entry, probe: Probe, step: Optional[int] = None,
     state = Run(world, {}, decisions)
     error, cannot = None, ""
     try:
-        state.call(Function(function.node, function.owner, instance), [], probe.arguments(function.node))
+        state._step = step
+        returned = state.call(Function(function.node, function.owner, instance), [], probe.arguments(function.node))
+        state.take_returned(returned, function.node.lineno, instance)
     except Raised as raised:
         error = raised
+    except Diverged:
+        cannot = DIVERGED
     except CannotProve as refused:
         cannot = str(refused)
     except RecursionError:
@@ -182,6 +188,8 @@ def _loc_verdict(old: Event, new: Event, probe: Probe, ordinal: int) -> str:
 
 def judge(old: Outcome, new: Outcome, probe: Probe) -> str:
     """"" (the same values), "fixes" (upstream's where the fork had the bug), or why the two differ."""
+    if new.cannot == old.cannot == DIVERGED:
+        return ""
     if new.cannot or old.cannot:
         return new.cannot or old.cannot
     if new.error is not None and (old.error is None or type(old.error.error) is not type(new.error.error)):

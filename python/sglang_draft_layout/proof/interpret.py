@@ -46,6 +46,10 @@ class CannotProve(Exception):
     """The probes cannot run this code: ``str()`` says what, at which line."""
 
 
+class Diverged(CannotProve):
+    """The path calls itself deeper than ``MAX_DEPTH``: on these decisions the code never returns."""
+
+
 class Unknown:
     """A value the probe world does not bind; ``why`` names the first such expression."""
 
@@ -231,10 +235,9 @@ class Run:
     def __init__(self, world: World, names: dict[str, Any], decisions: Optional[dict[str, bool]] = None) -> None:
         self.world = world
         #: how each undecided ``if`` that touches the layout goes on this path (``Run.pending``: those met
-        #: without a decision, taken false); keyed by the test's text and how often it was met
+        #: without a decision, taken false); keyed by the test's text
         self.decisions = dict(decisions or {})
         self.pending: list[str] = []
-        self._met: dict[str, int] = {}
         self.globals = {**_BUILTINS, "torch": TorchModule(self), **names}
         self.events: list[Event] = []
         self.reached: set[int] = set()
@@ -247,7 +250,7 @@ class Run:
     # -- calls -----------------------------------------------------------------------------------
     def call(self, function: Function, args: list[Any], kwargs: dict[str, Any]) -> Any:
         if self.depth >= MAX_DEPTH:
-            raise CannotProve(f"line {function.node.lineno}: calls nested deeper than {MAX_DEPTH}")
+            raise Diverged(f"line {function.node.lineno}: calls nested deeper than {MAX_DEPTH}")
         node = function.node
         params = [a.arg for a in (*node.args.posonlyargs, *node.args.args)]
         if function.bound is not None:
@@ -381,9 +384,7 @@ class Run:
     def _decide(self, test: ast.expr) -> bool:
         """How an undecided test goes on this path (``decisions``); one met for the first time goes false
         and is ``pending``, for the caller to run the path where it goes true."""
-        text = ast.unparse(test)
-        self._met[text] = self._met.get(text, 0) + 1
-        key = f"{text} #{self._met[text]}"
+        key = ast.unparse(test)  # read again on the same objects, the same test goes the same way
         if key not in self.decisions:
             self.pending.append(key)
             self.decisions[key] = False
@@ -458,6 +459,9 @@ class Run:
         elif isinstance(target, ast.Attribute):
             owner = self._eval(target.value, frame)
             if isinstance(owner, Instance):
+                kept = _contained_loc(value)
+                if kept is not None and not self._quiet:  # baked into the backend's state
+                    self._record_loc(kept, target.lineno, frame)
                 owner.attrs[target.attr] = value
             elif isinstance(owner, Obj):
                 owner.__dict__[target.attr] = value
@@ -496,12 +500,21 @@ class Run:
         if not any(_is_probe_value(frame.env[n] if n in frame.env else frame.outer[n] if n in frame.outer else None)
                    for n in names):
             return
-        instance = frame.env.get(_first_param(frame.function.node))
         for loc, line in _draft_reads(node, self, frame):
-            key = (id(instance), self._step if self._step is not None else id(loc))
-            if key not in self._taken:
-                self._taken.add(key)
-                self.events.append(Event("loc", loc, self._step, line))
+            self._record_loc(loc, line, frame)
+
+    def take_returned(self, value: Any, line: int, instance: Any) -> None:
+        """The draft buffer the run's first function returns (its caller takes it)."""
+        loc = _contained_loc(value)
+        if loc is not None:
+            self._record_loc(loc, line, Frame({"self": instance}, Function(ast.parse("def f(self): pass").body[0])))
+
+    def _record_loc(self, loc: Tensor, line: int, frame: Frame) -> None:
+        instance = frame.env.get(_first_param(frame.function.node))
+        key = (id(instance), self._step if self._step is not None else id(loc))
+        if key not in self._taken:
+            self._taken.add(key)
+            self.events.append(Event("loc", loc, self._step, line))
 
     def quiet_eval(self, node: ast.expr, frame: Frame) -> Any:
         """``node``'s value without recording events (a chain of names, attributes and items: no calls)."""
@@ -574,7 +587,9 @@ class Run:
         if isinstance(node, ast.JoinedStr):
             return "<f-string>"
         if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            if self._touches([node], frame):
+            own = _own_names(node)
+            names, marked = _touch_marks(node, self.world.helpers)
+            if marked or any(_is_probe_value(frame.env.get(n)) for n in names - own):
                 raise CannotProve(f"line {node.lineno}: draft layout code inside a "
                                   f"{'lambda' if isinstance(node, ast.Lambda) else 'comprehension'}")
             return Unknown("a lambda or comprehension")
@@ -744,6 +759,24 @@ def _held_loc(value: Any) -> Optional[Tensor]:
     """The draft tensor a probe object holds as its ``out_cache_loc``."""
     held = value.__dict__.get("out_cache_loc") if isinstance(value, Obj) else None
     return held if isinstance(held, Tensor) and held.draft else None
+
+
+def _own_names(node: ast.AST) -> frozenset[str]:
+    """The names a lambda's parameters or a comprehension's targets bind: its own, not its definer's."""
+    if isinstance(node, ast.Lambda):
+        return frozenset(a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg))
+    return frozenset(n.id for gen in getattr(node, "generators", []) for n in ast.walk(gen.target)
+                     if isinstance(n, ast.Name))
+
+
+def _contained_loc(value: Any, depth: int = 0) -> Optional[Tensor]:
+    """The draft tensor ``value`` is or holds (in a tuple, list or dict, or as a probe object's out_cache_loc)."""
+    if isinstance(value, Tensor):
+        return value if value.draft else None
+    if depth < 3 and isinstance(value, (tuple, list, dict)):
+        items = value.values() if isinstance(value, dict) else value
+        return next(filter(None, (_contained_loc(v, depth + 1) for v in items)), None)
+    return _held_loc(value)
 
 
 def _stored_names(parts: Iterable[ast.AST]) -> set[str]:

@@ -37,6 +37,8 @@ class SplitVerdict:
 
 def _kind(value: Event, probe: Probe, step: int) -> str:
     """Step ``step``'s slots as ``value`` holds them: upstream's row, the whole buffer, or other."""
+    if probe.steps == 1:  # one step's row is the whole buffer: no probe of who splits
+        return "either"
     if value.same_value(probe.rows()[step]):
         return "row"
     if value.same_value(arrays.arange(probe.buffer_length, draft=True)):
@@ -46,10 +48,11 @@ def _kind(value: Event, probe: Probe, step: int) -> str:
 
 def split_verdict(world: World, per_step: str) -> SplitVerdict:
     """The verdict on every path into ``per_step``'s ``init_forward_metadata`` (see the module)."""
-    from . import Entry, callers, paths
+    from . import DIVERGED, Entry, callers, paths
 
     starts = callers(world, per_step) or [Entry(per_step, "init_forward_metadata", stepped=True)]
     taken: set[str] = set()
+    where_kind: dict[str, str] = {}
     handed_rows = True
     for entry in starts:
         for probe in PROBES:
@@ -57,6 +60,8 @@ def split_verdict(world: World, per_step: str) -> SplitVerdict:
             for step in steps:
                 for outcome in paths(world, entry, probe, step).values():
                     where = f"{entry} ({probe}{'' if step is None else f', step {step}'})"
+                    if outcome.cannot == DIVERGED:
+                        continue
                     if outcome.cannot:
                         return SplitVerdict(WRONG, f"cannot tell who splits it from {where}: {outcome.cannot}")
                     locs = [e for e in outcome.of("loc") if e.step is not None]
@@ -69,7 +74,9 @@ def split_verdict(world: World, per_step: str) -> SplitVerdict:
                             return SplitVerdict(WRONG, f"{where}: step {event.step}'s backend takes other out_cache_loc "
                                                        f"slots than upstream's row {event.step} (line {event.line})")
                         taken.add(kind)
-                    handed_rows &= all(_kind(e, probe, e.step) == "row" for e in outcome.of("handed"))
+                        where_kind.setdefault(kind, where)
+                    handed_rows &= all(_kind(e, probe, e.step) in ("row", "either") for e in outcome.of("handed"))
+    taken.discard("either")
     if taken == {"row"}:
         caller = starts[0] if starts[0].backends_attr else None
         if caller is not None and handed_rows:
@@ -80,5 +87,5 @@ def split_verdict(world: World, per_step: str) -> SplitVerdict:
         return SplitVerdict(NEVER, "each step's backend bakes the whole out_cache_loc")
     if not taken:
         return SplitVerdict(WRONG, f"no probe reaches where {per_step} bakes out_cache_loc")
-    return SplitVerdict(WRONG, "the path hands some steps their row and others the whole buffer "
-                               "(split for some topk or steps only?)")
+    return SplitVerdict(WRONG, f"its row from {where_kind['row']}, the whole buffer from {where_kind['whole']}: "
+                               "split for some topk or steps only")

@@ -26,6 +26,8 @@ from .interpret import Instance, Mode, Obj, Unknown, World
 #: every probe's context length and sequence length (each sequence plus every draft step fits)
 MAX_CONTEXT_LEN = 16
 SEQ_LEN = 5
+#: methods whose first parameter (after ``self``) is the forward batch, whatever its name
+BATCH_FIRST = frozenset({"init_forward_metadata", "draft_forward", "common_template"})
 HELPER_FUNCTIONS = {name: getattr(spec_utils, name, None) or getattr(eagle_utils, name) for name in HELPERS}
 
 
@@ -75,8 +77,14 @@ class Probe:
         values = {"forward_batch": self.forward_batch(), "batch": self.forward_batch(), "max_bs": self.num_seqs,
                   "max_num_tokens": self.num_seqs * self.topk,
                   "kv_indices_buffer": arrays.zeros((self.steps, self.width)), "call_fn": _each_step}
-        params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)][1:]
-        return {name: values.get(name, Unknown(name)) for name in params}
+        params = [a for a in (*func.args.posonlyargs, *func.args.args)][1:]
+        found = {a.arg: values.get(a.arg, Unknown(a.arg)) for a in params}
+        for index, arg in enumerate(params):  # the batch under another name: by its annotation, or first
+            annotation = ast.unparse(arg.annotation) if arg.annotation is not None else ""
+            if isinstance(found[arg.arg], Unknown) and ("ForwardBatch" in annotation or index == 0 and
+                                                        func.name in BATCH_FIRST):
+                found[arg.arg] = self.forward_batch()
+        return found
 
 
 def _each_step(*_args: Any, **_kwargs: Any) -> None:

@@ -207,7 +207,7 @@ def _find(rule: Rule, source: Source) -> Finding:
             if plain:
                 verdict = path_verdict(source)
                 if verdict.who == CALLER:
-                    return rule.report(State.BY_CALLER, verdict.line or stmt.lineno,
+                    return rule.report(State.BY_CALLER, (caller[2] if caller else None) or verdict.line or stmt.lineno,
                                        f"{verdict.caller} hands each step its own row (proven on the probes): "
                                        "no second split here")
                 if verdict.who == PER_STEP:
