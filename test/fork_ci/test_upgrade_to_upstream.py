@@ -7,12 +7,13 @@ v0.5.12 with the fork's own edits, patched by `apply` and committed. After `git 
 the conflicts are README's list; resolved to upstream's side (whole files where the fork changed
 nothing else, else hunk by hunk), the fork's own DeepSeek-V4 caller split removed where it now
 splits twice, and the written test moved by `apply` to the suite the merge renamed, `check` exits
-0 and every file of the package is 0.5.13's.
+0 and every file of the package is 0.5.13's; the written test passes there.
 """
 
 from __future__ import annotations
 
 import ast
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -31,6 +32,7 @@ PACKAGE = "python/sglang/"
 DSV4 = PACKAGE + fork_edits.DSV4
 WORKER_V2 = PACKAGE + fork_edits.WORKER_V2
 KEEP = "  # sglang-draft-layout: keep"
+RUNNER = Path(__file__).with_name("run_on_cpu.py")
 #: README's conflicts of a patched fork: (git status code, path), the same in the real merge
 CONFLICTS = {
     ("UU", PACKAGE + "srt/layers/attention/flashinfer_backend.py"),
@@ -127,7 +129,7 @@ def remove_caller_split(fork: Path) -> None:
 
 
 @pytest.mark.parametrize("case", sorted(FORKS))
-def test_git_merge_of_0_5_13_into_a_patched_fork(upstream, tmp_path, capsys, case):
+def test_git_merge_of_0_5_13_into_a_patched_fork(upstream, tmp_path, case):
     fork = tmp_path / "fork"
     git(tmp_path, "clone", "-q", str(upstream), str(fork))
     git(fork, "checkout", "-q", "-b", "fork", "v0.5.12")
@@ -171,3 +173,20 @@ def test_git_merge_of_0_5_13_into_a_patched_fork(upstream, tmp_path, capsys, cas
     git(fork, "commit", "-q", "-m", "Merge v0.5.13")
     assert git(fork, "diff", "--name-only", "v0.5.13", "HEAD", "--", "python") == ""
     assert 'suite="base-a-test-cpu"' in (fork / CPU_TEST).read_text()
+
+
+def test_the_written_test_passes_on_the_merged_fork(upstream, tmp_path, proof_python):
+    """The CPU test a 0.5.12 fork got from `apply`, on 0.5.13's package, as the fork's CI runs it."""
+    fork = tmp_path / "fork"
+    git(tmp_path, "clone", "-q", str(upstream), str(fork))
+    git(fork, "checkout", "-q", "-b", "fork", "v0.5.12")
+    assert api.apply(fork).exit_code == 0
+    git(fork, "checkout", "-q", "v0.5.13", "--", "python")
+    (fork / PACKAGE / "srt/speculative/eagle_worker.py").unlink()  # 0.5.13 has none
+    assert api.check(fork).exit_code == 0  # 0.5.13's package, the written test as 0.5.12's suites have it
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["PYTHONPATH"] = str(fork / "python")
+    run = subprocess.run([str(proof_python), str(RUNNER), str(fork / CPU_TEST)], cwd=fork, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "Ran 8 tests" in run.stderr and "\nOK" in run.stderr
