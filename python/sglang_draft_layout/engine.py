@@ -256,7 +256,8 @@ def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = T
     """
     with transaction.signal_gate() as gate:
         gate.holding = True  # and on after planning: the command's output is not cut short
-        test_options = None if tests is False else fork_tests.TestOptions(cpu_suite, cuda_suite, gpu_test, tests is True)
+        test_options = None if tests is False else fork_tests.TestOptions(cpu_suite, cuda_suite, gpu_test,
+                                                                          tests is True)
         return _plan(target, rules, render_changes, test_options, keep, gate)
 
 
@@ -444,8 +445,8 @@ def _remove_leftovers(plan_: Plan) -> Plan:
     return replace(plan_, removed=tuple(removed))
 
 
-def apply(target: Target, tests: Optional[bool] = None, cpu_suite: Optional[str] = None, cuda_suite: Optional[str] = None,
-          gpu_test: bool = False, keep: Collection[str] = ()) -> Plan:
+def apply(target: Target, tests: Optional[bool] = None, cpu_suite: Optional[str] = None,
+          cuda_suite: Optional[str] = None, gpu_test: bool = False, keep: Collection[str] = ()) -> Plan:
     """Patch the tree: plan, refuse on anything unrecognised, remove the tool's own leftovers,
     write all files or none (``tests``: with a fork checkout's own test files; ``keep``: sites
     kept as the fork wrote them; the rest as ``plan`` takes them). SIGINT, SIGTERM
