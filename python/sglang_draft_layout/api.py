@@ -44,7 +44,7 @@ class Options:
     """What a run covers besides the sites: one field per CLI flag, passed to the engine
     under the same name (``tests``: the test files written into a fork checkout)."""
 
-    tests: bool = True
+    tests: Optional[bool] = None  # None: written with a patch (kept up to date once there); True: always; False: never
     cpu_suite: Optional[str] = None  # the fork's suite for the CPU test (default: from its run_suite.py)
     cuda_suite: Optional[str] = None  # the fork's suite for the GPU test; naming one asks for the test
     gpu_test: bool = False  # also write the GPU test (about 240 s of per-commit GPU CI)

@@ -325,8 +325,11 @@ def demo(release: str, verbosity: int) -> int:
 def _add_target(command: argparse.ArgumentParser) -> None:
     command.add_argument("target", nargs="?", help="any folder inside a fork checkout or an SGLang tree, or the "
                                                    "sglang package (default: the SGLang installed in this Python)")
-    command.add_argument("--no-tests", dest="tests", action="store_false",
-                         help="leave out the test files written into a fork checkout's test/registered/")
+    tests = command.add_mutually_exclusive_group()
+    tests.add_argument("--tests", dest="tests", action="store_const", const=True,
+                       help="write the fork's tests even where no site is left to patch (an up-to-date fork)")
+    tests.add_argument("--no-tests", dest="tests", action="store_const", const=False,
+                       help="leave out the test files written into a fork checkout's test/registered/")
     command.add_argument("--cpu-suite", metavar="NAME",
                          help="register the CPU test to this suite (default: chosen from test/run_suite.py)")
     command.add_argument("--cuda-suite", metavar="NAME",

@@ -259,7 +259,7 @@ def _helper_module_missing(finding: Finding, target: Target, created: Collection
     return finding
 
 
-def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = True, tests: bool = True,
+def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = True, tests: Optional[bool] = None,
          cpu_suite: Optional[str] = None, cuda_suite: Optional[str] = None, gpu_test: bool = False,
          keep: Collection[str] = ()) -> Plan:
     """Every rule's finding and (with ``render_changes``) the new text of every file that changes; writes nothing.
@@ -267,7 +267,8 @@ def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = T
     Besides ``rules``, the structural guard's rules for classes no rule names
     (``rules.structural_guard``). ``tests``: a fork checkout's own test files
     (``fork_tests``, registered to the suites ``cpu_suite``/``cuda_suite`` name or the fork's
-    run_suite.py offers; the GPU test with ``gpu_test``) are part of the plan. ``keep``:
+    run_suite.py offers; the GPU test with ``gpu_test``) are part of the plan: with a site
+    left to patch, where already written, or always (True); False: never. ``keep``:
     ``FILE:Class.method`` sites kept as the fork wrote them, like those marked with
     KEEP_PRAGMA (each must name a site). A helper module the tree lacks is created
     (``FileChange.old`` None) when a site to patch imports from it; a tree whose draft
@@ -278,7 +279,8 @@ def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = T
     """
     with transaction.signal_gate() as gate:
         gate.holding = True  # and on after planning: the command's output is not cut short
-        test_options = fork_tests.TestOptions(cpu_suite, cuda_suite, gpu_test) if tests else None
+        test_options = None if tests is False else fork_tests.TestOptions(cpu_suite, cuda_suite, gpu_test,
+                                                                          tests is True)
         return _plan(target, rules, render_changes, test_options, keep, gate)
 
 
@@ -324,7 +326,8 @@ def _plan(target: Target, rules: Sequence[Rule], render_changes: bool,
     if unknown:
         raise TargetError(f"--keep {unknown[0]}: no site of {target.package} is FILE:Class.method "
                           "(check lists each site's file and Class.method)")
-    generated, notes = fork_tests.generated_files(target, test_options) if test_options else ([], [])
+    up_to_date = not any(f.state in (State.TO_PATCH, State.UNRECOGNISED) for f in findings)
+    generated, notes = fork_tests.generated_files(target, test_options, up_to_date) if test_options else ([], [])
     if render_changes:
         changes += [_generated_change(g) for g in generated if g.state is not fork_tests.FileState.PRESENT]
         _refuse_links_out_of_tree(target, changes)
@@ -483,8 +486,8 @@ def _remove_leftovers(plan_: Plan) -> Plan:
     return replace(plan_, removed=tuple(removed))
 
 
-def apply(target: Target, tests: bool = True, cpu_suite: Optional[str] = None, cuda_suite: Optional[str] = None,
-          gpu_test: bool = False, keep: Collection[str] = ()) -> Plan:
+def apply(target: Target, tests: Optional[bool] = None, cpu_suite: Optional[str] = None,
+          cuda_suite: Optional[str] = None, gpu_test: bool = False, keep: Collection[str] = ()) -> Plan:
     """Patch the tree: plan, refuse on anything unrecognised, remove the tool's own leftovers,
     write all files or none (``tests``: with a fork checkout's own test files; ``keep``: sites
     kept as the fork wrote them; the rest as ``plan`` takes them). SIGINT, SIGTERM

@@ -5,7 +5,9 @@ is rendered from a template module in ``fork_templates`` (one source of its text
 the package modules it names embedded verbatim, so the fork's CI needs nothing but the fork.
 Each file is registered to a suite the fork's own ``test/run_suite.py`` runs per commit
 (``fork_suites``); the CPU test is written by default, the GPU test (240 s of per-commit
-GPU CI) only when asked for (``TestOptions.gpu_test``) or when the fork already has it.
+GPU CI) only when asked for (``TestOptions.gpu_test``) or when the fork already has it. On a
+tree with no site left to patch (upstream 0.5.13 or later, or a fork patched before) a test
+not there yet is written only when asked for (``TestOptions.asks``); one there is kept up to date.
 """
 
 from __future__ import annotations
@@ -36,12 +38,18 @@ _REGISTER = re.compile(r'^(register_\w+_ci)\(est_time=(\d+), suite="([^"]*)"\)$'
 
 @dataclass(frozen=True)
 class TestOptions:
-    """What the user asked for: suite names of their own, and the GPU test (naming a CUDA
-    suite asks for it too)."""
+    """What the user asked for: suite names of their own, the GPU test (naming a CUDA suite
+    asks for it too), and the tests even on an up-to-date tree (``tests``: ``--tests``)."""
 
     cpu_suite: Optional[str] = None
     cuda_suite: Optional[str] = None
     gpu_test: bool = False
+    tests: bool = False
+
+    @property
+    def asks(self) -> bool:
+        """Any option naming the tests asks for them (``--tests``, a suite, the GPU test)."""
+        return self.tests or self.gpu_test or self.cpu_suite is not None or self.cuda_suite is not None
 
     def suite_for(self, template: str) -> Optional[str]:
         return self.cpu_suite if template == "registered_cpu" else self.cuda_suite
@@ -204,22 +212,28 @@ def _suite(template: str, options: TestOptions, suites: Optional[ForkSuites], ke
     return chosen, None
 
 
-def generated_files(target: Target, options: TestOptions = TestOptions()) -> tuple[list[GeneratedFile], list[str]]:
+def generated_files(target: Target, options: TestOptions = TestOptions(),
+                    up_to_date: bool = False) -> tuple[list[GeneratedFile], list[str]]:
     """The test files a fork checkout gets, each with its current text, and one line for
     each test not written and why; ([], []) for trees that are not fork checkouts.
+    ``up_to_date``: no site is left to patch, so a test not there yet is written only when
+    ``options`` ask for the tests.
 
     Raises TargetError for a suite name the fork's run_suite.py would reject."""
     root = fork_root(target)
     if root is None:
         return [], []
+    tests = [(root / relative, template, what) for relative, template, what in FORK_TESTS
+             if options.asks or not up_to_date or (root / relative).is_file()]
+    if not tests:
+        return [], []  # an up-to-date fork without the tests: nothing to write, nothing to say
     register = target.package / "test" / "ci" / "ci_register.py"
     if not register.is_file():  # the files register through it (SGLang has it from 0.5.6 on)
         return [], [f"no tests written: the fork has no {register.relative_to(root)} to register them with"]
     suites = read_suites(root)
     run_suite = root / "test" / "run_suite.py"
     files, notes = [], []
-    for relative, template, what in FORK_TESTS:
-        path = root / relative
+    for path, template, what in tests:
         stored = StoredText.read(path) if path.is_file() else None
         if template == "registered_gpu" and not (options.gpu_test or options.cuda_suite) and stored is None:
             continue  # the GPU test costs per-commit GPU time: written only when asked for

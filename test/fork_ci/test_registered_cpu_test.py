@@ -1,6 +1,7 @@
 """The registered CPU test `apply` writes into a fork checkout (fork_tests, registered_cpu).
 
-Written, reported by `check`, idempotent, skipped with --no-tests; collected by 0.5.12's own
+Written, reported by `check`, idempotent, skipped with --no-tests (then, nothing left to patch, written
+only with --tests); collected by 0.5.12's own
 ci_register into stage-a-test-cpu (the suite its run_suite.py gives); and, run as the fork's CI runs it (`python3 FILE`, in the
 proof venv), it passes on the patched fork and fails on the unpatched one and on a patched
 fork with one site reverted. Black/isort: test_registered_gpu_test.py (every template).
@@ -74,13 +75,16 @@ def test_apply_writes_it_once_and_check_reports_it(fork, capsys):
 
 
 def test_no_tests_leaves_it_out(fork, capsys):
+    """Patched without it, the fork has nothing left to do; --tests writes it still."""
     assert cli.main(["apply", "--no-tests", str(fork)]) == 0
     assert not (fork / "test/registered/unit/speculative").exists()
     assert cli.main(["check", "--no-tests", str(fork)]) == 0
+    assert cli.main(["check", str(fork)]) == 0
+    assert cli.main(["diff", "--exit-code", str(fork)]) == 0
     capsys.readouterr()
-    assert cli.main(["check", "--format", "json", str(fork)]) == 1
+    assert cli.main(["check", "--tests", "--format", "json", str(fork)]) == 1
     assert cpu_test_state(capsys) == "to write"
-    assert cli.main(["diff", str(fork)]) == 0
+    assert cli.main(["diff", "--tests", str(fork)]) == 0
     assert f"+++ b/{CPU_TEST}" in capsys.readouterr().out
 
 

@@ -1,68 +1,192 @@
-"""A patched 0.5.12 fork merging upstream 0.5.13, resolved as README's "Upgrading to upstream
-0.5.13 or later" says: every file the patch touched is merged three-way (`git merge-file`:
-the fork's patched file, 0.5.12's, 0.5.13's), conflicts are resolved to upstream's side
-(`--theirs`), a file upstream deleted is deleted; then check finds nothing to do."""
+"""A patched 0.5.12 fork merging upstream 0.5.13 with `git merge`, resolved as README's "Upgrading
+to upstream 0.5.13 or later" says.
+
+The repository is built from the release wheels: 0.5.12's files committed as upstream (tag
+v0.5.12), upstream's next commit holding 0.5.13's files (tag v0.5.13), and a fork branch from
+v0.5.12 with the fork's own edits, patched by `apply` and committed. After `git merge v0.5.13`
+the conflicts are README's list; resolved to upstream's side (whole files where the fork changed
+nothing else, else hunk by hunk), the fork's own DeepSeek-V4 caller split removed where it now
+splits twice, and the written test moved by `apply` to the suite the merge renamed, `check` exits
+0 and every file of the package is 0.5.13's; the written test passes there.
+"""
 
 from __future__ import annotations
 
+import ast
+import os
 import shutil
 import subprocess
-import zipfile
 from pathlib import Path
 
 import pytest
 
-from sglang_draft_layout import api, cli
-from sglang_draft_layout.releases import release_wheel, unpack_release
+from sglang_draft_layout import api
 
-from scratch_fork import VERSION
-from support.sglang_release import require_release
+from scratch_fork import CPU_TEST, RUN_SUITES, git, make_fork
+from support import fork_edits
+from support.sglang_release import pristine_tree, require_release
 
 pytestmark = pytest.mark.releases
 UPSTREAM = "0.5.13"
+PACKAGE = "python/sglang/"
+DSV4 = PACKAGE + fork_edits.DSV4
+WORKER_V2 = PACKAGE + fork_edits.WORKER_V2
+KEEP = "  # sglang-draft-layout: keep"
+RUNNER = Path(__file__).with_name("run_on_cpu.py")
+#: README's conflicts of a patched fork: (git status code, path), the same in the real merge
+CONFLICTS = {
+    ("UU", PACKAGE + "srt/layers/attention/flashinfer_backend.py"),
+    ("UU", PACKAGE + "srt/layers/attention/flashinfer_mla_backend.py"),
+    ("UU", PACKAGE + "srt/layers/attention/aiter_backend.py"),
+    ("UU", DSV4),
+    ("UU", PACKAGE + "srt/speculative/eagle_utils.py"),
+    ("UU", PACKAGE + "srt/speculative/spec_utils.py"),
+    ("UU", WORKER_V2),
+    ("UD", PACKAGE + "srt/speculative/eagle_worker.py"),
+}
 
 
-def release_files(version: str) -> dict[str, str]:
-    """Every .py file of the sglang==version wheel by its path (``sglang/...``)."""
-    with zipfile.ZipFile(release_wheel(version)) as wheel:
-        return {name: wheel.read(name).decode() for name in wheel.namelist()
-                if name.startswith("sglang/") and name.endswith(".py")}
-
-
-def merge_file(tmp: Path, ours: str, base: str, theirs: str, *flags: str) -> tuple[int, str]:
-    """``git merge-file -p [flags] ours base theirs``: (conflicts, merged text)."""
-    for name, text in (("ours", ours), ("base", base), ("theirs", theirs)):
-        (tmp / name).write_text(text)
-    result = subprocess.run(["git", "merge-file", "-p", *flags, "ours", "base", "theirs"], cwd=tmp,
-                            capture_output=True, text=True)
-    assert result.returncode >= 0, result.stderr
-    return result.returncode, result.stdout
-
-
-def test_merging_0_5_13_onto_a_patched_fork(fork, tmp_path):
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory) -> Path:
+    """A repository of upstream: v0.5.12 (a scratch fork's one commit) and v0.5.13 after it, 0.5.13's
+    package and test/run_suite.py (upstream main's fixture: its per-commit CPU suite base-a-test-cpu
+    is 0.5.13's, which renamed 0.5.12's stage-a-test-cpu)."""
     require_release(UPSTREAM)
-    patched = [f.path for f in api.apply(fork).files if not f.new]
-    base, upstream = release_files(VERSION), release_files(UPSTREAM)
-    conflicts, deleted = {}, []
-    for path in patched:
-        wheel_path = path.removeprefix("python/")
-        if wheel_path not in upstream:  # upstream deleted it: the merge takes the deletion
-            deleted.append(wheel_path)
-            continue
-        ours = (fork / path).read_text()
-        conflicts[wheel_path], _ = merge_file(tmp_path, ours, base[wheel_path], upstream[wheel_path])
-        _, resolved = merge_file(tmp_path, ours, base[wheel_path], upstream[wheel_path], "--theirs")
-        assert resolved == upstream[wheel_path], wheel_path  # upstream's side is upstream's file
-    # the hunks README names: the helpers' docstrings, the capacity check (assert_buffer_fits), imports
-    assert {path for path, count in conflicts.items() if count} >= {
-        "sglang/srt/speculative/eagle_utils.py", "sglang/srt/layers/attention/flashinfer_backend.py",
-        "sglang/srt/layers/attention/flashinfer_mla_backend.py"}
-    assert deleted == ["sglang/srt/speculative/eagle_worker.py"]
+    root = make_fork(tmp_path_factory.mktemp("upstream") / "sglang")
+    git(root, "tag", "v0.5.12")
+    shutil.rmtree(root / "python" / "sglang")
+    shutil.copytree(pristine_tree(UPSTREAM) / "sglang", root / "python" / "sglang")
+    (root / "python" / "sglang" / "_version.py").unlink(missing_ok=True)
+    shutil.copy(RUN_SUITES / "main.py", root / "test" / "run_suite.py")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "Release v0.5.13")
+    git(root, "tag", "v0.5.13")
+    return root
 
-    # the fork after the merge: 0.5.13's package (the resolved files are 0.5.13's), the fork's tests kept
-    shutil.rmtree(fork / "python" / "sglang")
-    unpack_release(UPSTREAM, fork / "python")
-    report = api.check(fork)
-    assert report.exit_code == 0, [(i.file, i.scope, i.state) for i in report.to_do]
-    assert {i.state for i in report.items if i.kind == api.TEST} == {"present"}
-    assert cli.main(["apply", str(fork)]) == 0 and api.diff(fork).patch == ""
+
+def keep_dsv4_and_worker(python: Path) -> None:
+    """The fork keeps two sites by the comment: DSv4's decode (its own strided slice) and the V2
+    worker's draft_forward."""
+    fork_edits.edit(python, fork_edits.DSV4, fork_edits.DSV4_DECODE, (
+        "        if forward_batch.forward_mode.is_decode_or_idle():\n"
+        "            step, steps = self.speculative_step_id, self.speculative_num_steps\n"
+        f"            metadata = self.init_forward_metadata_decode({KEEP}\n"
+        "                max_seq_len=max_seq_len,\n"
+        "                req_pool_indices=req_pool_indices,\n"
+        "                seq_lens=seq_lens,\n"
+        "                out_cache_loc=forward_batch.out_cache_loc[step::steps],\n"
+        "            )\n"))
+    fork_edits.edit(python, fork_edits.WORKER_V2, WORKER_DEF, WORKER_DEF.replace(":\n", f":{KEEP}\n"))
+
+
+WORKER_DEF = "    def draft_forward(self, forward_batch: ForwardBatch):\n"
+#: the fork's own edits before it is patched, by case
+FORKS = {"plain": None, "caller-split": fork_edits.dsv4_caller_split, "kept": keep_dsv4_and_worker}
+
+
+def run_git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-c", "user.name=fork", "-c", "user.email=fork@example.com", *args],
+                          cwd=cwd, capture_output=True, text=True)
+
+
+def unmerged(fork: Path) -> set[tuple[str, str]]:
+    """(status code, path) of each path left unmerged (``git status --porcelain``)."""
+    codes = {"DD", "AU", "UD", "UA", "DU", "AA", "UU"}
+    return {(line[:2], line[3:]) for line in git(fork, "status", "--porcelain").splitlines() if line[:2] in codes}
+
+
+def take_upstream_hunks(fork: Path, path: str) -> None:
+    """Every conflicting hunk of ``path`` resolved to upstream's side, the fork's other changes kept."""
+    for stage, name in ((2, "ours"), (1, "base"), (3, "theirs")):
+        (fork / f".merge-{name}").write_text(git(fork, "show", f":{stage}:{path}"))
+    merged = run_git(fork, "merge-file", "-p", "--theirs", ".merge-ours", ".merge-base", ".merge-theirs")
+    assert merged.returncode == 0, merged.stderr
+    (fork / path).write_text(merged.stdout)
+    for name in ("ours", "base", "theirs"):
+        (fork / f".merge-{name}").unlink()
+
+
+def method_lines(source: str, cls: str, name: str) -> tuple[int, int]:
+    """(first line index, end line index) of ``cls.name`` in ``source``, its decorators included."""
+    [node] = [item for top in ast.parse(source).body if isinstance(top, ast.ClassDef) and top.name == cls
+              for item in top.body if isinstance(item, ast.FunctionDef) and item.name == name]
+    return min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1, node.end_lineno
+
+
+def remove_caller_split(fork: Path) -> None:
+    """README's resolution of a fork's own DSv4 caller split beside upstream's per-step split:
+    upstream's DeepseekV4MultiStepBackend.init_forward_metadata, the fork's split method deleted."""
+    cls = "DeepseekV4MultiStepBackend"
+    ours = (fork / DSV4).read_text()
+    lines = ours.splitlines(keepends=True)
+    start, end = method_lines(ours, cls, "init_forward_metadata")
+    split_start, split_end = method_lines(ours, cls, "_split_out_cache_loc_per_step")
+    assert "".join(lines[end:split_start]).strip() == ""  # the split method follows the caller's
+    theirs = git(fork, "show", f"v0.5.13:{DSV4}")
+    first, last = method_lines(theirs, cls, "init_forward_metadata")
+    upstream_method = theirs.splitlines(keepends=True)[first:last]
+    (fork / DSV4).write_text("".join(lines[:start] + upstream_method + lines[split_end:]))
+
+
+@pytest.mark.parametrize("case", sorted(FORKS))
+def test_git_merge_of_0_5_13_into_a_patched_fork(upstream, tmp_path, case):
+    fork = tmp_path / "fork"
+    git(tmp_path, "clone", "-q", str(upstream), str(fork))
+    git(fork, "checkout", "-q", "-b", "fork", "v0.5.12")
+    if FORKS[case] is not None:
+        FORKS[case](fork / "python")
+        git(fork, "commit", "-q", "-am", "the fork's own change")
+    forked = set(git(fork, "diff", "--name-only", "v0.5.12", "HEAD").split())
+    assert api.apply(fork).exit_code == 0
+    git(fork, "add", "-A")
+    git(fork, "commit", "-q", "-m", "Use upstream's multi-step EAGLE draft layout helpers")
+
+    merge = run_git(fork, "merge", "-m", "Merge v0.5.13", "v0.5.13")
+    assert merge.returncode == 1 and "Automatic merge failed" in merge.stdout, merge.stdout + merge.stderr
+    expected = CONFLICTS - {("UU", WORKER_V2)} if case == "kept" else CONFLICTS  # its split kept, unpatched
+    assert unmerged(fork) == expected
+    if case == "kept":  # the keep comment's own conflict: on DSv4's decode, which upstream restructured
+        assert f"init_forward_metadata_decode({KEEP}\n" in (fork / DSV4).read_text().split("=======")[0]
+    for _status, path in sorted(expected):
+        if path.endswith("/eagle_worker.py"):
+            git(fork, "rm", "-q", path)  # upstream deleted it
+            continue
+        if path in forked:
+            take_upstream_hunks(fork, path)
+        else:
+            git(fork, "checkout", "--theirs", "--", path)
+        git(fork, "add", "--", path)
+
+    if case == "caller-split":  # merged in silently beside upstream's split
+        assert api.check(fork).exit_code == 2
+        assert "splits the per-step out_cache_loc twice" in api.check(fork).errors[0].detail
+        remove_caller_split(fork)
+    if case == "kept":  # merged in silently on upstream's def line, where it keeps nothing: deleted
+        kept_def = WORKER_DEF.replace(":\n", f":{KEEP}\n")
+        assert (fork / WORKER_V2).read_text().count(kept_def) == 1
+        (fork / WORKER_V2).write_text((fork / WORKER_V2).read_text().replace(kept_def, WORKER_DEF))
+    report = api.check(fork)  # the merge renamed the suites: the written test is stale, and all else done
+    assert [(i.file, i.state) for i in report.to_do] == [(CPU_TEST, "stale")]
+    assert api.apply(fork).exit_code == 0
+    assert api.check(fork).exit_code == 0
+    git(fork, "add", "-A")
+    git(fork, "commit", "-q", "-m", "Merge v0.5.13")
+    assert git(fork, "diff", "--name-only", "v0.5.13", "HEAD", "--", "python") == ""
+    assert 'suite="base-a-test-cpu"' in (fork / CPU_TEST).read_text()
+
+
+def test_the_written_test_passes_on_the_merged_fork(upstream, tmp_path, proof_python):
+    """The CPU test a 0.5.12 fork got from `apply`, on 0.5.13's package, as the fork's CI runs it."""
+    fork = tmp_path / "fork"
+    git(tmp_path, "clone", "-q", str(upstream), str(fork))
+    git(fork, "checkout", "-q", "-b", "fork", "v0.5.12")
+    assert api.apply(fork).exit_code == 0
+    git(fork, "checkout", "-q", "v0.5.13", "--", "python")
+    (fork / PACKAGE / "srt/speculative/eagle_worker.py").unlink()  # 0.5.13 has none
+    assert api.check(fork).exit_code == 0  # 0.5.13's package, the written test as 0.5.12's suites have it
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["PYTHONPATH"] = str(fork / "python")
+    run = subprocess.run([str(proof_python), str(RUNNER), str(fork / CPU_TEST)], cwd=fork, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "Ran 8 tests" in run.stderr and "\nOK" in run.stderr

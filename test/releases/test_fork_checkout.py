@@ -146,3 +146,34 @@ def test_output_on_a_real_fork_fits_the_terminal(fork, capsys, monkeypatch, colu
             assert all(site in "\n".join(lines) for site in ("kv_indices capacity check", "per-step kv_indices slice",
                                                               "CUDA-graph kv_indices row width", "helper definition"))
     assert lines[-1] == "3 helpers, 17 call sites, 2 tests: 20 patched, 2 present"
+
+
+#: upstream main's test/run_suite.py (its per-commit CPU suite base-a-test-cpu is 0.5.13's too)
+RUN_SUITE_MAIN = RUN_SUITE_0_5_12.with_name("main.py")
+CPU_TEST = "test/registered/unit/speculative/test_draft_layout.py"
+
+
+def test_an_up_to_date_fork_has_nothing_to_write(pristine, tmp_path, capsys):
+    """A fork checkout of upstream's fixed code: `check` exits 0 and `apply` writes nothing, the
+    written tests included, unless asked for (--tests); once written they are kept up to date."""
+    root = tmp_path / "up-to-date-fork"
+    shutil.copytree(pristine("0.5.13") / "sglang", root / "python" / "sglang")
+    (root / "python" / "pyproject.toml").write_text(FORK_PYPROJECT)
+    (root / "test" / "registered").mkdir(parents=True)
+    shutil.copy(RUN_SUITE_MAIN, root / "test" / "run_suite.py")
+    before = sources(root)
+    assert cli.main(["check", "--format", "json", str(root)]) == 0
+    assert [s for s in json.loads(capsys.readouterr().out)["sites"] if s["file"].startswith("test/")] == []
+    assert cli.main(["apply", str(root)]) == 0
+    assert "nothing to do" in capsys.readouterr().out and sources(root) == before
+    assert run_cli(root, "diff", "--exit-code", ".").returncode == 0
+
+    assert cli.main(["check", "--tests", str(root)]) == 1
+    assert "1 to write" in capsys.readouterr().out
+    assert cli.main(["apply", "--tests", str(root)]) == 0
+    assert (root / CPU_TEST).is_file() and capsys.readouterr()
+    assert cli.main(["check", "--format", "json", str(root)]) == 0
+    assert [s["state"] for s in json.loads(capsys.readouterr().out)["sites"] if s["file"] == CPU_TEST] == ["present"]
+    (root / CPU_TEST).write_text((root / CPU_TEST).read_text().replace("est_time=15", "est_time=16"))
+    assert cli.main(["check", str(root)]) == 1  # a test written earlier is still refreshed
+    assert cli.main(["apply", str(root)]) == 0 and cli.main(["check", str(root)]) == 0

@@ -334,3 +334,5 @@ def test_options_give_the_flags_of_the_next_command():
         ["--cpu-suite", "stage-a-test-cpu", "--gpu-test"]
     assert Grown(more=("a.py:C.m", "b.py:D.n")).cli_flags() == ["--more", "a.py:C.m", "--more", "b.py:D.n"]
     assert cli._options(cli.parser().parse_args(["apply", "--no-tests", "x"])) == api.Options(tests=False)
+    assert cli._options(cli.parser().parse_args(["check", "--tests", "x"])) == api.Options(tests=True)
+    assert api.Options(tests=True).cli_flags() == ["--tests"]
