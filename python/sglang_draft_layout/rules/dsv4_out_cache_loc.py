@@ -188,9 +188,9 @@ def _find(rule: Rule, source: Source) -> Finding:
                 return rule.report(State.UNRECOGNISED, stmt.lineno,
                                    f"splits the per-step out_cache_loc twice: here (in {where}) and in its caller "
                                    f"{caller[0]} ({caller[1]}); keep one of them")
-            if caller and plain:
-                return rule.report(State.BY_CALLER, caller[2] or stmt.lineno,
-                                   f"{caller[0]} hands each step its own row: no second split here")
+            if caller and plain:  # reported here, naming where the caller splits
+                at = f"{source.path}:{caller[2]}" if caller[2] else caller[1]
+                return rule.report(State.BY_CALLER, stmt.lineno, f"{caller[0]} at {at}")
             if splits:  # every one of them, also beside a helper call
                 return split_finding(rule, source, source.method(CLASS, where), splits,
                                      f"the fork's own split (in {where}): via {PER_STEP_HELPER}")
