@@ -1,9 +1,9 @@
 """sglang-draft-layout check | diff | apply | demo: print the reports of ``api``.
 
-Text output fits the terminal (``shutil.get_terminal_size``; ``COLUMNS`` wins): a short
-header, one line per item that needs action (``-v``: every item), one summary line, and
-the command to run next. Colour only on a terminal, never with ``NO_COLOR``. Commands
-printed for the user to run are never cut.
+Text output fits the terminal (``COLUMNS`` wins), stdout and stderr alike: a short header,
+one line per item that needs action or that the fork decided (``-v``: every item), one
+summary line, and the one next step. Colour only on a terminal, never with ``NO_COLOR``.
+Commands printed for the user to run, and error lines, are wrapped, never cut.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -23,12 +24,13 @@ from typing import Optional, Sequence, TextIO, Union
 from . import __version__, api, engine, releases, transaction
 from .api import Item, Report
 from .rules.base import State
-from .target import Target, TargetError
+from .target import Target, TargetError, TreeBelow
 
 PROG = "sglang-draft-layout"
 DEMO_RELEASE = "0.5.12"
 #: ANSI colours of a state, by what it means for the user
 _RED, _YELLOW, _GREEN, _BOLD, _RESET = "\033[31m", "\033[33m", "\033[32m", "\033[1m", "\033[0m"
+_UNBROKEN = "\0"  # a space that textwrap does not break at
 _PLURALS = {api.HELPER: "helpers", api.CALL_SITE: "call sites", api.TEST: "tests"}
 
 
@@ -64,10 +66,13 @@ class Printer:
             shown.append(self.paint(piece, code) if code else piece)
         print("".join(shown) + whole[position:], file=self.stream)
 
-    def wrapped(self, text: str, code: str = "") -> None:
-        """A line never cut (a summary): wrapped at spaces to the width, continued indented."""
-        for part in textwrap.wrap(text, self.width, subsequent_indent="  ", break_long_words=False):
-            print(self.paint(part, code), file=self.stream)
+    def wrapped(self, text: str, code: str = "", indent: str = "") -> None:
+        """A line never cut (a summary, an error): wrapped at spaces to the width, continued indented;
+        a `quoted` span (a comment or flag to copy) is never broken."""
+        whole_spans = re.sub(r"`[^`]*`", lambda span: span.group(0).replace(" ", _UNBROKEN), text)
+        for part in textwrap.wrap(whole_spans, self.width, initial_indent=indent, subsequent_indent=indent + "  ",
+                                  break_long_words=False, break_on_hyphens=False):
+            print(self.paint(part.replace(_UNBROKEN, " "), code), file=self.stream)
 
     def command(self, text: str) -> None:
         """A command to run, whole however wide (wrapped at its arguments, with ``\\``)."""
@@ -98,8 +103,19 @@ def wrap_command(command: str, width: int, indent: str = "  ") -> str:
     return "\n".join([*lines, current])
 
 
-def terminal_width() -> int:
-    return shutil.get_terminal_size().columns
+def terminal_width(stream: Optional[TextIO] = None) -> int:
+    """The width of ``stream``'s terminal (stdout's by default): ``COLUMNS`` wins; 80 off a terminal."""
+    if stream is None or os.environ.get("COLUMNS", "").isdigit():
+        return shutil.get_terminal_size().columns
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return shutil.get_terminal_size().columns
+
+
+def stderr() -> Printer:
+    """Errors and warnings, wrapped to stderr's terminal like the rest of the output."""
+    return Printer(sys.stderr, terminal_width(sys.stderr), False)
 
 
 def plural(count: int, kind: str) -> str:
@@ -134,7 +150,8 @@ def print_header(report: Report, verbose: bool, out: Printer) -> None:
     out.line(header(report, out.width))
     if verbose:
         target = report.target
-        out.wrapped(f"  release read from {target.version_source}" if target.version else
+        described = f"; git describe: {target.git_describe}" if target.git_describe else ""
+        out.wrapped(f"  release read from {target.version_source}{described}" if target.version else
                     f"  no release stated ({target.version_source}): every site is judged by its code")
 
 
@@ -147,16 +164,29 @@ def _state_code(item: Item, applied: bool) -> str:
     return _GREEN if item.state == State.PATCHED.value else ""
 
 
+#: states shown without ``-v`` though they need no action: what the fork decided, which the patch leaves as it is
+FORK_DECISIONS = (State.KEPT.value, State.BY_CALLER.value)
+
+
+def shown_by_default(item: Item) -> bool:
+    """What ``check`` lists without ``-v``: items to act on, refused, or left as the fork decided."""
+    return item.needs_action or item.error or item.state in FORK_DECISIONS
+
+
 def print_items(out: Printer, items: Sequence[Item], applied: bool = False, verbose: bool = False) -> None:
     """Items grouped by file: the file on its own line, then ``line  state  Class.method  site``,
-    and a detail beside them, or on a line of its own where it does not fit. The site column
-    is left out where it does not fit (``verbose``: the site goes with the detail)."""
+    and a detail beside them, or on a line of its own where it does not fit (wrapped, never
+    cut). The site column is left out where it does not fit (``verbose``: the site goes with
+    the detail). Without ``verbose`` the columns are those of the items to act on: a fork's
+    decision (``FORK_DECISIONS``) follows them unpadded, a caller's split as where it is
+    (``Class.method at FILE:LINE``, cut from the left to fit)."""
     if not items:
         return
+    tabled = [item for item in items if verbose or item.state not in FORK_DECISIONS] or items
     line_width = max(len(str(item.line or "")) for item in items)
-    state_width = max(len(item.state) for item in items)
-    scope_width = max(len(item.scope) for item in items)
-    site_width = max(len(item.site) for item in items)
+    state_width = max(len(item.state) for item in tabled)
+    scope_width = max(len(item.scope) for item in tabled)
+    site_width = max(len(item.site) for item in tabled)
     with_site = 2 + line_width + 2 + state_width + 2 + scope_width + 2 + site_width <= out.width
     current = None
     for item in items:
@@ -164,24 +194,52 @@ def print_items(out: Printer, items: Sequence[Item], applied: bool = False, verb
             current = item.file
             out.line(fit_left(item.file, out.width))
         lead = f"  {str(item.line or ''):>{line_width}}  "
-        state = (f"{item.state:<{state_width}}", _state_code(item, applied))
-        rest = f"  {item.scope:<{scope_width}}  {item.site}".rstrip() if with_site else f"  {item.scope}"
+        padded = item in tabled
+        state = (f"{item.state:<{state_width}}" if padded else item.state, _state_code(item, applied))
+        if item.state == State.BY_CALLER.value and not padded:  # where the caller splits: its file:line kept
+            out.line(lead, state, "  " + fit_left(item.detail, out.width - len(lead + item.state) - 2))
+            continue
+        rest = f"  {item.scope:<{scope_width}}  {item.site}".rstrip() if with_site and padded else f"  {item.scope}"
         extra = "; ".join(part for part in (item.site if verbose and not with_site else "", item.detail) if part)
         detail = f" ({extra})" if extra else ""
-        if len(lead) + state_width + len(rest) + len(detail) <= out.width:
+        if len(lead) + len(state[0]) + len(rest) + len(detail) <= out.width:
             out.line(lead, state, rest + detail)
-        else:
+            continue
+        if len(lead) + len(state[0]) + len(rest) <= out.width:
             out.line(lead, state, rest)
-            if extra:
-                out.line(" " * len(lead), extra)
+        else:
+            out.line(lead, state)
+            out.wrapped(rest.strip(), indent=" " * (len(lead) + 2))
+        if extra:
+            out.wrapped(extra, indent=" " * len(lead))
 
 
 def next_step(report: Report, argv_target: Optional[str]) -> Optional[str]:
     """The command to run after a check that did not exit 0: apply, or (a site no rule knows,
-    to be brought to a known form by hand) check again."""
+    to be kept or rewritten by hand first, ``refusal_step``) check again."""
     if report.exit_code == 0:
         return None
     return command_line("apply" if report.exit_code == 1 else "check", report, argv_target)
+
+
+def _package_file(report: Report, item: Item) -> str:
+    """The item's file relative to the ``sglang`` package, as ``--keep FILE:Class.method`` takes it."""
+    return (report.target.root / item.file).relative_to(report.target.package).as_posix()
+
+
+def refusal_step(report: Report) -> str:
+    """What to do before anything else on a refused tree: the advice every error line gives
+    (``error_line``), for all of them at once (naming each, so it needs no list above it)."""
+    sites = [item for item in report.errors if item.kind == api.CALL_SITE]
+    helpers = [item for item in report.errors if item.kind != api.CALL_SITE]
+    steps = []
+    if sites:
+        lines = ", ".join(item.file + (f":{item.line}" if item.line else "") for item in sites)
+        keeps = dict.fromkeys(f"{_package_file(report, item)}:{item.scope}" for item in sites)
+        steps.append(f"{lines}: " + engine.refusal_hint(list(keeps), "that line" if len(sites) == 1 else "each line"))
+    if helpers:
+        steps.append(f"{', '.join(f'{item.file} ({item.scope})' for item in helpers)}: " + engine.refusal_hint([]))
+    return "; ".join(steps)
 
 
 def command_line(command: str, report: Report, argv_target: Optional[str]) -> str:
@@ -194,26 +252,30 @@ def command_line(command: str, report: Report, argv_target: Optional[str]) -> st
 def print_check(report: Report, argv_target: Optional[str], verbosity: int, out: Printer) -> None:
     if verbosity >= 0:
         print_header(report, verbosity > 0, out)
-        print_items(out, report.items if verbosity > 0 else [i for i in report.items if i.needs_action or i.error],
+        print_items(out, report.items if verbosity > 0 else [i for i in report.items if shown_by_default(i)],
                     verbose=verbosity > 0)
     out.wrapped(summary(report), _BOLD)
     for note in report.notes:
         out.wrapped(note)
-    for item in report.errors:
-        print(f"error: {error_line(report, item)}", file=sys.stderr)
+    print_errors(report)
     following = next_step(report, argv_target)
     if following:
-        out.wrapped("next: run" if report.exit_code == 1 else
-                    "next: bring the site(s) above to a form docs/sites.md lists, then run")
+        out.wrapped("next: run" if report.exit_code == 1 else f"next: {refusal_step(report)}; then run")
         out.command(following)
 
 
 def error_line(report: Report, item: Item) -> str:
+    """``FILE:LINE: Class.method: site: detail; <what to do>`` (``engine.refusal_hint``, as ``refusal_step``)."""
     where_ = str(report.target.root / item.file) + (f":{item.line}" if item.line else "")
-    text = f"{where_}: {item.scope}: {item.site}: {item.detail or item.state}"
-    if item.kind == api.CALL_SITE:
-        text += engine.keep_hint(item.file, item.scope)
-    return text
+    keeps = [f"{_package_file(report, item)}:{item.scope}"] if item.kind == api.CALL_SITE else []
+    return f"{where_}: {item.scope}: {item.site}: {item.detail or item.state}; {engine.refusal_hint(keeps)}"
+
+
+def print_errors(report: Report, suffix: str = "") -> None:
+    """One ``error:`` line per site no rule knows, on stderr, wrapped to its terminal."""
+    err = stderr()
+    for item in report.errors:
+        err.wrapped(f"error: {error_line(report, item)}{suffix}")
 
 
 def github_escape(text: str, property_value: bool = False) -> str:
@@ -223,8 +285,12 @@ def github_escape(text: str, property_value: bool = False) -> str:
 
 
 def print_github(report: Report, argv_target: Optional[str]) -> None:
-    """One ``::error`` workflow annotation per item to act on, then the summary and next step."""
+    """One ``::error`` workflow annotation per item to act on (on a refused tree: saying why
+    ``apply`` refuses it, not to run it), then the summary and next step."""
     fix = command_line("apply", report, argv_target)
+    refused = [item.file + (f":{item.line}" if item.line else "") for item in report.errors]
+    blocked = (f"; `{fix}` refuses the tree until the {plural(len(refused), 'site')} no rule knows "
+               f"({', '.join(refused)}) are kept or rewritten")
     for item in report.items:
         if not (item.needs_action or item.error):
             continue
@@ -235,14 +301,18 @@ def print_github(report: Report, argv_target: Optional[str]) -> None:
         message = f"{item.scope}" + (f" ({item.site})" if item.site else "") + f": {item.state}"
         message += f" ({item.detail})" if item.detail else ""
         message += f"; upstream {item.upstream}" if item.upstream else ""
-        message += "; no rule knows this form (docs/sites.md)" if item.error else f"; run `{fix}`"
+        if item.error:
+            keeps = [f"{_package_file(report, item)}:{item.scope}"] if item.kind == api.CALL_SITE else []
+            message += f"; no rule knows this form: {engine.refusal_hint(keeps, 'this line')}"
+        else:
+            message += blocked if refused else f"; run `{fix}`"
         print(f"::error {properties}::{github_escape(message)}")
     for note in report.notes:
         print(f"::notice title={PROG}::{github_escape(note)}")
     print(summary(report))
     following = next_step(report, argv_target)
     if following:
-        print(f"next: {following}")
+        print(f"next: {refusal_step(report)}; then run `{following}`" if refused else f"next: {following}")
 
 
 def print_json(report: Report, argv_target: Optional[str]) -> None:
@@ -254,7 +324,7 @@ def print_json(report: Report, argv_target: Optional[str]) -> None:
 def print_apply(report: Report, verbosity: int, out: Printer) -> None:
     for item in report.items:
         if item.kind == api.TEMP_FILE and not item.needs_action:
-            print(f"warning: kept {report.target.root / item.file}: {item.detail}", file=sys.stderr)
+            stderr().wrapped(f"warning: kept {report.target.root / item.file}: {item.detail}")
     if verbosity >= 0:
         print_header(report, verbosity > 0, out)
         if verbosity > 0:
@@ -269,11 +339,16 @@ def print_apply(report: Report, verbosity: int, out: Printer) -> None:
         out.line("nothing to do: every site already follows upstream")
         return
     out.line(f"wrote {plural(len(report.files), 'file')}" + (f" ({len(new)} new)" if new else ""))
-    if new and (report.target.root / ".git").exists():
-        out.line(f"next: the new {'file is' if len(new) == 1 else 'files are'} untracked; add them")
+    if in_git_checkout(report.target.root):
+        out.line("next: review, then stage exactly the files written, and commit")
         root = where(report.target)
         git = "git add" if root == "." else f"git -C {shlex.quote(root)} add"
-        out.command(" ".join([git, *map(shlex.quote, new)]))
+        out.command(" ".join([git, *(shlex.quote(f.path) for f in report.files)]))
+
+
+def in_git_checkout(folder: Path) -> bool:
+    """``folder`` is in a git work tree (a ``.git`` in it or a folder above it)."""
+    return any((each / ".git").exists() for each in (folder, *folder.parents))
 
 
 def run(command: str, argv_target: Optional[str], options: api.Options, args: argparse.Namespace) -> int:
@@ -285,18 +360,23 @@ def run(command: str, argv_target: Optional[str], options: api.Options, args: ar
         {"json": lambda: print_json(report, argv_target), "github": lambda: print_github(report, argv_target),
          "text": lambda: print_check(report, argv_target, verbosity, out)}[fmt]()
         if fmt != "text":
-            for item in report.errors:
-                print(f"error: {error_line(report, item)}", file=sys.stderr)
+            print_errors(report)
         return report.exit_code
     if command == "diff":
         report = api.diff(argv_target, options)
         if report.errors:
-            for item in report.errors:
-                print(f"error: {error_line(report, item)}", file=sys.stderr)
+            print_errors(report)
             return 2
         sys.stdout.write(report.patch)
         return 1 if args.exit_code and report.patch else 0
-    report = api.apply(argv_target, options)
+    try:
+        report = api.apply(argv_target, options)
+    except engine.Refused as refused:  # every site no rule knows, as check names them
+        report = dataclasses.replace(api.report("apply", refused.plan, options), files=())
+        if fmt == "json":
+            print_json(report, argv_target)
+        print_errors(report, "; nothing written")
+        return 2
     if fmt == "json":
         print_json(report, argv_target)
     else:
@@ -392,16 +472,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 return demo(args.release, args.verbose - args.quiet)
             return run(args.command, args.target, _options(args), args)
     except engine.Interrupted as interrupted:  # SIGINT, SIGTERM, SIGHUP (see transaction.py)
-        print(interrupted, file=sys.stderr)
+        stderr().wrapped(str(interrupted))
         return interrupted.exit_code
+    except TreeBelow as error:  # a repository vendoring SGLang: the command to run on it
+        below = [os.path.normpath(os.path.join(args.target, folder)) for folder in error.below]
+        command = [PROG, args.command, *map(shlex.quote, _options(args).cli_flags()), shlex.quote(below[0])]
+        stderr().wrapped(f"error: {error}; run: {' '.join(command)}")
+        return 2
     except TargetError as error:
-        print(f"error: {error}", file=sys.stderr)
+        stderr().wrapped(f"error: {error}")
         return 2
     except BrokenPipeError:  # the reader left (`| head`): say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except OSError as error:
-        print(f"error: {error.filename or ''}: {error.strerror or error}; nothing written", file=sys.stderr)
+        stderr().wrapped(f"error: {error.filename or ''}: {error.strerror or error}; nothing written")
         return 2
 
 

@@ -29,6 +29,14 @@ class PatchError(TargetError):
     """The tree can't be patched as it is; nothing was written."""
 
 
+class Refused(PatchError):
+    """A site no rule knows: ``plan`` (naming every such site) is not written; the message names the first."""
+
+    def __init__(self, plan: Plan) -> None:
+        super().__init__(describe(plan.unrecognised[0], plan.target) + "; nothing written")
+        self.plan = plan
+
+
 def _has_keep_pragma(source: Source, rule: Rule, line: Optional[int]) -> bool:
     """KEEP_PRAGMA on the def line(s) of the rule's method or on the statement the finding names."""
     method = source.method(*rule.scope.split(".")) if rule.scope != MODULE_SCOPE else None
@@ -402,14 +410,19 @@ def describe(finding: Finding, target: Target) -> str:
     rule = finding.rule
     where = f"{target.package / rule.file}" + (f":{finding.line}" if finding.line else "")
     text = f"{where}: {rule.scope}: {rule.site}: {finding.detail or finding.state.value}"
-    if finding.state is State.UNRECOGNISED and rule.scope != MODULE_SCOPE:
-        text += keep_hint(rule.file, rule.scope)
+    if finding.state is State.UNRECOGNISED:
+        text += "; " + refusal_hint([f"{rule.file}:{rule.scope}"] if rule.scope != MODULE_SCOPE else [])
     return text
 
 
-def keep_hint(file: str, scope: str) -> str:
-    """What an unrecognised call site's error line adds: how the maintainer keeps it."""
-    return f" (to keep the fork's code there: `{KEEP_PRAGMA}` on that line or --keep {file}:{scope})"
+def refusal_hint(keeps: Sequence[str], lines: str = "that line") -> str:
+    """What to do about a site no rule knows: keep the fork's code (the comment on ``lines``, or
+    ``--keep`` each FILE:Class.method of ``keeps``) or rewrite it; a helper (no ``keeps``): rewrite it."""
+    rewrite = "rewrite it to a form docs/sites.md lists"
+    if not keeps:
+        return rewrite
+    flags = ", ".join(f"`--keep {keep}`" for keep in keeps)
+    return f"keep the fork's code (`{KEEP_PRAGMA}` on {lines}, or {flags}) or {rewrite}"
 
 
 @contextlib.contextmanager
@@ -499,7 +512,7 @@ def apply(target: Target, tests: Optional[bool] = None, cpu_suite: Optional[str]
             result = plan(target, tests=tests, cpu_suite=cpu_suite, cuda_suite=cuda_suite, gpu_test=gpu_test,
                           keep=keep)
             if result.unrecognised:
-                raise PatchError(describe(result.unrecognised[0], target) + "; nothing written")
+                raise Refused(result)
             result = _remove_leftovers(result)
             gate.check()
             write(result.changes)

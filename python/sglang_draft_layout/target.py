@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
+import shlex
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ class Target:
     version: Optional[str]  # the release the tree states; None when it states none
     version_source: str  # where ``version`` was read, or why there is none
     line_length: int = BLACK_LINE_LENGTH  # the fork's black line length
+    git_describe: Optional[str] = None  # a fork checkout's ``git describe``: shown beside, never the release
 
     @property
     def release_source(self) -> str:
@@ -41,15 +43,15 @@ class Target:
         return _SOURCE_WORDS.get(self.version_source, self.version_source)
 
     def describe(self) -> str:
-        """``SGLang 0.5.12 (_version.py)``, or ``SGLang, release not stated``."""
-        if self.version is None:
-            return "SGLang, release not stated"
-        return f"SGLang {self.version} ({self.release_source})"
+        """``SGLang 0.5.12 (pyproject)``, or ``SGLang, release not stated`` (with a fork's
+        ``git describe`` beside it: the nearest tag may be far behind what the fork is based on)."""
+        if self.version is not None:
+            return f"SGLang {self.version} ({self.release_source})"
+        return "SGLang, release not stated" + (f" (git describe: {self.git_describe})" if self.git_describe else "")
 
 
 #: read_version's sources, each in one word
-_SOURCE_WORDS = {"sglang/_version.py": "_version.py", "pyproject.toml": "pyproject", "dist-info": "dist-info",
-                 "git describe": "git-tag"}
+_SOURCE_WORDS = {"sglang/_version.py": "_version.py", "python/pyproject.toml": "pyproject", "dist-info": "dist-info"}
 
 
 def _package_of(folder: Path) -> Optional[tuple[Path, Path]]:
@@ -79,7 +81,8 @@ def find_package(path: Optional[str]) -> tuple[Path, Path]:
         raise TargetError(f"{path}: no such path")
     start = named.resolve()
     if not start.is_dir():
-        start = start.parent
+        raise TargetError(f"{path}: a file, not a folder (TARGET names the tree, which is patched whole: "
+                          f"e.g. {shlex.quote(str(named.parent))})")
     folders = [start, *start.parents]
     for folder in folders:
         if (folder / "python" / "sglang" / "srt" / "speculative").is_dir():
@@ -90,7 +93,41 @@ def find_package(path: Optional[str]) -> tuple[Path, Path]:
             return folder.parent, folder  # found upward from inside the package: its parent is the root
         if found:
             return found
+    below = trees_below(start)
+    if below:
+        raise TreeBelow(start, below)
     raise TargetError(f"{start}: not in an SGLang tree (no sglang/srt/speculative/ in it or any folder above it)")
+
+
+class TreeBelow(TargetError):
+    """No SGLang tree holds the folder, but one or more sit one or two levels below it (a
+    repository vendoring SGLang): ``below`` are their roots, relative to ``start``."""
+
+    def __init__(self, start: Path, below: list[Path]) -> None:
+        self.start, self.below = start, below
+        named = ", ".join(str(root) for root in below)
+        super().__init__(f"{start}: not in an SGLang tree; {'one is' if len(below) == 1 else 'these are'} "
+                         f"below it: {named}")
+
+
+def trees_below(folder: Path, depth: int = 2) -> list[Path]:
+    """The roots of the SGLang trees one to ``depth`` levels below ``folder`` (hidden folders and
+    symlinks skipped), relative to it, nearest first."""
+    found, level = [], [folder]
+    for _ in range(depth):
+        children = []
+        for parent in level:
+            try:
+                children += sorted(child for child in parent.iterdir() if child.is_dir() and not child.is_symlink()
+                                   and not child.name.startswith("."))
+            except OSError:
+                continue
+        for child in children:
+            package = _package_of(child)
+            if package and package[1] != child:  # a fork checkout or a folder holding sglang/
+                found.append(child.relative_to(folder))
+        level = [child for child in children if not _package_of(child)]
+    return found
 
 
 def _assigned_string(file: Path, names: tuple[str, ...]) -> Optional[str]:
@@ -107,10 +144,11 @@ def _assigned_string(file: Path, names: tuple[str, ...]) -> Optional[str]:
 
 
 def _pyproject_version(pyproject: Path) -> Optional[str]:
-    """A literal ``version = "..."`` (a fork with ``dynamic = ["version"]`` has none)."""
+    """A literal ``version = "..."`` of ``[project]`` (a fork with ``dynamic = ["version"]`` has none)."""
     if not pyproject.is_file():
         return None
-    found = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.MULTILINE)
+    project = re.search(r"^\[project\][ \t]*\n(.*?)(?=^\[|\Z)", pyproject.read_text(), re.MULTILINE | re.DOTALL)
+    found = project and re.search(r'^version\s*=\s*["\']([^"\']+)["\']', project.group(1), re.MULTILINE)
     return found.group(1) if found else None
 
 
@@ -135,14 +173,14 @@ def _git_describe(folder: Path) -> Optional[str]:
 
 
 def read_version(package: Path) -> tuple[Optional[str], str]:
-    """(release, where it was read) from what the tree states, in this order: sglang/_version.py
-    (wheels, installs), a literal version in the fork's python/pyproject.toml, the install's
-    dist-info, and in a fork checkout (python/pyproject.toml beside the package) the nearest
-    ``v*`` git tag. setuptools-scm's fallbacks are no release."""
+    """(release, where it was read) from the tree's own files, in this order: a literal version in
+    the fork's python/pyproject.toml (beside the package), sglang/_version.py (wheels, installs;
+    in a fork it may be a stale build's, so the fork's pyproject wins), the install's dist-info.
+    setuptools-scm's fallbacks are no release; ``git describe`` never is (``fork_git_describe``)."""
     ignored = []
     for version, source in (
+        (lambda: _pyproject_version(package.parent / "pyproject.toml"), "python/pyproject.toml"),
         (lambda: _assigned_string(package / "_version.py", ("__version__", "version")), "sglang/_version.py"),
-        (lambda: _pyproject_version(package.parent / "pyproject.toml"), "pyproject.toml"),
         (lambda: _dist_info_version(package.parent), "dist-info"),
     ):
         found = version()
@@ -150,10 +188,14 @@ def read_version(package: Path) -> tuple[Optional[str], str]:
             ignored.append(f"{source} says {found}, a setuptools-scm build")
         elif found:
             return found, source
-    described = _git_describe(package) if (package.parent / "pyproject.toml").is_file() else None
-    if described:
-        return described, "git describe"
-    return None, "; ".join(ignored) or "no _version.py, pyproject version, dist-info or v* git tag"
+    return None, "; ".join(ignored) or "no pyproject version, _version.py or dist-info"
+
+
+def fork_git_describe(package: Path) -> Optional[str]:
+    """A fork checkout's (python/pyproject.toml beside the package) nearest ``v*`` tag, as ``git
+    describe`` says it: shown beside the release, since on a fork's main it may name a tag
+    thousands of commits behind what the fork is based on."""
+    return _git_describe(package) if (package.parent / "pyproject.toml").is_file() else None
 
 
 def black_line_length(root: Path, package: Path) -> int:
@@ -173,4 +215,4 @@ def resolve(path: Optional[str]) -> Target:
     """The target tree: where its package is, the release it states, its black line length."""
     root, package = find_package(path)
     version, source = read_version(package)
-    return Target(root, package, version, source, black_line_length(root, package))
+    return Target(root, package, version, source, black_line_length(root, package), fork_git_describe(package))

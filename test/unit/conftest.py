@@ -129,8 +129,9 @@ class Tree:
 
 
 def keep_hint(relative: str, scope: str) -> str:
-    """What a refusal adds to say how the maintainer keeps the site as the fork wrote it."""
-    return f" (to keep the fork's code there: `# sglang-draft-layout: keep` on that line or --keep {relative}:{scope})"
+    """What a refusal adds: keep the site as the fork wrote it (how), or rewrite it."""
+    return (f"; keep the fork's code (`# sglang-draft-layout: keep` on that line, or `--keep {relative}:{scope}`) "
+            "or rewrite it to a form docs/sites.md lists")
 
 
 def assert_refused(tree: Tree, relative: str, line: int, scope: str, site: str, detail: str) -> None:

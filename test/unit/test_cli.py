@@ -18,7 +18,7 @@ from typing import Optional
 import pytest
 
 from rule_test_support import (
-    BACKEND_DOC, FLASHINFER, FLASHINFER_MLA, INIT, Tree, backend_header, backend_module, write_bystanders,
+    COMMON_TEMPLATE, EAGER, FLASHINFER, FLASHINFER_MLA, GRAPH, INIT, Tree, backend_module, write_bystanders,
 )
 from sglang_draft_layout import api, cli
 
@@ -123,7 +123,8 @@ def test_json_schema(tree, capsys):
     assert data["command"] == "check" and data["exit_code"] == 1
     assert data["next"] == f"sglang-draft-layout apply {tree.root}"
     assert data["target"] == {"root": str(tree.root), "package": str(tree.package), "release": "0.5.12",
-                              "release_source": "_version.py", "release_note": "sglang/_version.py"}
+                              "release_source": "_version.py", "release_note": "sglang/_version.py",
+                              "git_describe": None}
     assert data["summary"]["total"] == len(data["sites"]) == sum(data["summary"]["states"].values())
     keys = {"file": str, "line": (int, type(None)), "class_method": str, "kind": str, "site": str, "state": str,
             "detail": str, "upstream": str, "rule": str, "needs_action": bool, "error": bool}
@@ -194,25 +195,68 @@ def fork_layout(tmp_path: Path, capsys) -> Tree:
     return fork
 
 
-def test_apply_names_new_files_with_their_git_add(tmp_path, capsys, monkeypatch):
-    fork = fork_layout(tmp_path, capsys)
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_apply_prints_the_git_add_of_every_file_it_wrote(tmp_path, capsys, monkeypatch):
+    """The printed command stages the patched files and the new ones, and nothing else (the
+    README's recipe commits what it stages)."""
+    fork_layout(tmp_path, capsys)
     root = tmp_path / "fork"
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "fork")
+    (root / "notes.txt").write_text("the maintainer's own untracked file\n")
     monkeypatch.setenv("COLUMNS", "80")
     monkeypatch.chdir(root / "python" / "sglang" / "srt")
     code, out, _ = run(capsys, "apply", "--gpu-test", ".")
     lines = out.splitlines()
     new = [line.split()[1] for line in lines if line.startswith("new ")]
+    patched = [line.split()[1] for line in lines if line.startswith("patched ")]
     assert code == 0 and len(new) == 2 and all(path.startswith("test/registered/") for path in new)
+    assert len(patched) == 4 and f"wrote {len(patched) + 2} files (2 new)" in lines
     assert lines[0] == "SGLang 0.5.12 (_version.py), at ../../.."
     assert max(map(len, lines)) <= 80
-    at = lines.index("next: the new files are untracked; add them")
+    at = lines.index("next: review, then stage exactly the files written, and commit")
     command = " ".join(line.strip().rstrip("\\").strip() for line in lines[at + 1:])
-    assert command == f"git -C ../../.. add {new[0]} {new[1]}"
+    assert command == f"git -C ../../.. add {' '.join(patched + new)}"
     subprocess.run(command.split(), check=True)
-    staged = subprocess.run(["git", "-C", str(root), "diff", "--cached", "--name-only"], capture_output=True,
-                            text=True, check=True).stdout.split()
-    assert sorted(staged) == sorted(new)
-    assert fork.path("srt/speculative/eagle_worker_v2.py").read_text() != ""
+    assert sorted(git(root, "diff", "--cached", "--name-only").split()) == sorted(patched + new)
+    assert git(root, "diff", "--name-only") == ""  # nothing written is left unstaged
+    assert git(root, "status", "--porcelain").splitlines()[-1] == "?? notes.txt"  # and nothing else staged
+
+
+def test_apply_outside_git_prints_no_git_add(tree, capsys):
+    code, out, _ = run(capsys, "apply", str(tree.root))
+    assert code == 0 and "git add" not in out and out.splitlines()[-1].startswith("wrote ")
+
+
+def test_header_states_the_release_from_the_forks_own_files(tmp_path, capsys, monkeypatch):
+    """python/pyproject.toml's version, then _version.py (here a stale build's); git describe only
+    beside it, and never as the release (a fork's main may be thousands of commits past that tag)."""
+    fork_layout(tmp_path, capsys)
+    root = tmp_path / "fork"
+    monkeypatch.chdir(root)
+    (root / "python" / "sglang" / "_version.py").write_text("__version__ = version = '0.5.9'\n")
+    (root / "python" / "pyproject.toml").write_text('[project]\nname = "sglang"\nversion = "0.5.12.post1"\n\n'
+                                                    '[tool.other]\nversion = "9.9"\n')
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "fork")
+    git(root, "tag", "v0.5.6.post2")
+    git(root, "commit", "-q", "--allow-empty", "-m", "the fork's own change")
+    described = git(root, "describe", "--tags").strip()
+    assert described.startswith("v0.5.6.post2-1-g")
+    assert run(capsys, "check", ".")[1].splitlines()[0] == "SGLang 0.5.12.post1 (pyproject), at ."
+    assert run(capsys, "check", "-v", ".")[1].splitlines()[1] == \
+        f"  release read from python/pyproject.toml; git describe: {described}"
+    (root / "python" / "pyproject.toml").write_text('[project]\nname = "sglang"\ndynamic = ["version"]\n')
+    assert run(capsys, "check", ".")[1].splitlines()[0] == "SGLang 0.5.9 (_version.py), at ."
+    (root / "python" / "sglang" / "_version.py").unlink()
+    assert run(capsys, "check", ".")[1].splitlines()[0] == \
+        f"SGLang, release not stated (git describe: {described}), at ."
+    target = report_json(capsys, "check", ".")["target"]
+    assert (target["release"], target["release_source"], target["git_describe"]) == (None, "none", described)
 
 
 def test_found_upward_from_a_subfolder(tree, capsys, monkeypatch):
@@ -230,14 +274,137 @@ def test_no_such_path_and_not_a_tree(tmp_path, capsys):
     assert code == 2 and err.startswith(f"error: {tmp_path}: not in an SGLang tree")
 
 
-def test_unrecognised_site_exits_2_with_what_to_do(tree, capsys):
-    tree.write(FLASHINFER, BACKEND_DOC + backend_header() + f"class FlashInferMultiStepDraftBackend:\n{INIT}")
-    code, out, err = run(capsys, "check", str(tree.root))
-    assert code == 2
-    assert "error: " in err and "FlashInferMultiStepDraftBackend.common_template" in err
-    assert out.splitlines()[-2:] == ["next: bring the site(s) above to a form docs/sites.md lists, then run",
-                                     f"  sglang-draft-layout check {tree.root}"]
-    assert report_json(capsys, "check", str(tree.root))["next"] == f"sglang-draft-layout check {tree.root}"
+@pytest.mark.parametrize("command", ["check", "diff", "apply"])
+def test_a_file_as_target_is_refused_in_one_line(tree, capsys, command):
+    before = tree.snapshot()
+    named = tree.path("srt/speculative/spec_utils.py")
+    assert run(capsys, command, str(named)) == (
+        2, "", f"error: {named}: a file, not a folder (TARGET names the tree, which is patched whole: "
+               f"e.g. {named.parent})\n")
+    assert tree.snapshot() == before
+    with pytest.raises(api.TargetError, match="a file, not a folder"):
+        api.check(named)
+
+
+@pytest.mark.parametrize("below", ["vendor", "third_party/sglang"])
+def test_a_tree_vendored_below_the_folder_is_named_with_the_command_to_run(tmp_path, capsys, monkeypatch, below):
+    repository = tmp_path / "product"
+    Tree(repository / below / "python", capsys)  # a fork checkout at product/<below>/ (its python/sglang)
+    (repository / "docs").mkdir()
+    monkeypatch.chdir(repository)
+    code, out, err = run(capsys, "apply", "--no-tests", ".")
+    assert (code, out) == (2, "")
+    assert err == f"error: {repository}: not in an SGLang tree; one is below it: {below}; run: " \
+                  f"sglang-draft-layout apply --no-tests {below}\n"
+    command = err.split("run: ", 1)[1].split()
+    assert run(capsys, *command[1:])[0] == 0  # the command as printed patches the vendored tree
+    assert run(capsys, "check", below)[0] == 0
+
+
+def test_two_vendored_trees_are_both_named(tmp_path, capsys):
+    for name in ("a", "b"):
+        Tree(tmp_path / name, capsys)
+    err = run(capsys, "check", str(tmp_path))[2]
+    assert err == f"error: {tmp_path}: not in an SGLang tree; these are below it: a, b; run: " \
+                  f"sglang-draft-layout check {tmp_path / 'a'}\n"
+
+
+@pytest.fixture
+def refused(tree: Tree) -> Tree:
+    """The tree with FlashInfer's per-step slice in a form no rule knows (and so its capacity check,
+    anchored there): two refused sites of one method; its other sites to patch."""
+    foreign = COMMON_TEMPLATE.replace("seq_lens_sum * self.topk + bs", "seq_lens_sum * self.topk * 2 + bs")
+    tree.write(FLASHINFER, backend_module("FlashInferMultiStepDraftBackend", INIT, foreign, EAGER, GRAPH))
+    return tree
+
+
+KEEP_ADVICE = re.compile(r"keep the fork's code \(`# sglang-draft-layout: keep` on (that|each|this) line, or "
+                         r"`--keep srt/layers/attention/flashinfer_backend.py:FlashInferMultiStepDraftBackend\."
+                         r"common_template`\) or rewrite it to a form docs/sites.md lists")
+
+
+def joined(text: str) -> list[str]:
+    """Wrapped lines joined back: each line starting with no indent begins an entry."""
+    entries: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("  ") and entries:
+            entries[-1] += " " + line.strip()
+        else:
+            entries.append(line)
+    return entries
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_refused_tree_has_one_next_step_on_stdout_and_stderr(refused, capsys, quiet):
+    errors = api.check(refused.root).errors
+    code, out, err = run(capsys, "check", *(["-q"] if quiet else []), str(refused.root))
+    assert code == 2 and len(errors) == 2
+    lines = [line for line in joined(err)]
+    assert len(lines) == len(errors)
+    for line, item in zip(lines, errors):
+        assert line.startswith(f"error: {refused.root / item.file}:{item.line}: {item.scope}: {item.site}: ")
+        assert KEEP_ADVICE.search(line) and KEEP_ADVICE.search(line).group(1) == "that"
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("next: "))
+    advice, command = " ".join(line.strip() for line in lines[at:-1]), lines[-1].strip()
+    assert advice.startswith("next: " + ", ".join(f"{item.file}:{item.line}" for item in errors) + ": ")
+    assert KEEP_ADVICE.search(advice).group(1) == "each" and advice.endswith("; then run")
+    assert "above" not in out and "bring" not in out + err
+    assert command == f"sglang-draft-layout check {refused.root}"
+    assert report_json(capsys, "check", str(refused.root))["next"] == f"sglang-draft-layout check {refused.root}"
+
+
+def test_the_keep_the_advice_names_works_and_apply_then_patches_the_rest(refused, capsys):
+    [keep] = set(re.findall(r"`(--keep \S+)`", run(capsys, "check", str(refused.root))[2]))
+    code, out, err = run(capsys, "check", *keep.split(), str(refused.root))
+    assert (code, err) == (1, "")
+    assert out.splitlines()[-2:] == ["next: run", f"  sglang-draft-layout apply {keep} {refused.root}"]
+    assert sum(line.startswith("  ") and "kept by the fork" in line for line in out.splitlines()) == 2  # without -v
+    assert run(capsys, "apply", *keep.split(), str(refused.root))[0] == 0
+    code, out, err = run(capsys, "check", *keep.split(), str(refused.root))
+    assert (code, err) == (0, "") and "next:" not in out and "kept by the fork" in out
+
+
+def test_apply_on_a_refused_tree_names_every_site_as_check_does(refused, capsys):
+    before = refused.snapshot()
+    check_err = run(capsys, "check", str(refused.root))[2]
+    code, out, err = run(capsys, "apply", str(refused.root))
+    assert (code, out) == (2, "")
+    assert joined(err) == [line + "; nothing written" for line in joined(check_err)]
+    data = report_json(capsys, "apply", str(refused.root))
+    assert (data["exit_code"], data["files"], data["next"]) == (2, [], f"sglang-draft-layout check {refused.root}")
+    assert [s["line"] for s in data["sites"] if s["error"]] == [item.line for item in api.check(refused.root).errors]
+    assert refused.snapshot() == before
+    with pytest.raises(api.TargetError, match="nothing written"):
+        api.apply(refused.root)
+
+
+def test_stderr_is_wrapped_to_the_terminal(refused, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "70")
+    err = run(capsys, "check", str(refused.root))[2]
+    for line in err.splitlines():  # wider only where one word (a path, a `--keep ...` to copy) is wider
+        assert len(line) <= 70 or " " not in re.sub(r"`[^`]*`", "word", line.strip()), line
+    assert len(err.splitlines()) > 2 * 2
+    assert "`# sglang-draft-layout: keep`" in err  # the comment to copy is never broken
+    monkeypatch.setenv("COLUMNS", "1000")
+    assert joined(err) == run(capsys, "check", str(refused.root))[2].splitlines()
+
+
+def test_github_annotations_on_a_refused_tree_name_the_refusal(refused, capsys):
+    code, out, _ = run(capsys, "check", "--format", "github", str(refused.root))
+    report = api.check(refused.root)
+    annotations = [line for line in out.splitlines() if line.startswith("::error ")]
+    assert code == 2 and len(annotations) == len(report.to_do) + len(report.errors)
+    assert not [line for line in annotations if "run `" in line]
+    where = ", ".join(f"{item.file}:{item.line}" for item in report.errors)
+    for line in annotations:
+        if "unrecognised" in line:
+            assert "; no rule knows this form: " in line and KEEP_ADVICE.search(line).group(1) == "this"
+        else:
+            assert line.endswith(f"; `sglang-draft-layout apply {refused.root}` refuses the tree until the 2 sites "
+                                 f"no rule knows ({where}) are kept or rewritten")
+    assert out.splitlines()[-1].startswith(f"next: {where}: keep the fork's code")
+    assert out.splitlines()[-1].endswith(f"; then run `sglang-draft-layout check {refused.root}`")
 
 
 def test_clean_tree_is_two_lines(tree, capsys):

@@ -1,12 +1,15 @@
 """README.md stays true to the code: its first two commands (the install-and-demo and the test
-run .ci/run calls), the pre-commit snippet's hook ids and rev, and every option it names."""
+run .ci/run calls), the pre-commit snippet's hook ids and rev (a commit; the snippet itself runs in
+test/fork_ci/test_precommit_hook.py), the Python API snippet (run on a refused tree and on one to
+patch), and every option it names."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from sglang_draft_layout import __version__, cli
+from rule_test_support import COMMON_TEMPLATE, EAGER, FLASHINFER, GRAPH, INIT, backend_module, write_bystanders
+from sglang_draft_layout import api, cli
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
@@ -24,13 +27,51 @@ def test_first_two_commands_install_demo_and_run_the_tests():
     assert commands()[1] in (REPO / ".ci" / "run").read_text()
 
 
-def test_pre_commit_snippet_names_real_hooks_and_the_current_tag():
+def pre_commit_snippet() -> str:
+    """The README's ``.pre-commit-config.yaml`` entry (test/fork_ci/test_precommit_hook.py runs it)."""
+    snippet = README[README.index("```yaml\n- repo:") + len("```yaml\n"):]
+    return snippet[:snippet.index("```")]
+
+
+def test_pre_commit_snippet_names_real_hooks_and_a_commit_not_a_tag():
     hooks = set(re.findall(r"^- id: (\S+)$", (REPO / ".pre-commit-hooks.yaml").read_text(), re.MULTILINE))
-    snippet = README[README.index("```yaml\n- repo:"):]
-    snippet = snippet[:snippet.index("```", 3)]
-    assert f"  rev: v{__version__}\n" in snippet
+    snippet = pre_commit_snippet()
     assert set(re.findall(r"id: ([\w-]+)", snippet)) == hooks == {"sglang-draft-layout", "sglang-draft-layout-apply"}
-    assert f"\n## v{__version__} (" in (REPO / "CHANGELOG.md").read_text()
+    assert re.search(r"^  rev: <a commit hash of it, from git rev-parse HEAD in your clone>$", snippet, re.MULTILINE)
+    assert "@v" not in README and "rev: v" not in README  # no tag is kept in this repository
+
+
+def python_snippet() -> str:
+    """The README's Python API example."""
+    snippet = README[README.index("```python\n") + len("```python\n"):]
+    return snippet[:snippet.index("```")]
+
+
+def run_snippet(root: Path, capsys) -> str:
+    capsys.readouterr()
+    exec(compile(python_snippet().replace('"path/to/sglang-fork"', repr(str(root))), "README.md", "exec"), {})
+    return capsys.readouterr().out
+
+
+def test_api_snippet_reports_a_refused_tree_and_writes_nothing(sglang_tree, capsys):
+    write_bystanders(sglang_tree, besides=FLASHINFER)
+    foreign = COMMON_TEMPLATE.replace("seq_lens_sum * self.topk + bs", "seq_lens_sum * self.topk * 2 + bs")
+    sglang_tree.write(FLASHINFER, backend_module("FlashInferMultiStepDraftBackend", INIT, foreign, EAGER, GRAPH))
+    before = sglang_tree.snapshot()
+    report = api.check(sglang_tree.root)
+    assert report.exit_code == 2 and report.errors and not set(report.errors) & set(report.to_do)
+    printed = run_snippet(sglang_tree.root, capsys).splitlines()
+    assert [line for line in printed if line.startswith("refused: ")] == [
+        f"refused: {item.file}:{item.line}: {item.scope}: {item.detail}" for item in report.errors]
+    assert sglang_tree.snapshot() == before
+
+
+def test_api_snippet_patches_a_tree_to_patch(sglang_tree, capsys):
+    write_bystanders(sglang_tree, besides="")
+    to_do = api.check(sglang_tree.root).to_do
+    printed = run_snippet(sglang_tree.root, capsys).splitlines()
+    assert printed == [f"{item.file} {item.line} {item.scope} {item.state}" for item in to_do] and to_do
+    assert api.check(sglang_tree.root).exit_code == 0
 
 
 def test_every_option_the_readme_names_exists():

@@ -633,8 +633,9 @@ def test_caller_split_is_handled_by_the_caller_and_not_split_again(sglang_tree):
     sglang_tree.write(DSV4, text)
     plan = sglang_tree.apply([RULE])
     site, guard = plan.findings
-    assert (site.state, site.line) == (State.BY_CALLER, line_of(text, "forward_batch.out_cache_loc = step_out_cache_loc[i]"))
-    assert site.detail == "DeepseekV4MultiStepBackend.init_forward_metadata hands each step its own row: no second split here"
+    assert (site.state, site.line) == (State.BY_CALLER, line_of(text, "metadata = self.init_forward_metadata_decode("))
+    caller_line = line_of(text, "forward_batch.out_cache_loc = step_out_cache_loc[i]")
+    assert site.detail == f"DeepseekV4MultiStepBackend.init_forward_metadata at {DSV4}:{caller_line}"
     assert site.edits == ()
     assert (guard.state, guard.rule.scope) == (State.TO_PATCH, "DeepseekV4MultiStepBackend._split_out_cache_loc_per_step")
     after = sglang_tree.read(DSV4)
@@ -1013,6 +1014,23 @@ WORKER_INITS_PER_STEP = """\
 """
 
 
+@pytest.mark.parametrize("columns", [80, 200])
+def test_check_lists_the_site_the_caller_handles_on_one_line_with_the_callers_file_and_line(
+        sglang_tree, monkeypatch, columns):
+    text = dsv4_module(INIT, BEFORE, DECODE) + MULTI_STEP
+    sglang_tree.write(DSV4, text)
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, _ = sglang_tree.cli("check")
+    site_line = line_of(text, "metadata = self.init_forward_metadata_decode(")
+    where = f"{DSV4}:{line_of(text, 'forward_batch.out_cache_loc = step_out_cache_loc[i]')}"
+    [row] = [line for line in out.splitlines() if "handled by the fork's caller" in line and line.startswith("  ")]
+    assert code == 1 and len(row) <= columns
+    assert row.strip().startswith(f"{site_line}  handled by the fork's caller  ")
+    caller = f"DeepseekV4MultiStepBackend.init_forward_metadata at {where}"
+    assert row.endswith(caller if columns == 200 else where.rpartition("/")[2])  # cut from the left: file:line stay
+    assert out.splitlines()[out.splitlines().index(row) + 1].startswith("  ")  # the next row: no detail line
+
+
 @pytest.mark.parametrize("per_step, state", [(BEFORE, State.BY_CALLER), (AFTER, State.UNRECOGNISED)],
                          ids=["no split here: handled by the worker", "a split here too: twice"])
 def test_a_worker_that_inits_each_step_with_its_row_is_a_caller(sglang_tree, per_step, state):
@@ -1025,7 +1043,7 @@ def test_a_worker_that_inits_each_step_with_its_row_is_a_caller(sglang_tree, per
     caller = f"EagleDraftWorker.draft_forward (srt/speculative/eagle_worker_v2.py:{line_of(worker, '= out_cache_loc[i]')})"
     assert finding.state is state
     if state is State.BY_CALLER:
-        assert finding.detail == "EagleDraftWorker.draft_forward hands each step its own row: no second split here"
+        assert finding.detail == caller.replace(" (", " at ").rstrip(")")
         assert sglang_tree.apply([RULE, rule("draft-forward:EagleDraftWorker")]).changes  # the worker's split
         assert [f.state for f in sglang_tree.plan([RULE]).findings] == [State.BY_CALLER]
     else:

@@ -183,8 +183,8 @@ def test_foreign_body_is_unrecognised_and_apply_refuses_naming_it(sglang_tree, n
     snapshot = sglang_tree.snapshot()
     code, out, err = sglang_tree.cli("apply")
     assert (code, out) == (2, "")
-    assert err == (f"error: {sglang_tree.path(relative)}:{line_of(before, f'def {name}(')}: <module>: def {name}: "
-                   f"def {name} has a body no rule knows; nothing written\n")
+    assert err == (f"error: {sglang_tree.path(relative)}:{line_of(before, f'def {name}(')}: {name}: helper definition: "
+                   f"def {name} has a body no rule knows; rewrite it to a form docs/sites.md lists; nothing written\n")
     assert sglang_tree.snapshot() == snapshot
 
 
@@ -207,8 +207,9 @@ def test_no_definition_to_anchor_is_unrecognised_and_nothing_written(sglang_tree
     before = sglang_tree.snapshot()
     code, out, err = sglang_tree.cli("apply")
     assert (code, out) == (2, "")
-    assert err == (f"error: {sglang_tree.path(SPEC_UTILS)}: <module>: def draft_kv_indices_buffer_width: "
-                   "no top-level function to insert the helper before; nothing written\n")
+    assert err == "".join(f"error: {sglang_tree.path(SPEC_UTILS)}: {name}: helper definition: no top-level function to "
+                          "insert the helper before; rewrite it to a form docs/sites.md lists; nothing written\n"
+                          for name in ("draft_kv_indices_buffer_width", "draft_kv_indices_used_len"))
     assert sglang_tree.snapshot() == before
 
 

@@ -202,14 +202,13 @@ def _find(rule: Rule, source: Source) -> Finding:
                                    f"splits the per-step out_cache_loc twice: here (in {where}) and in its caller "
                                    f"{caller[0]} ({caller[1]}); keep one of them")
             if caller and plain and caller[2] is None:  # an EAGLE worker's rows (its module is not run here)
-                return rule.report(State.BY_CALLER, stmt.lineno,
-                                   f"{caller[0]} hands each step its own row: no second split here")
+                return rule.report(State.BY_CALLER, stmt.lineno, f"{caller[0]} at {caller[1]}")
             if plain:
                 verdict = path_verdict(source)
-                if verdict.who == CALLER:
-                    return rule.report(State.BY_CALLER, (caller[2] if caller else None) or verdict.line or stmt.lineno,
-                                       f"{verdict.caller} hands each step its own row (proven on the probes): "
-                                       "no second split here")
+                if verdict.who == CALLER:  # reported here, naming where the caller splits
+                    line = (caller[2] if caller else None) or verdict.line
+                    return rule.report(State.BY_CALLER, stmt.lineno,
+                                       f"{verdict.caller} at {source.path}:{line} (proven on the probes)")
                 if verdict.who == PER_STEP:
                     return rule.report(State.BY_HAND, stmt.lineno,
                                        "the fork's own code splits it per step (proven on the probes): left as it is")
