@@ -702,7 +702,7 @@ def verdict_cell(s: dict) -> str:
 
 def markdown_table(summaries: list[dict]) -> str:
     rows = ["| config | mode | conc | pairs | round s | unpatched tok/s | patched tok/s | patched / unpatched median "
-            "[95% CI] | verdict | pairs for ±2% (at 60 s rounds) | TTFT med / p99 ms A, B | ITL med / p99 ms A, B "
+            "[95% CI] | verdict | sd of log ratio | TTFT med / p99 ms A, B | ITL med / p99 ms A, B "
             "| accept A / B |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in summaries:
@@ -713,13 +713,11 @@ def markdown_table(summaries: list[dict]) -> str:
             ratio = f"{s['ratio_median']:.3f} [{s['ci_low']:.3f}, {s['ci_high']:.3f}]"
         else:
             ratio = f"{s['ratio_median']:.3f} (min-max {s['ratio_min']:.3f}-{s['ratio_max']:.3f})"
-        need = "-" if "pairs_for_2pct" not in s else \
-            f"{s['pairs_for_2pct']} ({s.get('pairs_for_2pct_at_60s_rounds', '-')})"
         rows.append(
             f"| {s['config']} | {s['mode']} | {s['concurrency']} | {s['pairs']} | "
             f"{fmt(s.get('round_seconds'), '.1f')} | "
             f"{fmt(A.get('tokens_per_s'), '.0f')} | {fmt(B.get('tokens_per_s'), '.0f')} | {ratio} | "
-            f"{verdict_cell(s)} | {need} | "
+            f"{verdict_cell(s)} | {fmt(s.get('sd_log_ratio'), '.4f')} | "
             f"{fmt(A.get('ttft_median_ms'), '.0f')} / {fmt(A.get('ttft_p99_ms'), '.0f')}, "
             f"{fmt(B.get('ttft_median_ms'), '.0f')} / {fmt(B.get('ttft_p99_ms'), '.0f')} | "
             f"{fmt(A.get('itl_median_ms'), '.1f')} / {fmt(A.get('itl_p99_ms'), '.1f')}, "

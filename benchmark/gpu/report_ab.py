@@ -7,8 +7,9 @@ before ab_bench had ``--mode``, is a sequential one; a together one with ``--cpu
 ``together+cpu-split``), and writes into --out:
 
 * ``summary.md``: one table row per (configuration, mode, concurrency): ratio, interval or range,
-  verdict, pairs for ±2%; per tree tokens/s, TTFT, ITL, accept length; then the exactness check
-  and the measured draft kv_indices rows against benchmark/kv_indices_memory.py's formula;
+  verdict, sd of the log ratio; per tree tokens/s, TTFT, ITL, accept length; then the pairs a TOST
+  at ±2% with 80% power would need at each measured sd (scipy), the exactness check and the
+  measured draft kv_indices rows against benchmark/kv_indices_memory.py's formula;
 * ``summary.json``: the same, machine-readable;
 * ``ab_ratio.png``: per (configuration, concurrency) each pair's ratio, the median and its 95%
   interval (or, below 6 pairs, the min-max range, drawn dashed), the ±2% parity band;
@@ -84,13 +85,15 @@ def exactness_table(summaries: list[dict]) -> str:
 
 
 def need_table(summaries: list[dict]) -> str:
-    rows = ["| config | mode | conc | pairs measured | sd of log ratio | pairs for ±2% at this round length | "
-            "at 60 s rounds (assumed sd ∝ 1/√s) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    """Per measured cell: its sd of log ratio and the pairs a TOST at ±2% with 80% power would need
+    at that sd (ab_stats.tost_pairs; needs scipy, as the report does on a CPU)."""
+    rows = ["| config | mode | conc | pairs measured | round s (min) | sd of log ratio | pairs for a TOST at ±2%, "
+            "80% power, at this sd |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for s in summaries:
-        if "sd_log_ratio" in s:
+        if s.get("sd_log_ratio"):
             rows.append(f"| {s['config']} | {s['mode']} | {s['concurrency']} | {s['pairs']} | "
-                        f"{s['sd_log_ratio']:.4f} | "
-                        f"{s['pairs_for_2pct']} ({s['round_seconds']:.0f} s) | {s['pairs_for_2pct_at_60s_rounds']} |")
+                        f"{ab_bench.fmt(s.get('round_seconds'), '.1f')} | {s['sd_log_ratio']:.4f} | "
+                        f"{ab_stats.tost_pairs(s['sd_log_ratio'])} |")
     return "\n".join(rows) + "\n"
 
 
@@ -214,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     records, summaries = load(a.results)
     os.makedirs(a.out, exist_ok=True)
-    text = ("## A/B\n\n" + ab_bench.markdown_table(summaries) + "\n## Pairs for a ±2% interval\n\n"
+    text = ("## A/B\n\n" + ab_bench.markdown_table(summaries) + "\n## Pairs a TOST at ±2% would need\n\n"
             + need_table(summaries) + "\n## Exactness (serve_checks.py's requests on each server)\n\n"
             + exactness_table(summaries) + "\n## Draft kv_indices CUDA-graph rows, measured in the server\n\n"
             + memory_table(summaries))
