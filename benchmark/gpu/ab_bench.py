@@ -459,8 +459,12 @@ class Pair:
         self.ports = {tree: a.base_port + (2 * index + j) * a.port_step for j, tree in enumerate(TREES)}
         self.procs: dict[str, subprocess.Popen] = {}
         self.concurrencies = a.config_concurrencies[config]
+        self.pairs = a.config_pairs.get(config, a.pairs)
         self.record: dict = {"config": config, "mode": a.mode, "concurrencies": self.concurrencies, "notes": [],
                              "runs": [], "rounds": []}
+        if a.plan_cells:  # the cells this configuration's verdicts are judged by, as registered
+            self.record["plan"] = {"file": a.plan, "sha256": a.plan_data["sha256"],
+                                   "cells": {str(c): a.plan_cells[(config, c)] for c in self.concurrencies}}
         self.record["server_extra_args"] = server_extra_args(self.cfg, max(self.concurrencies), a.extra_args)
         self.cpus: dict[str, list[int]] | None = None  # each tree's CPUs now (--cpu-split)
         if a.cpu_halves:
@@ -606,14 +610,14 @@ class Pair:
                 serve_checks.kill_group(proc)
 
     def measure(self, round_prompts: dict[int, int]) -> None:
-        """The measured pairs: --pairs of them, then (--config-seconds) more while
+        """The measured pairs: --pairs of them (with --plan: its count), then (--config-seconds) more while
         :meth:`another_pair` says so; stops early when a round cannot run or fails."""
         a = self.a
         expected = {c: a.round_seconds * a.round_margin * 1.3 + 5 for c in self.concurrencies}
         measured_since = time.time()
         try:
             k = 0
-            while k < a.pairs or self.another_pair(k, measured_since, expected):
+            while k < self.pairs or self.another_pair(k, measured_since, expected):
                 if k and self.cpus:
                     self.pin(k)
                 for c, trees in self.pair_steps(k):
@@ -649,10 +653,12 @@ def mode_label(record: dict) -> str:
     return record.get("mode", "sequential") + ("+cpu-split" if record.get("cpu_split") else "")
 
 
-def summarize(record: dict, concurrencies: list[int]) -> list[dict]:
+def summarize(record: dict, concurrencies: list[int], plan: dict | None = None) -> list[dict]:
     """One summary per (configuration, concurrency) from a Pair record: at the record's own
     concurrencies, or at ``concurrencies`` (the run's) for a record written before configurations
-    had their own."""
+    had their own. A cell of the plan the record ran under (``record["plan"]``) gives its TOST
+    verdict, registered before the run; ``plan`` judges a record that ran under none by its cells
+    after the run (post hoc, and said so)."""
     out = []
     backend = serve_checks.parse(f"{record['config']}_patched")["backend"]
     for c in record.get("concurrencies", concurrencies):
@@ -662,9 +668,16 @@ def summarize(record: dict, concurrencies: list[int]) -> list[dict]:
             by_pair.setdefault(r["pair"], {})[r["tree"]] = r
         pairs = [(p["unpatched"], p["patched"]) for _, p in sorted(by_pair.items()) if len(p) == 2]
         durations = [r["duration"] for pair in pairs for r in pair]
+        cell, registered = None, None
+        if record.get("plan"):
+            cell, registered = record["plan"]["cells"].get(str(c)), "before the run"
+        elif plan:
+            cell, registered = ab_stats.plan_cell(plan, record["config"], c), "after the run (post hoc)"
         s = {"config": record["config"], "mode": mode_label(record), "concurrency": c,
-             **ab_stats.ratio_summary(pairs, min(durations) if durations else None),
+             **ab_stats.ratio_summary(pairs, min(durations) if durations else None, cell),
              **{tree: ab_stats.tree_summary([p[i] for p in pairs]) for i, tree in enumerate(TREES)}}
+        if cell:
+            s["tost"].update(registered=registered, plan=(record.get("plan") or plan)["file"])
         if record.get("cpu_split"):  # the halves swap trees pair by pair: does one half favour its tree?
             by_half: dict[str, list[float]] = {}
             for k, p in sorted(by_pair.items()):
@@ -700,11 +713,20 @@ def verdict_cell(s: dict) -> str:
     return "-"
 
 
+def tost_cell(s: dict) -> str:
+    """The plan's TOST verdict and its 90% interval of the mean ratio; '-' outside a plan."""
+    t = s.get("tost")
+    if not t:
+        return "-"
+    text = t["verdict"] + (f", {t['ratio_mean']:.3f} [{t['ci_low']:.3f}, {t['ci_high']:.3f}]" if "passed" in t else "")
+    return text + (" (post hoc)" if t.get("registered", "").startswith("after") else "")
+
+
 def markdown_table(summaries: list[dict]) -> str:
     rows = ["| config | mode | conc | pairs | round s | unpatched tok/s | patched tok/s | patched / unpatched median "
-            "[95% CI] | verdict | sd of log ratio | TTFT med / p99 ms A, B | ITL med / p99 ms A, B "
+            "[95% bootstrap CI] | verdict | plan: TOST at ±2%, mean [90% CI] | sd of log ratio | TTFT med / p99 ms A, B | ITL med / p99 ms A, B "
             "| accept A / B |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in summaries:
         A, B = s.get("unpatched", {}), s.get("patched", {})
         if "ratio_median" not in s:
@@ -717,7 +739,7 @@ def markdown_table(summaries: list[dict]) -> str:
             f"| {s['config']} | {s['mode']} | {s['concurrency']} | {s['pairs']} | "
             f"{fmt(s.get('round_seconds'), '.1f')} | "
             f"{fmt(A.get('tokens_per_s'), '.0f')} | {fmt(B.get('tokens_per_s'), '.0f')} | {ratio} | "
-            f"{verdict_cell(s)} | {fmt(s.get('sd_log_ratio'), '.4f')} | "
+            f"{verdict_cell(s)} | {tost_cell(s)} | {fmt(s.get('sd_log_ratio'), '.4f')} | "
             f"{fmt(A.get('ttft_median_ms'), '.0f')} / {fmt(A.get('ttft_p99_ms'), '.0f')}, "
             f"{fmt(B.get('ttft_median_ms'), '.0f')} / {fmt(B.get('ttft_p99_ms'), '.0f')} | "
             f"{fmt(A.get('itl_median_ms'), '.1f')} / {fmt(A.get('itl_p99_ms'), '.1f')}, "
@@ -751,6 +773,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--config-seconds", type=float, default=0,
                     help="after --pairs, more pairs while a configuration's measured phase has run less than this "
                     "and the deadline allows a whole pair (0: exactly --pairs)")
+    ap.add_argument("--plan", help="a pre-registered plan (benchmark/gpu/plans/*.json): every configuration and "
+                    "concurrency must be one of its cells and the run its design; each configuration measures "
+                    "the pairs its cells fix (no --config-seconds), and the summary gives the cell's TOST verdict "
+                    "at exactly that many pairs")
     ap.add_argument("--input-len", type=int, default=512)
     ap.add_argument("--output-len", type=int, default=512)
     ap.add_argument("--range-ratio", type=float, default=0.5, help="lengths drawn from [len * ratio, len]")
@@ -797,6 +823,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         a.configs = list(a.config_concurrencies)
         if a.config_seconds < 0:
             ap.error("--config-seconds must not be negative")
+        a.plan_cells, a.config_pairs = {}, {}
+        if a.plan:
+            plan_cells(ap, a)
         a.cpu_halves = None
         if a.cpu_split:
             if a.mode != "together":
@@ -813,9 +842,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return a
 
 
+def plan_cells(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """--plan: the run must be the plan's design and each (configuration, concurrency) one of its
+    cells; each configuration then measures max(--pairs, its cells' n_pairs) pairs
+    (``a.config_pairs``), and ``a.plan_cells`` maps (stem, concurrency) to its cell."""
+    try:
+        a.plan_data = ab_stats.load_plan(a.plan)
+    except (OSError, ValueError) as exc:
+        ap.error(f"--plan {a.plan}: {exc}")
+    differ = [f"--{key.replace('_', '-')} {want!r} (given {getattr(a, key)!r})"
+              for key, want in a.plan_data["design"].items() if getattr(a, key) != want]
+    if differ:
+        ap.error(f"the plan's design is not this run's: {', '.join(differ)}")
+    if a.config_seconds:
+        ap.error("--plan fixes each configuration's pairs: no --config-seconds")
+    for stem, concurrencies in a.config_concurrencies.items():
+        for c in concurrencies:
+            cell = ab_stats.plan_cell(a.plan_data, stem, c)
+            if cell is None:
+                ap.error(f"{stem} at concurrency {c} is not a cell of {a.plan}")
+            a.plan_cells[(stem, c)] = cell
+        a.config_pairs[stem] = max([a.pairs] + [a.plan_cells[(stem, c)]["n_pairs"] for c in concurrencies])
+
+
 def write_outputs(a: argparse.Namespace, records: list[dict], summaries: list[dict], t_start: float) -> None:
     settings = {k: getattr(a, k) for k in ("mode", "configs", "concurrencies", "config_concurrencies", "pairs",
-                                          "config_seconds",
+                                          "config_pairs", "config_seconds", "plan",
                                           "round_seconds", "round_margin", "warmup_waves", "input_len",
                                           "output_len", "range_ratio", "seed", "stress", "mem_fraction",
                                           "max_total_tokens", "extra_args", "models")}

@@ -25,6 +25,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 import random
@@ -144,6 +146,20 @@ def tost(log_ratios: list[float], t_crit: float, margin: float = TOST_MARGIN) ->
     lo, hi = mean - t_crit * sd / math.sqrt(n), mean + t_crit * sd / math.sqrt(n)
     return {"n": n, "mean_log_ratio": mean, "sd_log_ratio": sd, "ratio_mean": math.exp(mean),
             "ci_low": math.exp(lo), "ci_high": math.exp(hi), "passed": -margin < lo and hi < margin}
+
+
+def load_plan(path: str) -> dict:
+    """A pre-registered plan (benchmark/gpu/plans/), with its file name and sha256 added."""
+    with open(path, "rb") as f:
+        data = f.read()
+    plan = json.loads(data)
+    plan["file"], plan["sha256"] = path, hashlib.sha256(data).hexdigest()
+    return plan
+
+
+def plan_cell(plan: dict, config: str, concurrency: int) -> dict | None:
+    """The plan's cell for (configuration, concurrency), or None."""
+    return next((c for c in plan["cells"] if (c["config"], c["concurrency"]) == (config, concurrency)), None)
 
 
 def tost_verdict(ratios: list[float], cell: dict) -> dict:

@@ -7,6 +7,7 @@ over old and new results files."""
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import math
 import os
@@ -613,3 +614,62 @@ def test_config_seconds_stops_at_the_deadline_with_whole_pairs(tmp_path):
     assert len(record["rounds"]) == 16 and "cpu_split" not in record and "cpus" not in record["rounds"][0]
     assert record["notes"][-1].startswith("8 pairs: pair 8 not started after ")
     assert "s left, ~149 s needed" in record["notes"][-1]
+
+
+def small_plan(tmp_path: Path, n: int = 7, **design) -> Path:
+    """A plan file with one cell, triton_nocg_k4s3 at concurrency 8, of ``n`` pairs."""
+    cell = {"config": "triton_nocg_k4s3", "concurrency": 8, "n_pairs": n, "alpha": 0.05,
+            "margin": ab_stats.TOST_MARGIN, "t_crit": {7: 1.943180, 8: 1.894579}[n]}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"design": {"mode": "together", "round_margin": 1.5, **design}, "cells": [cell]}))
+    return path
+
+
+def test_a_plan_fixes_the_pairs_and_refuses_runs_outside_its_design_or_cells(tmp_path, capsys):
+    plan = str(small_plan(tmp_path))
+    a = ab_bench.parse_args(REQUIRED + ["--plan", plan, "--mode", "together", "--configs", "triton_nocg_k4s3@8"])
+    assert a.config_pairs == {"triton_nocg_k4s3": 7} and a.plan_cells[("triton_nocg_k4s3", 8)]["n_pairs"] == 7
+    for argv, says in [
+        (["--configs", "triton_nocg_k4s3@8"], "--mode 'together' (given 'sequential')"),
+        (["--mode", "together", "--round-margin", "1.25", "--configs", "triton_nocg_k4s3@8"],
+         "--round-margin 1.5 (given 1.25)"),
+        (["--mode", "together", "--configs", "triton_nocg_k4s3@8,32"], "triton_nocg_k4s3 at concurrency 32 is not"),
+        (["--mode", "together", "--config-seconds", "300", "--configs", "triton_nocg_k4s3@8"], "no --config-seconds"),
+    ]:
+        with pytest.raises(SystemExit):
+            ab_bench.parse_args(REQUIRED + ["--plan", plan] + argv)
+        assert says in capsys.readouterr().err
+    # fewer planned pairs than --pairs: --pairs run, the verdict still at the plan's count
+    assert ab_bench.parse_args(REQUIRED + ["--plan", plan, "--mode", "together", "--pairs", "9", "--configs",
+                                           "triton_nocg_k4s3@8"]).config_pairs == {"triton_nocg_k4s3": 9}
+
+
+def test_a_plan_run_measures_its_pairs_and_gives_its_verdict_then_report_judges_old_runs_post_hoc(tmp_path):
+    """ab_bench --plan end to end with the stand-ins (patched 1.25 times as fast in every pair: the
+    TOST cannot pass), then report_ab --plan over the old results (no plan then: post hoc)."""
+    site, base = stand_in_site(tmp_path)
+    plan = small_plan(tmp_path)
+    run_stand_in_ab(tmp_path, site, base, "--mode", "together", "--plan", str(plan))
+    result = json.loads((tmp_path / "out" / "ab_results.json").read_text())
+    (record,) = result["records"]
+    assert sorted({r["pair"] for r in record["rounds"]}) == list(range(7))
+    assert record["plan"]["file"] == str(plan) and record["plan"]["cells"]["8"]["n_pairs"] == 7
+    assert record["plan"]["sha256"] == hashlib.sha256(plan.read_bytes()).hexdigest()
+    (s,) = result["summaries"]
+    t = s["tost"]
+    assert (t["n"], t["passed"], t["registered"]) == (7, False, "before the run")
+    assert t["ratio_mean"] == pytest.approx(1.25)
+    assert "| not shown within ±2% (TOST, 7 planned pairs), 1.250 [1.250, 1.250] |" in \
+        (tmp_path / "out" / "ab_summary.md").read_text()
+
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"settings": {"concurrencies": [8]}, "records": [pair_record([1.0, 1.01, 0.99] * 3, 8)]}))
+    loose = tmp_path / "loose.json"
+    loose.write_text(json.dumps({"design": {}, "cells": [
+        {"config": "flashinfer_cg_k8s5", "concurrency": 8, "n_pairs": 8, "alpha": 0.05,
+         "margin": ab_stats.TOST_MARGIN, "t_crit": 1.894579}]}))
+    assert report_ab.main([str(old), "--out", str(tmp_path / "report"), "--no-plots", "--plan", str(loose)]) == 0
+    (s,) = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert s["tost"]["passed"] and s["tost"]["n"] == 8 and s["tost"]["registered"] == "after the run (post hoc)"
+    assert "equivalent within ±2% (TOST, 8 planned pairs), " in (tmp_path / "report" / "summary.md").read_text()
+    assert "(post hoc)" in (tmp_path / "report" / "summary.md").read_text()
