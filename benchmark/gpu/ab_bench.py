@@ -77,9 +77,12 @@ trees in sequential mode, one per tree in together mode. Every run's record has 
 (time.time()) and ``wall_s``, so rounds can be plotted against time.
 
 Per (configuration, concurrency): the patched / unpatched ratio of output tokens/s per pair, its
-median, a bootstrap 95% interval and the pairs ±2% would need (ab_stats.py); per tree the
-medians of tokens/s, TTFT and ITL (round medians and p99s) and of bench_serving's accept length
-(the server's average since start, warm-up included). A round starts only when its expected
+median, a bootstrap 95% interval, the sd of the log ratios and, with ``--plan``, the plan's TOST
+verdict (ab_stats.py); per tree the medians of tokens/s, TTFT and ITL (round medians and p99s)
+and of the accept length of the measured rounds: from the server's own decode windows, the
+``Decode batch`` lines its log got while each round ran (:func:`server_accept_length`), not
+bench_serving's ``accept_length``, which is the server's average since start, exactness and
+warm-up included (kept as ``accept_length_since_start``). A round starts only when its expected
 length fits before the deadline (``--max-seconds`` from start, ``--deadline-epoch``, or
 ``--deadline-file``, read at every check), so the run ends cleanly with whole pairs. Output:
 OUT/ab_results.json and OUT/ab_summary.md, rewritten after every measured round; rounds' JSONL
@@ -103,6 +106,7 @@ import json
 import math
 import os
 import queue
+import re
 import signal
 import statistics
 import subprocess
@@ -403,6 +407,43 @@ def read_round(path: str) -> dict | None:
     return {k: r.get(k) for k in ROUND_KEYS}
 
 
+#: SGLang 0.5.12's decode log line (srt/observability/scheduler_metrics_mixin.py, report_decode_stats),
+#: written every --decode-log-interval (40) decode batches; its accept len is that window's accepted
+#: tokens / verified requests (the counters reset after every line)
+DECODE_WINDOW = re.compile(r"Decode batch(?: \[\d+\])?, #running-req: (\d+), .*?accept len: (\d+(?:\.\d+)?), ")
+
+
+def window_accept_length(text: str) -> dict:
+    """The accept length of the decode windows the server logged in ``text``: each window's accept
+    len weighted by its running requests (a window's verified requests are its 40 batches' sizes,
+    which the line's running-request count stands for), and how many windows there were."""
+    windows = [(int(m.group(1)), float(m.group(2))) for m in DECODE_WINDOW.finditer(text)]
+    weight = sum(running for running, _ in windows)
+    return {"accept_windows": len(windows),
+            "accept_length_windows": sum(r * a for r, a in windows) / weight if weight else None}
+
+
+def log_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def server_accept_length(path: str, offset: int) -> dict:
+    """:func:`window_accept_length` of the whole lines a server's log got from ``offset`` on: the
+    windows logged while one run was in flight. The first may hold up to 39 batches of the run
+    before (the counters carry over an idle gap), never of the exactness phase, which warm-up and
+    calibration follow."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        data = b""
+    return window_accept_length(data[:data.rfind(b"\n") + 1].decode("utf-8", "replace"))
+
+
 def read_memprobe(path: str) -> list[dict]:
     try:
         with open(path) as f:
@@ -546,9 +587,11 @@ class Pair:
             self.record["notes"].append(f"{'+'.join(trees)} {tag}: not started, {self.left():.0f} s left, "
                                         f"~{expected_s:.0f} s needed")
             return {}
-        paths, t_start = {}, {}
+        paths, t_start, logs, offsets = {}, {}, {}, {}
         for tree in trees:
             paths[tree] = os.path.join(self.a.work, "rounds", f"{self.names[tree]}_c{concurrency}_{tag}.jsonl")
+            logs[tree] = os.path.join(self.a.logdir, f"server_{self.names[tree]}.log")
+            offsets[tree] = log_size(logs[tree])
             t_start[tree] = time.time()
             self.clients[tree].submit(bench_argv(self.a, self.ports[tree], prompts, concurrency, paths[tree]))
         until = time.time() + min(self.left(), 3 * expected_s + 60)
@@ -557,7 +600,8 @@ class Pair:
             status, t_end = self.clients[tree].wait(until - time.time())
             result = read_round(paths[tree]) if status == 0 else None
             run = {"tree": tree, "tag": tag, "concurrency": concurrency, "prompts": prompts, "status": status,
-                   "t_start": round(t_start[tree], 3), "wall_s": round(t_end - t_start[tree], 1), **(result or {})}
+                   "t_start": round(t_start[tree], 3), "wall_s": round(t_end - t_start[tree], 1), **(result or {}),
+                   **server_accept_length(logs[tree], offsets[tree])}
             if self.cpus:
                 run["cpus"] = format_cpu_list(self.cpus[tree])
             self.record["runs"].append(run)
@@ -713,6 +757,16 @@ def verdict_cell(s: dict) -> str:
     return "-"
 
 
+def accept_cell(tree: dict) -> str:
+    """A tree's accept length in the measured rounds (the server's windows); for a record written
+    before those were read, bench_serving's, marked as the server's average since start."""
+    if tree.get("accept_length") is not None:
+        return f"{tree['accept_length']:.2f}"
+    if tree.get("accept_length_since_start") is not None:
+        return f"{tree['accept_length_since_start']:.2f} (since start)"
+    return "-"
+
+
 def tost_cell(s: dict) -> str:
     """The plan's TOST verdict and its 90% interval of the mean ratio; '-' outside a plan."""
     t = s.get("tost")
@@ -725,7 +779,7 @@ def tost_cell(s: dict) -> str:
 def markdown_table(summaries: list[dict]) -> str:
     rows = ["| config | mode | conc | pairs | round s | unpatched tok/s | patched tok/s | patched / unpatched median "
             "[95% bootstrap CI] | verdict | plan: TOST at ±2%, mean [90% CI] | sd of log ratio | TTFT med / p99 ms A, B | ITL med / p99 ms A, B "
-            "| accept A / B |",
+            "| accept length A / B (measured rounds) |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in summaries:
         A, B = s.get("unpatched", {}), s.get("patched", {})
@@ -744,7 +798,7 @@ def markdown_table(summaries: list[dict]) -> str:
             f"{fmt(B.get('ttft_median_ms'), '.0f')} / {fmt(B.get('ttft_p99_ms'), '.0f')} | "
             f"{fmt(A.get('itl_median_ms'), '.1f')} / {fmt(A.get('itl_p99_ms'), '.1f')}, "
             f"{fmt(B.get('itl_median_ms'), '.1f')} / {fmt(B.get('itl_p99_ms'), '.1f')} | "
-            f"{fmt(A.get('accept_length'), '.2f')} / {fmt(B.get('accept_length'), '.2f')} |")
+            f"{accept_cell(A)} / {accept_cell(B)} |")
     return "\n".join(rows) + "\n"
 
 

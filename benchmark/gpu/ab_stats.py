@@ -213,7 +213,9 @@ def ratio_summary(pairs: list[tuple[dict, dict]], round_seconds: float | None = 
 
 
 def tree_summary(rounds: list[dict]) -> dict:
-    """Medians over one tree's rounds: tokens/s, round medians and p99s of TTFT and ITL, accept length."""
+    """Medians over one tree's rounds: tokens/s, round medians and p99s of TTFT and ITL, the
+    accept length of the server's decode windows while the rounds ran (ab_bench.server_accept_length;
+    None for records written before it) and bench_serving's (the server's average since start)."""
     def med(key):
         xs = [r[key] for r in rounds if r.get(key) is not None]
         return statistics.median(xs) if xs else None
@@ -221,7 +223,8 @@ def tree_summary(rounds: list[dict]) -> dict:
     return {"rounds": len(rounds), "tokens_per_s": med("output_throughput"),
             "ttft_median_ms": med("median_ttft_ms"), "ttft_p99_ms": med("p99_ttft_ms"),
             "itl_median_ms": med("median_itl_ms"), "itl_p99_ms": med("p99_itl_ms"),
-            "accept_length": med("accept_length"), "round_seconds": med("duration")}
+            "accept_length": med("accept_length_windows"), "accept_length_since_start": med("accept_length"),
+            "round_seconds": med("duration")}
 
 
 def formula_rows_bytes(backend: str, tree: str, steps: int, max_bs: int, topk: int, ctx: int) -> int:

@@ -226,7 +226,8 @@ def pair_record(ratios: list[float], concurrency: int = 32) -> dict:
         for tree, tps in (("unpatched", 1000.0), ("patched", 1000.0 * r)):
             rounds.append({"pair": k, "tree": tree, "concurrency": concurrency, "output_throughput": tps,
                            "duration": 21.0, "median_ttft_ms": 50.0, "p99_ttft_ms": 90.0, "median_itl_ms": 4.0,
-                           "p99_itl_ms": 9.0, "accept_length": 6.0 if tree == "patched" else 4.5})
+                           "p99_itl_ms": 9.0, "accept_length": 5.9 if tree == "patched" else 4.4,
+                           "accept_length_windows": 6.0 if tree == "patched" else 4.5})
     return {"config": "flashinfer_cg_k8s5", "notes": [], "rounds": rounds, "memory": {}}
 
 
@@ -235,11 +236,17 @@ def test_summarize_keeps_only_complete_pairs():
     record["rounds"].pop()  # pair 6 lost its patched round: left out
     (s,) = ab_bench.summarize(record, [32])
     assert s["pairs"] == 6 and s["verdict"] == "patched faster"
-    assert s["unpatched"]["accept_length"] == 4.5 and s["patched"]["accept_length"] == 6.0
+    assert s["unpatched"]["accept_length"] == 4.5 and s["patched"]["accept_length"] == 6.0  # the windows'
+    assert s["unpatched"]["accept_length_since_start"] == 4.4 and s["patched"]["accept_length_since_start"] == 5.9
     assert s["unpatched"]["tokens_per_s"] == 1000.0 and s["round_seconds"] == 21.0
     table = ab_bench.markdown_table([s])
     assert s["mode"] == "sequential"  # a record without a mode: before --mode existed
     assert "| flashinfer_cg_k8s5 | sequential | 32 | 6 | 21.0 | 1000 |" in table and "patched faster" in table
+    assert table.rstrip().endswith("| 4.50 / 6.00 |")
+    for r in record["rounds"]:  # a record written before the windows were read: bench_serving's, said so
+        del r["accept_length_windows"]
+    assert ab_bench.markdown_table(ab_bench.summarize(record, [32])).rstrip().endswith(
+        "| 4.40 (since start) / 5.90 (since start) |")
 
 
 FAKE_BENCH_SERVING = '''\
@@ -323,6 +330,11 @@ class Health(http.server.BaseHTTPRequestHandler):
         self.send_response(200)
         self.end_headers()
         body = None
+        if self.path.startswith("/decode/"):  # /decode/RUNNING/ACCEPT: one decode window, as 0.5.12 logs it
+            running, accept = self.path.split("/")[2:]
+            print(f"[2026-12-01 22:03:32] Decode batch, #running-req: {running}, #token: 34, token usage: 0.00, "
+                  f"accept len: {accept}, accept rate: 0.97, cuda graph: False, gen throughput (token/s): 2.84, "
+                  f"#queue-req: 0", flush=True)
         if self.path == "/cpus":
             body = {"server": cpus(os.getpid()), "thread": cpus(f"{os.getpid()}/task/{thread.native_id}"),
                     "child": cpus(child.pid)}
@@ -367,6 +379,10 @@ if os.path.exists(os.path.join(here, "move_deadline")):
         open(os.path.join(here, "deadline"), "w").write(str(time.time() + float(seconds)))
 with urllib.request.urlopen(f"http://127.0.0.1:{port}/cpus") as r:
     server = json.loads(r.read())
+# the server's decode windows while this run is in flight: warm-up and calibration 1.00; a measured
+# round two windows, (8 running, 4.00) and (2, 3.00) on the patched server, (8, 2.50) and (2, 1.50) on the other
+for running, accept in ([(8, 4.0), (2, 3.0)] if fast else [(8, 2.5), (2, 1.5)]) if tag.startswith("pair") else [(8, 1.0)]:
+    urllib.request.urlopen(f"http://127.0.0.1:{port}/decode/{running}/{accept:.2f}").read()
 client = open("/proc/self/status").read().split("Cpus_allowed_list:")[1].split()[0]
 with open(os.path.join(here, "cpus.log"), "a") as log:
     log.write(f"{port} {tag} {client} {server['server']} {server['thread']} {server['child']} "
@@ -429,7 +445,13 @@ def test_one_config_end_to_end_with_stand_in_servers(tmp_path):
     assert len(starts) == 16 and starts == sorted(starts) and starts[0] >= time.time() - 120
     (s,) = result["summaries"]
     assert s["pairs"] == 6 and s["ratio_median"] == pytest.approx(1.25) and s["verdict"] == "patched faster"
-    assert s["patched"]["accept_length"] == 4.0 and s["unpatched"]["tokens_per_s"] == 100.0
+    assert s["unpatched"]["tokens_per_s"] == 100.0
+    # the server's windows while the measured rounds ran, weighted by running requests: (8 x 4 + 2 x 3) / 10;
+    # not the warm-up's and calibration's (1.00), nor bench_serving's average since start (4.0)
+    assert s["patched"]["accept_length"] == pytest.approx(3.8) and s["unpatched"]["accept_length"] == pytest.approx(2.3)
+    assert s["patched"]["accept_length_since_start"] == 4.0
+    assert all(r["accept_windows"] == 2 for r in record["rounds"])
+    assert [r["accept_windows"] for r in record["runs"][:4]] == [1, 1, 1, 1]
     assert "| triton_nocg_k4s3 | sequential | 8 | 6 | 19.0 |" in (tmp_path / "out" / "ab_summary.md").read_text()
 
 
@@ -673,3 +695,43 @@ def test_a_plan_run_measures_its_pairs_and_gives_its_verdict_then_report_judges_
     assert s["tost"]["passed"] and s["tost"]["n"] == 8 and s["tost"]["registered"] == "after the run (post hoc)"
     assert "equivalent within ±2% (TOST, 8 planned pairs), " in (tmp_path / "report" / "summary.md").read_text()
     assert "(post hoc)" in (tmp_path / "report" / "summary.md").read_text()
+
+
+#: decode windows as SGLang 0.5.12 logged them on the H200 (results/h200-2026-12-01-ab4/logs.tgz,
+#: server_flashinfer_cg_k1s3_patched.log and server_triton_nocg_k4s3_patched.log), with a prefill line
+#: and a capture line between; the format is srt/observability/scheduler_metrics_mixin.py's
+REAL_DECODE_LOG = """\
+[2026-12-01 22:03:32] Decode batch, #running-req: 1, #token: 34, token usage: 0.00, accept len: 3.92, accept rate: 0.97, cuda graph: True, gen throughput (token/s): 2.84, #queue-req: 0
+[2026-12-01 22:03:33] Prefill batch, #new-seq: 1, #new-token: 512, #cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0, cuda graph: False, input throughput (token/s): 0.00
+[2026-12-01 22:03:34] Capture draft cuda graph end. Time elapsed: 4.03 s. mem usage=0.79 GB. avail mem=78.49 GB.
+[2026-12-01 22:03:35] Decode batch, #running-req: 32, #token: 14410, token usage: 0.13, accept len: 3.98, accept rate: 0.99, cuda graph: False, gen throughput (token/s): 2061.55, #queue-req: 0
+"""
+
+
+def test_accept_length_from_the_servers_decode_windows_in_0_5_12s_format(tmp_path):
+    assert ab_bench.window_accept_length(REAL_DECODE_LOG) == {
+        "accept_windows": 2, "accept_length_windows": pytest.approx((1 * 3.92 + 32 * 3.98) / 33)}
+    assert ab_bench.window_accept_length("") == {"accept_windows": 0, "accept_length_windows": None}
+    # from an offset on, whole lines only (a line still being written counts in the next run's read)
+    log = tmp_path / "server.log"
+    first, second = REAL_DECODE_LOG.splitlines(keepends=True)[0], REAL_DECODE_LOG.splitlines(keepends=True)[3]
+    log.write_text(first + second[:60])
+    offset = len(first.encode())
+    assert ab_bench.server_accept_length(str(log), offset)["accept_windows"] == 0
+    log.write_text(first + second)
+    assert ab_bench.server_accept_length(str(log), offset) == {"accept_windows": 1, "accept_length_windows": 3.98}
+    assert ab_bench.server_accept_length(str(tmp_path / "none.log"), 0)["accept_windows"] == 0
+
+
+@pytest.mark.releases
+def test_the_decode_window_line_is_0_5_12s():
+    """The pieces DECODE_WINDOW reads are in 0.5.12's f-strings, in that order, and each line's
+    accept len is its own window's (the counters reset before it is written)."""
+    require_release("0.5.12")
+    text = wheel_source("0.5.12", "sglang/srt/observability/scheduler_metrics_mixin.py")
+    pieces = ['msg = f"Decode batch{iter_msg}, #running-req: {num_running_reqs}, {token_usage_msg}"',
+              "spec_accept_length = self.spec_num_accept_tokens / self.spec_num_forward_ct",
+              "self.spec_num_accept_tokens = self.spec_num_forward_ct = 0",  # each window its own
+              'msg += f"accept len: {spec_accept_length:.2f}, accept rate: {spec_accept_rate:.2f}, "']
+    at = [text.find(p) for p in pieces]
+    assert -1 not in at and at == sorted(at)
