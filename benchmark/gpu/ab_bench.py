@@ -362,7 +362,7 @@ def start_server(name: str, port: int, a: argparse.Namespace, extra_args: str,
     cfg = serve_checks.parse(name)
     log = open(os.path.join(a.logdir, f"server_{name}.log"), "w")
     opts = SimpleNamespace(mem_fraction=a.mem_fraction, max_total_tokens=a.max_total_tokens, extra_args=extra_args,
-                           site=a.site, patched=a.patched)
+                           site=a.site, patched=a.patched, max_running_requests=getattr(a, "max_running_requests", 8))
     env = serve_checks.server_env(cfg, opts, os.path.join(a.logdir, f"trace_{name}.txt"))
     env["SGL_DL_MEMPROBE"] = os.path.join(a.logdir, f"memprobe_{name}.jsonl")
     if cpus:  # OpenMP teams no larger than the half, whatever the OpenMP runtime
