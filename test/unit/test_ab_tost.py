@@ -129,7 +129,9 @@ def test_the_committed_plan_is_what_its_generator_writes_and_sizes_each_cell_by_
         assert cell["fits_budget"] == (cell["est_device_s"] <= plan["device"]["budget_s"])
         assert ("budget_note" in cell) != cell["fits_budget"]
         assert ("pilot_first" in cell) == (cell["sd_basis"] != parity_tost.IN_DESIGN)
-        assert f"--configs {cell['config']}@{cell['concurrency']}" in cell["command"]
+        assert f"--configs {cell['config']}@{cell['concurrency']}" in cell["command"] and "--plan " in cell["command"]
+        assert ("pilot_command" in cell) == ("pilot_first" in cell)
+        assert "--plan" not in cell.get("pilot_command", "")
     # the sds docs/performance.md gives for these cells (2026-12-01 late and night)
     assert [round(c["sd_log_ratio"], 3) for c in plan["cells"]] == [0.039, 0.035, 0.039, 0.100, 0.103]
 

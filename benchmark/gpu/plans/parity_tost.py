@@ -146,11 +146,14 @@ def cell_plan(config: str, concurrency: int, source, basis: str) -> dict:
     return cell
 
 
-def command(cell: dict) -> str:
+def command(cell: dict, plan_file: bool = True) -> str:
+    """The device call that starts the cell's run (``ab_h200.sh wait`` follows, as for any A/B);
+    the deadline is the session's, the run ends once its pairs are measured. Without
+    ``plan_file``: the pilot's (6 pairs in the plan's design, not part of the test)."""
     d = DESIGN
-    return (f"DEADLINE_S={min(SESSION_DEVICE_S - 100, cell['est_device_s'] + SESSION_START_S + 60)} WAIT_S=500 "
-            f"bash benchmark/gpu/ab_h200.sh start --plan benchmark/gpu/plans/parity-tost.json "
-            f"--mode {d['mode']} --cpu-split --round-seconds {d['round_seconds']} --round-margin {d['round_margin']} "
+    return (f"DEADLINE_S={SESSION_DEVICE_S - 160} WAIT_S=500 bash benchmark/gpu/ab_h200.sh start "
+            + ("--plan benchmark/gpu/plans/parity-tost.json " if plan_file else "--pairs 6 ")
+            + f"--mode {d['mode']} --cpu-split --round-seconds {d['round_seconds']} --round-margin {d['round_margin']} "
             f"--configs {cell['config']}@{cell['concurrency']}")
 
 
@@ -158,6 +161,8 @@ def plan() -> dict:
     cells = [cell_plan(*c) for c in CELLS]
     for cell in cells:
         cell["command"] = command(cell)
+        if "pilot_first" in cell:
+            cell["pilot_command"] = command(cell, plan_file=False)
     return {
         "plan": "parity-tost", "issue": 29,
         "question": "does the patch cost output tokens/s where 0.5.12 was already right? Equivalent when "
