@@ -77,9 +77,12 @@ trees in sequential mode, one per tree in together mode. Every run's record has 
 (time.time()) and ``wall_s``, so rounds can be plotted against time.
 
 Per (configuration, concurrency): the patched / unpatched ratio of output tokens/s per pair, its
-median, a bootstrap 95% interval and the pairs ±2% would need (ab_stats.py); per tree the
-medians of tokens/s, TTFT and ITL (round medians and p99s) and of bench_serving's accept length
-(the server's average since start, warm-up included). A round starts only when its expected
+median, a bootstrap 95% interval, the sd of the log ratios and, with ``--plan``, the plan's TOST
+verdict (ab_stats.py); per tree the medians of tokens/s, TTFT and ITL (round medians and p99s)
+and of the accept length of the measured rounds: from the server's own decode windows, the
+``Decode batch`` lines its log got while each round ran (:func:`server_accept_length`), not
+bench_serving's ``accept_length``, which is the server's average since start, exactness and
+warm-up included (kept as ``accept_length_since_start``). A round starts only when its expected
 length fits before the deadline (``--max-seconds`` from start, ``--deadline-epoch``, or
 ``--deadline-file``, read at every check), so the run ends cleanly with whole pairs. Output:
 OUT/ab_results.json and OUT/ab_summary.md, rewritten after every measured round; rounds' JSONL
@@ -103,6 +106,7 @@ import json
 import math
 import os
 import queue
+import re
 import signal
 import statistics
 import subprocess
@@ -358,7 +362,7 @@ def start_server(name: str, port: int, a: argparse.Namespace, extra_args: str,
     cfg = serve_checks.parse(name)
     log = open(os.path.join(a.logdir, f"server_{name}.log"), "w")
     opts = SimpleNamespace(mem_fraction=a.mem_fraction, max_total_tokens=a.max_total_tokens, extra_args=extra_args,
-                           site=a.site, patched=a.patched)
+                           site=a.site, patched=a.patched, max_running_requests=getattr(a, "max_running_requests", 8))
     env = serve_checks.server_env(cfg, opts, os.path.join(a.logdir, f"trace_{name}.txt"))
     env["SGL_DL_MEMPROBE"] = os.path.join(a.logdir, f"memprobe_{name}.jsonl")
     if cpus:  # OpenMP teams no larger than the half, whatever the OpenMP runtime
@@ -401,6 +405,43 @@ def read_round(path: str) -> dict | None:
         return None
     r = json.loads(lines[-1])
     return {k: r.get(k) for k in ROUND_KEYS}
+
+
+#: SGLang 0.5.12's decode log line (srt/observability/scheduler_metrics_mixin.py, report_decode_stats),
+#: written every --decode-log-interval (40) decode batches; its accept len is that window's accepted
+#: tokens / verified requests (the counters reset after every line)
+DECODE_WINDOW = re.compile(r"Decode batch(?: \[\d+\])?, #running-req: (\d+), .*?accept len: (\d+(?:\.\d+)?), ")
+
+
+def window_accept_length(text: str) -> dict:
+    """The accept length of the decode windows the server logged in ``text``: each window's accept
+    len weighted by its running requests (a window's verified requests are its 40 batches' sizes,
+    which the line's running-request count stands for), and how many windows there were."""
+    windows = [(int(m.group(1)), float(m.group(2))) for m in DECODE_WINDOW.finditer(text)]
+    weight = sum(running for running, _ in windows)
+    return {"accept_windows": len(windows),
+            "accept_length_windows": sum(r * a for r, a in windows) / weight if weight else None}
+
+
+def log_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def server_accept_length(path: str, offset: int) -> dict:
+    """:func:`window_accept_length` of the whole lines a server's log got from ``offset`` on: the
+    windows logged while one run was in flight. The first may hold up to 39 batches of the run
+    before (the counters carry over an idle gap), never of the exactness phase, which warm-up and
+    calibration follow."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        data = b""
+    return window_accept_length(data[:data.rfind(b"\n") + 1].decode("utf-8", "replace"))
 
 
 def read_memprobe(path: str) -> list[dict]:
@@ -459,8 +500,12 @@ class Pair:
         self.ports = {tree: a.base_port + (2 * index + j) * a.port_step for j, tree in enumerate(TREES)}
         self.procs: dict[str, subprocess.Popen] = {}
         self.concurrencies = a.config_concurrencies[config]
+        self.pairs = a.config_pairs.get(config, a.pairs)
         self.record: dict = {"config": config, "mode": a.mode, "concurrencies": self.concurrencies, "notes": [],
                              "runs": [], "rounds": []}
+        if a.plan_cells:  # the cells this configuration's verdicts are judged by, as registered
+            self.record["plan"] = {"file": a.plan, "sha256": a.plan_data["sha256"],
+                                   "cells": {str(c): a.plan_cells[(config, c)] for c in self.concurrencies}}
         self.record["server_extra_args"] = server_extra_args(self.cfg, max(self.concurrencies), a.extra_args)
         self.cpus: dict[str, list[int]] | None = None  # each tree's CPUs now (--cpu-split)
         if a.cpu_halves:
@@ -542,9 +587,11 @@ class Pair:
             self.record["notes"].append(f"{'+'.join(trees)} {tag}: not started, {self.left():.0f} s left, "
                                         f"~{expected_s:.0f} s needed")
             return {}
-        paths, t_start = {}, {}
+        paths, t_start, logs, offsets = {}, {}, {}, {}
         for tree in trees:
             paths[tree] = os.path.join(self.a.work, "rounds", f"{self.names[tree]}_c{concurrency}_{tag}.jsonl")
+            logs[tree] = os.path.join(self.a.logdir, f"server_{self.names[tree]}.log")
+            offsets[tree] = log_size(logs[tree])
             t_start[tree] = time.time()
             self.clients[tree].submit(bench_argv(self.a, self.ports[tree], prompts, concurrency, paths[tree]))
         until = time.time() + min(self.left(), 3 * expected_s + 60)
@@ -553,7 +600,8 @@ class Pair:
             status, t_end = self.clients[tree].wait(until - time.time())
             result = read_round(paths[tree]) if status == 0 else None
             run = {"tree": tree, "tag": tag, "concurrency": concurrency, "prompts": prompts, "status": status,
-                   "t_start": round(t_start[tree], 3), "wall_s": round(t_end - t_start[tree], 1), **(result or {})}
+                   "t_start": round(t_start[tree], 3), "wall_s": round(t_end - t_start[tree], 1), **(result or {}),
+                   **server_accept_length(logs[tree], offsets[tree])}
             if self.cpus:
                 run["cpus"] = format_cpu_list(self.cpus[tree])
             self.record["runs"].append(run)
@@ -606,14 +654,14 @@ class Pair:
                 serve_checks.kill_group(proc)
 
     def measure(self, round_prompts: dict[int, int]) -> None:
-        """The measured pairs: --pairs of them, then (--config-seconds) more while
+        """The measured pairs: --pairs of them (with --plan: its count), then (--config-seconds) more while
         :meth:`another_pair` says so; stops early when a round cannot run or fails."""
         a = self.a
         expected = {c: a.round_seconds * a.round_margin * 1.3 + 5 for c in self.concurrencies}
         measured_since = time.time()
         try:
             k = 0
-            while k < a.pairs or self.another_pair(k, measured_since, expected):
+            while k < self.pairs or self.another_pair(k, measured_since, expected):
                 if k and self.cpus:
                     self.pin(k)
                 for c, trees in self.pair_steps(k):
@@ -649,10 +697,12 @@ def mode_label(record: dict) -> str:
     return record.get("mode", "sequential") + ("+cpu-split" if record.get("cpu_split") else "")
 
 
-def summarize(record: dict, concurrencies: list[int]) -> list[dict]:
+def summarize(record: dict, concurrencies: list[int], plan: dict | None = None) -> list[dict]:
     """One summary per (configuration, concurrency) from a Pair record: at the record's own
     concurrencies, or at ``concurrencies`` (the run's) for a record written before configurations
-    had their own."""
+    had their own. A cell of the plan the record ran under (``record["plan"]``) gives its TOST
+    verdict, registered before the run; ``plan`` judges a record that ran under none by its cells
+    after the run (post hoc, and said so)."""
     out = []
     backend = serve_checks.parse(f"{record['config']}_patched")["backend"]
     for c in record.get("concurrencies", concurrencies):
@@ -662,9 +712,16 @@ def summarize(record: dict, concurrencies: list[int]) -> list[dict]:
             by_pair.setdefault(r["pair"], {})[r["tree"]] = r
         pairs = [(p["unpatched"], p["patched"]) for _, p in sorted(by_pair.items()) if len(p) == 2]
         durations = [r["duration"] for pair in pairs for r in pair]
+        cell, registered = None, None
+        if record.get("plan"):
+            cell, registered = record["plan"]["cells"].get(str(c)), "before the run"
+        elif plan:
+            cell, registered = ab_stats.plan_cell(plan, record["config"], c), "after the run (post hoc)"
         s = {"config": record["config"], "mode": mode_label(record), "concurrency": c,
-             **ab_stats.ratio_summary(pairs, min(durations) if durations else None),
+             **ab_stats.ratio_summary(pairs, min(durations) if durations else None, cell),
              **{tree: ab_stats.tree_summary([p[i] for p in pairs]) for i, tree in enumerate(TREES)}}
+        if cell:
+            s["tost"].update(registered=registered, plan=(record.get("plan") or plan)["file"])
         if record.get("cpu_split"):  # the halves swap trees pair by pair: does one half favour its tree?
             by_half: dict[str, list[float]] = {}
             for k, p in sorted(by_pair.items()):
@@ -700,11 +757,30 @@ def verdict_cell(s: dict) -> str:
     return "-"
 
 
+def accept_cell(tree: dict) -> str:
+    """A tree's accept length in the measured rounds (the server's windows); for a record written
+    before those were read, bench_serving's, marked as the server's average since start."""
+    if tree.get("accept_length") is not None:
+        return f"{tree['accept_length']:.2f}"
+    if tree.get("accept_length_since_start") is not None:
+        return f"{tree['accept_length_since_start']:.2f} (since start)"
+    return "-"
+
+
+def tost_cell(s: dict) -> str:
+    """The plan's TOST verdict and its 90% interval of the mean ratio; '-' outside a plan."""
+    t = s.get("tost")
+    if not t:
+        return "-"
+    text = t["verdict"] + (f", {t['ratio_mean']:.3f} [{t['ci_low']:.3f}, {t['ci_high']:.3f}]" if "passed" in t else "")
+    return text + (" (post hoc)" if t.get("registered", "").startswith("after") else "")
+
+
 def markdown_table(summaries: list[dict]) -> str:
     rows = ["| config | mode | conc | pairs | round s | unpatched tok/s | patched tok/s | patched / unpatched median "
-            "[95% CI] | verdict | pairs for ±2% (at 60 s rounds) | TTFT med / p99 ms A, B | ITL med / p99 ms A, B "
-            "| accept A / B |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "[95% bootstrap CI] | verdict | plan: TOST at ±2%, mean [90% CI] | sd of log ratio | TTFT med / p99 ms A, B | ITL med / p99 ms A, B "
+            "| accept length A / B (measured rounds) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in summaries:
         A, B = s.get("unpatched", {}), s.get("patched", {})
         if "ratio_median" not in s:
@@ -713,18 +789,16 @@ def markdown_table(summaries: list[dict]) -> str:
             ratio = f"{s['ratio_median']:.3f} [{s['ci_low']:.3f}, {s['ci_high']:.3f}]"
         else:
             ratio = f"{s['ratio_median']:.3f} (min-max {s['ratio_min']:.3f}-{s['ratio_max']:.3f})"
-        need = "-" if "pairs_for_2pct" not in s else \
-            f"{s['pairs_for_2pct']} ({s.get('pairs_for_2pct_at_60s_rounds', '-')})"
         rows.append(
             f"| {s['config']} | {s['mode']} | {s['concurrency']} | {s['pairs']} | "
             f"{fmt(s.get('round_seconds'), '.1f')} | "
             f"{fmt(A.get('tokens_per_s'), '.0f')} | {fmt(B.get('tokens_per_s'), '.0f')} | {ratio} | "
-            f"{verdict_cell(s)} | {need} | "
+            f"{verdict_cell(s)} | {tost_cell(s)} | {fmt(s.get('sd_log_ratio'), '.4f')} | "
             f"{fmt(A.get('ttft_median_ms'), '.0f')} / {fmt(A.get('ttft_p99_ms'), '.0f')}, "
             f"{fmt(B.get('ttft_median_ms'), '.0f')} / {fmt(B.get('ttft_p99_ms'), '.0f')} | "
             f"{fmt(A.get('itl_median_ms'), '.1f')} / {fmt(A.get('itl_p99_ms'), '.1f')}, "
             f"{fmt(B.get('itl_median_ms'), '.1f')} / {fmt(B.get('itl_p99_ms'), '.1f')} | "
-            f"{fmt(A.get('accept_length'), '.2f')} / {fmt(B.get('accept_length'), '.2f')} |")
+            f"{accept_cell(A)} / {accept_cell(B)} |")
     return "\n".join(rows) + "\n"
 
 
@@ -753,6 +827,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--config-seconds", type=float, default=0,
                     help="after --pairs, more pairs while a configuration's measured phase has run less than this "
                     "and the deadline allows a whole pair (0: exactly --pairs)")
+    ap.add_argument("--plan", help="a pre-registered plan (benchmark/gpu/plans/*.json): every configuration and "
+                    "concurrency must be one of its cells and the run its design; each configuration measures "
+                    "the pairs its cells fix (no --config-seconds), and the summary gives the cell's TOST verdict "
+                    "at exactly that many pairs")
     ap.add_argument("--input-len", type=int, default=512)
     ap.add_argument("--output-len", type=int, default=512)
     ap.add_argument("--range-ratio", type=float, default=0.5, help="lengths drawn from [len * ratio, len]")
@@ -799,6 +877,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         a.configs = list(a.config_concurrencies)
         if a.config_seconds < 0:
             ap.error("--config-seconds must not be negative")
+        a.plan_cells, a.config_pairs = {}, {}
+        if a.plan:
+            plan_cells(ap, a)
         a.cpu_halves = None
         if a.cpu_split:
             if a.mode != "together":
@@ -815,9 +896,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return a
 
 
+def plan_cells(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """--plan: the run must be the plan's design and each (configuration, concurrency) one of its
+    cells; each configuration then measures max(--pairs, its cells' n_pairs) pairs
+    (``a.config_pairs``), and ``a.plan_cells`` maps (stem, concurrency) to its cell."""
+    try:
+        a.plan_data = ab_stats.load_plan(a.plan)
+    except (OSError, ValueError) as exc:
+        ap.error(f"--plan {a.plan}: {exc}")
+    differ = [f"--{key.replace('_', '-')} {want!r} (given {getattr(a, key)!r})"
+              for key, want in a.plan_data["design"].items() if getattr(a, key) != want]
+    if differ:
+        ap.error(f"the plan's design is not this run's: {', '.join(differ)}")
+    if a.config_seconds:
+        ap.error("--plan fixes each configuration's pairs: no --config-seconds")
+    for stem, concurrencies in a.config_concurrencies.items():
+        for c in concurrencies:
+            cell = ab_stats.plan_cell(a.plan_data, stem, c)
+            if cell is None:
+                ap.error(f"{stem} at concurrency {c} is not a cell of {a.plan}")
+            a.plan_cells[(stem, c)] = cell
+        a.config_pairs[stem] = max([a.pairs] + [a.plan_cells[(stem, c)]["n_pairs"] for c in concurrencies])
+
+
 def write_outputs(a: argparse.Namespace, records: list[dict], summaries: list[dict], t_start: float) -> None:
     settings = {k: getattr(a, k) for k in ("mode", "configs", "concurrencies", "config_concurrencies", "pairs",
-                                          "config_seconds",
+                                          "config_pairs", "config_seconds", "plan",
                                           "round_seconds", "round_margin", "warmup_waves", "input_len",
                                           "output_len", "range_ratio", "seed", "stress", "mem_fraction",
                                           "max_total_tokens", "extra_args", "models")}

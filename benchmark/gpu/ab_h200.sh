@@ -20,6 +20,9 @@
 #   e.g. start --mode together --cpu-split --config-seconds 500 --concurrencies 32 --configs flashinfer_cg_k1s3@1,8,32 triton_nocg_k4s3
 #   (STEM@1,8,32: a configuration's own concurrencies)
 #   (ab_bench.py's docstring). Keep setup + WAIT_S + packing under the 600 s of one call: WAIT_S <= 500.
+# AB_PROGRAM=memory_cost.py runs benchmark/gpu/memory_cost.py instead of ab_bench.py, with the same
+#   setup, deadline and background calls (its docstring; it writes memory_cost.json and memory_cost.md
+#   where ab_bench writes ab_results.json and ab_summary.md).
 # Either way $OUT gets at most 8 files: setup.txt, patch.txt, console.txt, ab_results.json,
 # ab_summary.md (both rewritten after every measured round), logs.tgz (server logs, memory probe,
 # bench_serving's JSONL per run, the GPU's clocks every 5 s in gpu_clocks.csv, the host's CPU
@@ -61,7 +64,7 @@ bench() {  # ab_bench.py until the deadline; $AB/done when it has ended
   host_monitor > "$AB/work/host.txt" 2>&1 &
   local host=$!
   echo "[ab] $(date -u +%T) ab_bench until $(date -u -d @"$(cat "$AB/deadline")" +%T) (or $AB/deadline when moved)"
-  python3 benchmark/gpu/ab_bench.py --models "$GPU_WORK/models$MODEL_SHAPE" --site "$GPU_WORK/site" \
+  python3 "benchmark/gpu/${AB_PROGRAM:-ab_bench.py}" --models "$GPU_WORK/models$MODEL_SHAPE" --site "$GPU_WORK/site" \
     --patched "$GPU_WORK/patched" --out "$AB" --work "$AB/work" --deadline-file "$AB/deadline" "$@"
   local rc=$?
   kill $smi $host 2>/dev/null
@@ -70,7 +73,8 @@ bench() {  # ab_bench.py until the deadline; $AB/done when it has ended
 }
 
 pack() {  # what there is so far, into $OUT
-  cp "$AB"/setup.txt "$AB"/patch.txt "$AB"/console.txt "$AB"/ab_results.json "$AB"/ab_summary.md "$OUT"/ 2>/dev/null
+  cp "$AB"/setup.txt "$AB"/patch.txt "$AB"/console.txt "$AB"/ab_results.json "$AB"/ab_summary.md \
+    "$AB"/memory_cost.json "$AB"/memory_cost.md "$OUT"/ 2>/dev/null
   nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
   tar -czf "$OUT/logs.tgz" -C "$AB/work" . 2>/dev/null
   pack_flashinfer_jit "$OUT/flashinfer_jit.tgz"
@@ -91,7 +95,7 @@ case $cmd in
     rc=$(cat "$AB/done" 2>/dev/null || echo 1)
     pack; exit "$rc" ;;
   start)
-    rm -rf "$AB/work" "$AB/done" "$AB"/ab_results.json "$AB"/ab_summary.md; mkdir -p "$AB/work"
+    rm -rf "$AB/work" "$AB/done" "$AB"/ab_results.json "$AB"/ab_summary.md "$AB"/memory_cost.*; mkdir -p "$AB/work"
     setup > "$AB/console.txt" 2>&1 || { cat "$AB/console.txt"; pack; exit 1; }
     setsid nohup bash "$0" bench "$@" >> "$AB/console.txt" 2>&1 < /dev/null &
     wait_for "${WAIT_S:-0}"; pack ;;

@@ -6,9 +6,12 @@ ab_bench.summarize (so every run is judged by the same rules; a record without a
 before ab_bench had ``--mode``, is a sequential one; a together one with ``--cpu-split`` shows as
 ``together+cpu-split``), and writes into --out:
 
-* ``summary.md``: one table row per (configuration, mode, concurrency): ratio, interval or range,
-  verdict, pairs for ±2%; per tree tokens/s, TTFT, ITL, accept length; then the exactness check
-  and the measured draft kv_indices rows against benchmark/kv_indices_memory.py's formula;
+* ``summary.md``: one table row per (configuration, mode, concurrency): ratio, bootstrap interval
+  or range, its verdict (descriptive), the plan's TOST verdict where the cell has one (ab_bench
+  ``--plan``; or ``--plan`` here, marked post hoc), sd of the log ratio; per tree tokens/s, TTFT,
+  ITL, accept length; then the pairs a TOST at ±2% with 80% power would need at each measured sd
+  (scipy), the exactness check and the measured draft kv_indices rows against
+  benchmark/kv_indices_memory.py's formula;
 * ``summary.json``: the same, machine-readable;
 * ``ab_ratio.png``: per (configuration, concurrency) each pair's ratio, the median and its 95%
   interval (or, below 6 pairs, the min-max range, drawn dashed), the ±2% parity band;
@@ -40,8 +43,9 @@ import ab_stats  # noqa: E402
 TREE_COLORS = {"unpatched": "tab:red", "patched": "tab:blue"}
 
 
-def load(paths: list[str]) -> tuple[list[dict], list[dict]]:
-    """(records, summaries) of every run, summaries recomputed from the records."""
+def load(paths: list[str], plan: dict | None = None) -> tuple[list[dict], list[dict]]:
+    """(records, summaries) of every run, summaries recomputed from the records (``plan``: judge
+    records that ran under no plan by its cells, post hoc)."""
     records, summaries = [], []
     for path in paths:
         with open(path) as f:
@@ -49,7 +53,7 @@ def load(paths: list[str]) -> tuple[list[dict], list[dict]]:
         for record in run["records"]:
             record["source"] = path
             records.append(record)
-            summaries += ab_bench.summarize(record, run["settings"]["concurrencies"])
+            summaries += ab_bench.summarize(record, run["settings"]["concurrencies"], plan)
     return records, summaries
 
 
@@ -84,13 +88,15 @@ def exactness_table(summaries: list[dict]) -> str:
 
 
 def need_table(summaries: list[dict]) -> str:
-    rows = ["| config | mode | conc | pairs measured | sd of log ratio | pairs for ±2% at this round length | "
-            "at 60 s rounds (assumed sd ∝ 1/√s) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    """Per measured cell: its sd of log ratio and the pairs a TOST at ±2% with 80% power would need
+    at that sd (ab_stats.tost_pairs; needs scipy, as the report does on a CPU)."""
+    rows = ["| config | mode | conc | pairs measured | round s (min) | sd of log ratio | pairs for a TOST at ±2%, "
+            "80% power, at this sd |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for s in summaries:
-        if "sd_log_ratio" in s:
+        if s.get("sd_log_ratio"):
             rows.append(f"| {s['config']} | {s['mode']} | {s['concurrency']} | {s['pairs']} | "
-                        f"{s['sd_log_ratio']:.4f} | "
-                        f"{s['pairs_for_2pct']} ({s['round_seconds']:.0f} s) | {s['pairs_for_2pct_at_60s_rounds']} |")
+                        f"{ab_bench.fmt(s.get('round_seconds'), '.1f')} | {s['sd_log_ratio']:.4f} | "
+                        f"{ab_stats.tost_pairs(s['sd_log_ratio'])} |")
     return "\n".join(rows) + "\n"
 
 
@@ -211,10 +217,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("results", nargs="+", help="ab_results.json files")
     ap.add_argument("--out", required=True)
     ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--plan", help="a plan (benchmark/gpu/plans/*.json) to judge records that ran under none "
+                    "by, marked post hoc; a record run with ab_bench --plan is judged by the cells it ran under")
     a = ap.parse_args(argv)
-    records, summaries = load(a.results)
+    records, summaries = load(a.results, ab_stats.load_plan(a.plan) if a.plan else None)
     os.makedirs(a.out, exist_ok=True)
-    text = ("## A/B\n\n" + ab_bench.markdown_table(summaries) + "\n## Pairs for a ±2% interval\n\n"
+    text = ("## A/B\n\n" + ab_bench.markdown_table(summaries) + "\n## Pairs a TOST at ±2% would need\n\n"
             + need_table(summaries) + "\n## Exactness (serve_checks.py's requests on each server)\n\n"
             + exactness_table(summaries) + "\n## Draft kv_indices CUDA-graph rows, measured in the server\n\n"
             + memory_table(summaries))

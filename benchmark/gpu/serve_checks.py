@@ -11,7 +11,8 @@ Config names:  BACKEND_CG_MODE[_TREE]
            make_deepseek_models.py: SGLang picks FlashInferMLAAttnBackend for an MLA model) |
            dsv4 (the DeepSeek-V4 models of make_dsv4_models.py; 0.5.12 forces its dsv4 backend,
            page size 256, fp8 KV and spec v2 for them)
-  CG       nocg (--disable-cuda-graph) | cg (--cuda-graph-max-bs 8)
+  CG       nocg (--disable-cuda-graph) | cg (--cuda-graph-max-bs 8) | cgbs1 (--cuda-graph-max-bs 1) |
+           cgdef (CUDA graphs at SGLang's own max batch; memory_cost.py)
   MODE     nonspec | k{TOPK}s{STEPS}   e.g. k4s3 = EAGLE topk 4, 3 steps
   TREE     unpatched | patched         (nonspec runs on the unpatched tree)
 Sets: see SETS below; `--list` prints them.
@@ -78,7 +79,7 @@ def parse(name):
     parts = name.split("_")
     backend, cg, mode = parts[0], parts[1], parts[2]
     tree = parts[3] if len(parts) > 3 else "unpatched"
-    assert backend in ATTENTION_BACKEND and cg in ("cg", "nocg", "cgbs1"), name
+    assert backend in ATTENTION_BACKEND and cg in ("cg", "nocg", "cgbs1", "cgdef"), name
     assert tree in ("unpatched", "patched"), name
     if mode == "nonspec":
         topk = steps = None
@@ -108,15 +109,20 @@ def draft_tokens(topk, steps):
 def server_cmd(cfg, models, port, a):
     cmd = [sys.executable, "-m", "sglang.launch_server",
            "--model-path", f"{models}/target", "--host", "127.0.0.1", "--port", str(port),
-           "--tp", "1", "--mem-fraction-static", str(a.mem_fraction), "--max-total-tokens", str(a.max_total_tokens),
+           "--tp", "1", "--mem-fraction-static", str(a.mem_fraction),
            "--skip-server-warmup", "--grammar-backend", "none", "--attention-backend", ATTENTION_BACKEND[cfg["backend"]],
-           "--max-running-requests", "8", "--log-level", "info"]
+           "--log-level", "info"]
+    # a token cap and a request cap, unless the caller leaves them to SGLang (None: memory_cost.py)
+    if a.max_total_tokens is not None:
+        cmd += ["--max-total-tokens", str(a.max_total_tokens)]
+    if getattr(a, "max_running_requests", 8) is not None:
+        cmd += ["--max-running-requests", str(getattr(a, "max_running_requests", 8))]
     if cfg["topk"] is not None:
         cmd += ["--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", f"{models}/draft",
                 "--speculative-num-steps", str(cfg["steps"]), "--speculative-eagle-topk", str(cfg["topk"]),
                 "--speculative-num-draft-tokens", str(draft_tokens(cfg["topk"], cfg["steps"]))]
     cmd += {"nocg": ["--disable-cuda-graph"], "cg": ["--cuda-graph-max-bs", "8"],
-            "cgbs1": ["--cuda-graph-max-bs", "1"]}[cfg["cg"]]
+            "cgbs1": ["--cuda-graph-max-bs", "1"], "cgdef": []}[cfg["cg"]]
     cmd += a.extra_args.split()
     return cmd
 

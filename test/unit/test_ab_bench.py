@@ -1,13 +1,15 @@
 """benchmark/gpu/ab_bench.py, ab_stats.py and report_ab.py on CPU: arguments, the flags given to
 sglang.bench_serving and sglang.launch_server (each must exist in 0.5.12's parsers), the round
-schedules, the round sizes, the bootstrap interval, the pairs a ±2% interval needs, the memory
+schedules, the round sizes, the bootstrap interval, the memory
 formula check, one configuration end to end with stand-in servers in each mode, and the report
 over old and new results files."""
 
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -168,14 +170,6 @@ def test_bootstrap_interval_holds_the_median_and_narrows_with_more_pairs():
     assert ab_stats.bootstrap_median_ci([1.1] * 6) == (1.1, 1.1)
 
 
-def test_pairs_needed_follows_the_normal_approximation():
-    # sd 0.05 of log ratios: (1.96 * 1.2533 * 0.05 / log(1.02))^2 = 38.5 -> 39 pairs
-    assert ab_stats.pairs_needed(0.05) == 39
-    assert ab_stats.pairs_needed(0.01) == 2 and ab_stats.pairs_needed(0.0) == 2
-    assert ab_stats.pairs_needed(0.10) == 154
-    assert ab_stats.sd_at_round_seconds(0.06, 20, 60) == pytest.approx(0.06 / 3 ** 0.5)
-
-
 @pytest.mark.parametrize("ratios, verdict", [
     ([1.00, 1.005, 0.995, 1.002, 0.998, 1.001], "within ±2%"),
     ([1.20, 1.25, 1.22, 1.30, 1.21, 1.24], "patched faster"),
@@ -188,7 +182,8 @@ def test_ratio_summary_verdicts(ratios, verdict):
     assert s["pairs"] == 6 and s["verdict"] == verdict
     assert s["ratio_median"] == pytest.approx(statistics.median(ratios))
     assert s["ci_low"] <= s["ratio_median"] <= s["ci_high"]
-    assert s["pairs_for_2pct_at_60s_rounds"] <= s["pairs_for_2pct"]
+    assert s["sd_log_ratio"] == pytest.approx(statistics.stdev([math.log(r) for r in ratios]))
+    assert s["round_seconds"] == 20 and "tost" not in s  # no plan cell: no TOST
 
 
 def test_prompts_for_round_fill_the_round_and_its_margin_at_the_faster_rate_in_whole_waves():
@@ -231,7 +226,8 @@ def pair_record(ratios: list[float], concurrency: int = 32) -> dict:
         for tree, tps in (("unpatched", 1000.0), ("patched", 1000.0 * r)):
             rounds.append({"pair": k, "tree": tree, "concurrency": concurrency, "output_throughput": tps,
                            "duration": 21.0, "median_ttft_ms": 50.0, "p99_ttft_ms": 90.0, "median_itl_ms": 4.0,
-                           "p99_itl_ms": 9.0, "accept_length": 6.0 if tree == "patched" else 4.5})
+                           "p99_itl_ms": 9.0, "accept_length": 5.9 if tree == "patched" else 4.4,
+                           "accept_length_windows": 6.0 if tree == "patched" else 4.5})
     return {"config": "flashinfer_cg_k8s5", "notes": [], "rounds": rounds, "memory": {}}
 
 
@@ -240,11 +236,17 @@ def test_summarize_keeps_only_complete_pairs():
     record["rounds"].pop()  # pair 6 lost its patched round: left out
     (s,) = ab_bench.summarize(record, [32])
     assert s["pairs"] == 6 and s["verdict"] == "patched faster"
-    assert s["unpatched"]["accept_length"] == 4.5 and s["patched"]["accept_length"] == 6.0
+    assert s["unpatched"]["accept_length"] == 4.5 and s["patched"]["accept_length"] == 6.0  # the windows'
+    assert s["unpatched"]["accept_length_since_start"] == 4.4 and s["patched"]["accept_length_since_start"] == 5.9
     assert s["unpatched"]["tokens_per_s"] == 1000.0 and s["round_seconds"] == 21.0
     table = ab_bench.markdown_table([s])
     assert s["mode"] == "sequential"  # a record without a mode: before --mode existed
     assert "| flashinfer_cg_k8s5 | sequential | 32 | 6 | 21.0 | 1000 |" in table and "patched faster" in table
+    assert table.rstrip().endswith("| 4.50 / 6.00 |")
+    for r in record["rounds"]:  # a record written before the windows were read: bench_serving's, said so
+        del r["accept_length_windows"]
+    assert ab_bench.markdown_table(ab_bench.summarize(record, [32])).rstrip().endswith(
+        "| 4.40 (since start) / 5.90 (since start) |")
 
 
 FAKE_BENCH_SERVING = '''\
@@ -328,6 +330,11 @@ class Health(http.server.BaseHTTPRequestHandler):
         self.send_response(200)
         self.end_headers()
         body = None
+        if self.path.startswith("/decode/"):  # /decode/RUNNING/ACCEPT: one decode window, as 0.5.12 logs it
+            running, accept = self.path.split("/")[2:]
+            print(f"[2026-12-01 22:03:32] Decode batch, #running-req: {running}, #token: 34, token usage: 0.00, "
+                  f"accept len: {accept}, accept rate: 0.97, cuda graph: False, gen throughput (token/s): 2.84, "
+                  f"#queue-req: 0", flush=True)
         if self.path == "/cpus":
             body = {"server": cpus(os.getpid()), "thread": cpus(f"{os.getpid()}/task/{thread.native_id}"),
                     "child": cpus(child.pid)}
@@ -372,6 +379,10 @@ if os.path.exists(os.path.join(here, "move_deadline")):
         open(os.path.join(here, "deadline"), "w").write(str(time.time() + float(seconds)))
 with urllib.request.urlopen(f"http://127.0.0.1:{port}/cpus") as r:
     server = json.loads(r.read())
+# the server's decode windows while this run is in flight: warm-up and calibration 1.00; a measured
+# round two windows, (8 running, 4.00) and (2, 3.00) on the patched server, (8, 2.50) and (2, 1.50) on the other
+for running, accept in ([(8, 4.0), (2, 3.0)] if fast else [(8, 2.5), (2, 1.5)]) if tag.startswith("pair") else [(8, 1.0)]:
+    urllib.request.urlopen(f"http://127.0.0.1:{port}/decode/{running}/{accept:.2f}").read()
 client = open("/proc/self/status").read().split("Cpus_allowed_list:")[1].split()[0]
 with open(os.path.join(here, "cpus.log"), "a") as log:
     log.write(f"{port} {tag} {client} {server['server']} {server['thread']} {server['child']} "
@@ -434,7 +445,13 @@ def test_one_config_end_to_end_with_stand_in_servers(tmp_path):
     assert len(starts) == 16 and starts == sorted(starts) and starts[0] >= time.time() - 120
     (s,) = result["summaries"]
     assert s["pairs"] == 6 and s["ratio_median"] == pytest.approx(1.25) and s["verdict"] == "patched faster"
-    assert s["patched"]["accept_length"] == 4.0 and s["unpatched"]["tokens_per_s"] == 100.0
+    assert s["unpatched"]["tokens_per_s"] == 100.0
+    # the server's windows while the measured rounds ran, weighted by running requests: (8 x 4 + 2 x 3) / 10;
+    # not the warm-up's and calibration's (1.00), nor bench_serving's average since start (4.0)
+    assert s["patched"]["accept_length"] == pytest.approx(3.8) and s["unpatched"]["accept_length"] == pytest.approx(2.3)
+    assert s["patched"]["accept_length_since_start"] == 4.0
+    assert all(r["accept_windows"] == 2 for r in record["rounds"])
+    assert [r["accept_windows"] for r in record["runs"][:4]] == [1, 1, 1, 1]
     assert "| triton_nocg_k4s3 | sequential | 8 | 6 | 19.0 |" in (tmp_path / "out" / "ab_summary.md").read_text()
 
 
@@ -526,7 +543,7 @@ def test_too_few_pairs_give_the_range_and_no_interval():
     pairs = [({"output_throughput": 100.0}, {"output_throughput": 100.0 * r}) for r in (1.218, 1.258)]
     s = ab_stats.ratio_summary(pairs, round_seconds=20)
     assert "ci_low" not in s and s["verdict"].startswith("2 pairs: too few")
-    assert s["pairs_for_2pct"] >= 2 and s["sd_log_ratio"] > 0
+    assert s["sd_log_ratio"] > 0
     record = pair_record([1.218, 1.258])
     (summary,) = ab_bench.summarize(record, [32])
     assert "1.238 (min-max 1.218-1.258)" in ab_bench.markdown_table([summary])
@@ -619,3 +636,102 @@ def test_config_seconds_stops_at_the_deadline_with_whole_pairs(tmp_path):
     assert len(record["rounds"]) == 16 and "cpu_split" not in record and "cpus" not in record["rounds"][0]
     assert record["notes"][-1].startswith("8 pairs: pair 8 not started after ")
     assert "s left, ~149 s needed" in record["notes"][-1]
+
+
+def small_plan(tmp_path: Path, n: int = 7, **design) -> Path:
+    """A plan file with one cell, triton_nocg_k4s3 at concurrency 8, of ``n`` pairs."""
+    cell = {"config": "triton_nocg_k4s3", "concurrency": 8, "n_pairs": n, "alpha": 0.05,
+            "margin": ab_stats.TOST_MARGIN, "t_crit": {7: 1.943180, 8: 1.894579}[n]}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"design": {"mode": "together", "round_margin": 1.5, **design}, "cells": [cell]}))
+    return path
+
+
+def test_a_plan_fixes_the_pairs_and_refuses_runs_outside_its_design_or_cells(tmp_path, capsys):
+    plan = str(small_plan(tmp_path))
+    a = ab_bench.parse_args(REQUIRED + ["--plan", plan, "--mode", "together", "--configs", "triton_nocg_k4s3@8"])
+    assert a.config_pairs == {"triton_nocg_k4s3": 7} and a.plan_cells[("triton_nocg_k4s3", 8)]["n_pairs"] == 7
+    for argv, says in [
+        (["--configs", "triton_nocg_k4s3@8"], "--mode 'together' (given 'sequential')"),
+        (["--mode", "together", "--round-margin", "1.25", "--configs", "triton_nocg_k4s3@8"],
+         "--round-margin 1.5 (given 1.25)"),
+        (["--mode", "together", "--configs", "triton_nocg_k4s3@8,32"], "triton_nocg_k4s3 at concurrency 32 is not"),
+        (["--mode", "together", "--config-seconds", "300", "--configs", "triton_nocg_k4s3@8"], "no --config-seconds"),
+    ]:
+        with pytest.raises(SystemExit):
+            ab_bench.parse_args(REQUIRED + ["--plan", plan] + argv)
+        assert says in capsys.readouterr().err
+    # fewer planned pairs than --pairs: --pairs run, the verdict still at the plan's count
+    assert ab_bench.parse_args(REQUIRED + ["--plan", plan, "--mode", "together", "--pairs", "9", "--configs",
+                                           "triton_nocg_k4s3@8"]).config_pairs == {"triton_nocg_k4s3": 9}
+
+
+def test_a_plan_run_measures_its_pairs_and_gives_its_verdict_then_report_judges_old_runs_post_hoc(tmp_path):
+    """ab_bench --plan end to end with the stand-ins (patched 1.25 times as fast in every pair: the
+    TOST cannot pass), then report_ab --plan over the old results (no plan then: post hoc)."""
+    site, base = stand_in_site(tmp_path)
+    plan = small_plan(tmp_path)
+    run_stand_in_ab(tmp_path, site, base, "--mode", "together", "--plan", str(plan))
+    result = json.loads((tmp_path / "out" / "ab_results.json").read_text())
+    (record,) = result["records"]
+    assert sorted({r["pair"] for r in record["rounds"]}) == list(range(7))
+    assert record["plan"]["file"] == str(plan) and record["plan"]["cells"]["8"]["n_pairs"] == 7
+    assert record["plan"]["sha256"] == hashlib.sha256(plan.read_bytes()).hexdigest()
+    (s,) = result["summaries"]
+    t = s["tost"]
+    assert (t["n"], t["passed"], t["registered"]) == (7, False, "before the run")
+    assert t["ratio_mean"] == pytest.approx(1.25)
+    assert "| not shown within ±2% (TOST, 7 planned pairs), 1.250 [1.250, 1.250] |" in \
+        (tmp_path / "out" / "ab_summary.md").read_text()
+
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"settings": {"concurrencies": [8]}, "records": [pair_record([1.0, 1.01, 0.99] * 3, 8)]}))
+    loose = tmp_path / "loose.json"
+    loose.write_text(json.dumps({"design": {}, "cells": [
+        {"config": "flashinfer_cg_k8s5", "concurrency": 8, "n_pairs": 8, "alpha": 0.05,
+         "margin": ab_stats.TOST_MARGIN, "t_crit": 1.894579}]}))
+    assert report_ab.main([str(old), "--out", str(tmp_path / "report"), "--no-plots", "--plan", str(loose)]) == 0
+    (s,) = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert s["tost"]["passed"] and s["tost"]["n"] == 8 and s["tost"]["registered"] == "after the run (post hoc)"
+    assert "equivalent within ±2% (TOST, 8 planned pairs), " in (tmp_path / "report" / "summary.md").read_text()
+    assert "(post hoc)" in (tmp_path / "report" / "summary.md").read_text()
+
+
+#: decode windows as SGLang 0.5.12 logged them on the H200 (results/h200-2026-12-01-ab4/logs.tgz,
+#: server_flashinfer_cg_k1s3_patched.log and server_triton_nocg_k4s3_patched.log), with a prefill line
+#: and a capture line between; the format is srt/observability/scheduler_metrics_mixin.py's
+REAL_DECODE_LOG = """\
+[2026-12-01 22:03:32] Decode batch, #running-req: 1, #token: 34, token usage: 0.00, accept len: 3.92, accept rate: 0.97, cuda graph: True, gen throughput (token/s): 2.84, #queue-req: 0
+[2026-12-01 22:03:33] Prefill batch, #new-seq: 1, #new-token: 512, #cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0, cuda graph: False, input throughput (token/s): 0.00
+[2026-12-01 22:03:34] Capture draft cuda graph end. Time elapsed: 4.03 s. mem usage=0.79 GB. avail mem=78.49 GB.
+[2026-12-01 22:03:35] Decode batch, #running-req: 32, #token: 14410, token usage: 0.13, accept len: 3.98, accept rate: 0.99, cuda graph: False, gen throughput (token/s): 2061.55, #queue-req: 0
+"""
+
+
+def test_accept_length_from_the_servers_decode_windows_in_0_5_12s_format(tmp_path):
+    assert ab_bench.window_accept_length(REAL_DECODE_LOG) == {
+        "accept_windows": 2, "accept_length_windows": pytest.approx((1 * 3.92 + 32 * 3.98) / 33)}
+    assert ab_bench.window_accept_length("") == {"accept_windows": 0, "accept_length_windows": None}
+    # from an offset on, whole lines only (a line still being written counts in the next run's read)
+    log = tmp_path / "server.log"
+    first, second = REAL_DECODE_LOG.splitlines(keepends=True)[0], REAL_DECODE_LOG.splitlines(keepends=True)[3]
+    log.write_text(first + second[:60])
+    offset = len(first.encode())
+    assert ab_bench.server_accept_length(str(log), offset)["accept_windows"] == 0
+    log.write_text(first + second)
+    assert ab_bench.server_accept_length(str(log), offset) == {"accept_windows": 1, "accept_length_windows": 3.98}
+    assert ab_bench.server_accept_length(str(tmp_path / "none.log"), 0)["accept_windows"] == 0
+
+
+@pytest.mark.releases
+def test_the_decode_window_line_is_0_5_12s():
+    """The pieces DECODE_WINDOW reads are in 0.5.12's f-strings, in that order, and each line's
+    accept len is its own window's (the counters reset before it is written)."""
+    require_release("0.5.12")
+    text = wheel_source("0.5.12", "sglang/srt/observability/scheduler_metrics_mixin.py")
+    pieces = ['msg = f"Decode batch{iter_msg}, #running-req: {num_running_reqs}, {token_usage_msg}"',
+              "spec_accept_length = self.spec_num_accept_tokens / self.spec_num_forward_ct",
+              "self.spec_num_accept_tokens = self.spec_num_forward_ct = 0",  # each window its own
+              'msg += f"accept len: {spec_accept_length:.2f}, accept rate: {spec_accept_rate:.2f}, "']
+    at = [text.find(p) for p in pieces]
+    assert -1 not in at and at == sorted(at)

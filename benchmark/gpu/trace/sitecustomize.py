@@ -16,8 +16,9 @@ an H200). The adapter makes those two arguments default to (True, FORMAT) when `
 imported; the unpatched and the patched trees get it alike.
 
 With SGL_DL_MEMPROBE=/path/to/file, it measures the draft kv_indices CUDA-graph rows from the
-running server: around each ``init_cuda_graph_state`` of FlashInfer's and Triton's multi-step
-draft backends (the call that allocates the rows once for the server's life) it appends one
+running server: around each ``init_cuda_graph_state`` of FlashInfer's, Triton's and
+FlashInfer-MLA's multi-step draft backends (the call that allocates the rows once for the
+server's life) it appends one
 JSON line: the class, the tree's file, ``torch.cuda.memory_allocated()`` before and after (the
 allocation diff of the whole call), and the rows tensor's own shape, dtype and bytes.
 """
@@ -96,6 +97,7 @@ _MEMPROBE = os.environ.get("SGL_DL_MEMPROBE")
 _PROBED = {
     "sglang.srt.layers.attention.flashinfer_backend": "FlashInferMultiStepDraftBackend",
     "sglang.srt.layers.attention.triton_backend": "TritonMultiStepDraftBackend",
+    "sglang.srt.layers.attention.flashinfer_mla_backend": "FlashInferMLAMultiStepDraftBackend",
 }
 
 if _MEMPROBE:

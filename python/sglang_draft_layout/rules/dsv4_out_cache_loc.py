@@ -208,7 +208,7 @@ def _find(rule: Rule, source: Source) -> Finding:
                 if verdict.who == CALLER:  # reported here, naming where the caller splits
                     line = (caller[2] if caller else None) or verdict.line
                     return rule.report(State.BY_CALLER, stmt.lineno,
-                                       f"{verdict.caller} at {source.path}:{line} (proven on the probes)")
+                                       f"{verdict.caller} at {source.path}:{line}")
                 if verdict.who == PER_STEP:
                     return rule.report(State.BY_HAND, stmt.lineno,
                                        "the fork's own code splits it per step (proven on the probes): left as it is")
