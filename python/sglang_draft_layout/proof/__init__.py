@@ -17,47 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..layout_patterns import HELPERS, called_name, in_order
+from ..layout_patterns import called_name, in_order
 from ..rules.base import Edit, Source
-from .interpret import CannotProve, Diverged, Event, Function, Raised, Run, World
+from .interpret import Event, World
+from .paths import DIVERGED, Entry, Outcome, callers, knows_its_step, outcomes
 from .splice import spliced
-from .world import PROBES, Probe, world_of
-
-
-#: the most paths (ways the undecided branches go) one run may take
-MAX_PATHS = 32
-#: an ``Outcome.cannot`` of a path that never returns (it calls itself on and on): no value to compare
-DIVERGED = "diverges"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One path of a run: its events, the error it raised, why it could not run, the nodes it reached,
-    and how its undecided branches went (``Run.decisions``)."""
-
-    events: tuple[Event, ...]
-    error: Optional[Raised]
-    cannot: str
-    reached: frozenset[int]
-    path: frozenset[tuple[str, bool]] = frozenset()
-
-    def of(self, kind: str) -> list[Event]:
-        return [e for e in self.events if e.kind == kind]
-
-
-@dataclass(frozen=True)
-class Entry:
-    """Where a run starts: ``cls.method``, per step when the class knows its step, and (a multi-step
-    caller) the attribute holding its per-step backends of class ``per_step``."""
-
-    cls: str
-    method: str
-    stepped: bool = False
-    per_step: str = ""
-    backends_attr: str = ""
-
-    def __str__(self) -> str:
-        return f"{self.cls}.{self.method}"
+from .world import HELPERS, PROBES, Probe, world_of
 
 
 @dataclass(frozen=True)
@@ -74,102 +39,6 @@ class Proof:
         fixed = sum("fixes" in verdict for _probe, verdict in self.probes)
         shown = f"{len(self.probes)} probes" + (f", the fork's bug fixed on {fixed}" if fixed else "")
         return f"proven on {shown}" if self.proven else self.why
-
-
-def knows_its_step(world: World, cls: str) -> bool:
-    return any("speculative_step_id" in ast.unparse(world.classes[c]) for c in world.mro(cls) if c in world.classes)
-
-
-def _subclasses(world: World, cls: str) -> set[str]:
-    return {name for name in world.classes if cls in world.mro(name)}
-
-
-def callers(world: World, per_step: str) -> list[Entry]:
-    """The multi-step classes that build per-step backends of ``per_step`` (or a subclass) into a list
-    attribute (``self.X.append(C(...))`` / ``self.X = [C(...) ...]``) and have an ``init_forward_metadata``."""
-    cache = world.__dict__.setdefault("_callers", {})
-    if per_step not in cache:
-        cache[per_step] = _callers(world, per_step)
-    return cache[per_step]
-
-
-def _callers(world: World, per_step: str) -> list[Entry]:
-    kinds = _subclasses(world, per_step)
-    found = []
-    for name, node in world.classes.items():
-        built = _built_backends(world, name, kinds)
-        if built and world.lookup(name, "init_forward_metadata") is not None:
-            attr, cls = built
-            found.append(Entry(name, "init_forward_metadata", per_step=cls, backends_attr=attr))
-    return found
-
-
-def _built_backends(world: World, name: str, kinds: set[str]) -> Optional[tuple[str, str]]:
-    """(attribute, class) of the per-step backends the class's methods build, along its MRO."""
-    for each in world.mro(name):
-        node = world.classes.get(each)
-        for call in (n for n in in_order(node) if isinstance(n, ast.Call)) if node else ():
-            built = call.args[0] if called_name(call) == "append" and call.args else None
-            owner = call.func.value if isinstance(call.func, ast.Attribute) else None
-            if isinstance(built, ast.Call) and isinstance(built.func, ast.Name) and built.func.id in kinds \
-                    and isinstance(owner, ast.Attribute) and isinstance(owner.value, ast.Name) and owner.value.id == "self":
-                return owner.attr, built.func.id
-        for assign in (n for n in in_order(node) if isinstance(n, ast.Assign)) if node else ():
-            target = assign.targets[0]
-            value = assign.value
-            element = value.elt if isinstance(value, ast.ListComp) else (value.elts[0] if isinstance(value, ast.List)
-                                                                          and value.elts else None)
-            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self" \
-                    and isinstance(element, ast.Call) and isinstance(element.func, ast.Name) and element.func.id in kinds:
-                return target.attr, element.func.id
-    return None
-
-
-def run(world: World, entry: Entry, probe: Probe, step: Optional[int] = None,
-        decisions: Optional[dict[str, bool]] = None) -> tuple[Outcome, list[str]]:
-    """``entry`` run once on ``probe`` (at ``step``) along ``decisions``; the undecided branches it met first."""
-    function = world.lookup(entry.cls, entry.method)
-    if function is None:
-        return Outcome((), None, f"no {entry}", frozenset()), []
-    instance = probe.instance(entry.cls, step)
-    if entry.backends_attr:
-        instance.attrs[entry.backends_attr] = [probe.instance(entry.per_step, j) for j in range(probe.steps)]
-    state = Run(world, {}, decisions)
-    error, cannot = None, ""
-    try:
-        state._step = step
-        returned = state.call(Function(function.node, function.owner, instance), [], probe.arguments(function.node))
-        state.take_returned(returned, function.node.lineno, instance)
-    except Raised as raised:
-        error = raised
-    except Diverged:
-        cannot = DIVERGED
-    except CannotProve as refused:
-        cannot = str(refused)
-    except RecursionError:
-        cannot = f"{entry}: recursion too deep to run"
-    path = frozenset(state.decisions.items())
-    return Outcome(tuple(state.events), error, cannot, frozenset(state.reached), path), state.pending
-
-
-def paths(world: World, entry: Entry, probe: Probe, step: Optional[int]) -> dict[frozenset, Outcome]:
-    """Every path of ``entry`` on ``probe``: each undecided branch that touches the layout both ways."""
-    found: dict[frozenset, Outcome] = {}
-    todo: list[dict[str, bool]] = [{}]
-    while todo:
-        if len(found) >= MAX_PATHS:
-            return {frozenset(): Outcome((), None, f"{entry}: more than {MAX_PATHS} ways its undecided branches go",
-                                         frozenset())}
-        decisions = todo.pop()
-        outcome, pending = run(world, entry, probe, step, decisions)
-        found[outcome.path] = outcome
-        todo += [{**dict(outcome.path), key: True} for key in pending]
-    return found
-
-
-def outcomes(world: World, entry: Entry, probe: Probe) -> list[tuple[Optional[int], dict[frozenset, Outcome]]]:
-    steps = range(probe.steps) if entry.stepped else [None]
-    return [(step, paths(world, entry, probe, step)) for step in steps]
 
 
 def _loc_verdict(old: Event, new: Event, probe: Probe, ordinal: int) -> str:
@@ -293,7 +162,7 @@ def prove(scope: str, old: Source, new_code: str, edits: Sequence[Edit], package
 def _world(source: Source, package: Optional[Path]) -> World:
     """``world_of(source)``, made once per source."""
     if getattr(source, "_world", None) is None:
-        source._world = world_of(source, package)  # type: ignore[attr-defined]
+        source._world = world_of(source.tree, package)  # type: ignore[attr-defined]
     return source._world  # type: ignore[attr-defined]
 
 
@@ -309,4 +178,4 @@ def _had(world: World, cls: str, method: str, call: ast.Call) -> bool:
     return any(ast.unparse(c) == text for c in _helper_calls(world, cls, method))
 
 
-__all__ = ["Proof", "Probe", "PROBES", "prove", "spliced", "judge", "run", "entries", "callers", "Entry", "Outcome"]
+__all__ = ["Proof", "Probe", "PROBES", "prove", "spliced", "judge", "entries", "world_of"]

@@ -16,6 +16,7 @@ from typing import Optional
 
 from . import arrays
 from .interpret import Event, World
+from .paths import DIVERGED, Entry, callers, paths
 from .world import PROBES, Probe
 
 CALLER = "caller"
@@ -48,7 +49,6 @@ def _kind(value: Event, probe: Probe, step: int) -> str:
 
 def split_verdict(world: World, per_step: str) -> SplitVerdict:
     """The verdict on every path into ``per_step``'s ``init_forward_metadata`` (see the module)."""
-    from . import DIVERGED, Entry, callers, paths
 
     starts = callers(world, per_step) or [Entry(per_step, "init_forward_metadata", stepped=True)]
     taken: set[str] = set()

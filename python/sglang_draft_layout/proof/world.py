@@ -16,8 +16,6 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..layout_patterns import HELPERS
-from ..rules.base import Source
 from ..speculative import eagle_utils, spec_utils
 from . import arrays
 from .arrays import Tensor
@@ -28,6 +26,7 @@ MAX_CONTEXT_LEN = 16
 SEQ_LEN = 5
 #: methods whose first parameter (after ``self``) is the forward batch, whatever its name
 BATCH_FIRST = frozenset({"init_forward_metadata", "draft_forward", "common_template"})
+HELPERS = ("draft_kv_indices_buffer_width", "draft_kv_indices_used_len", "per_step_draft_out_cache_loc")
 HELPER_FUNCTIONS = {name: getattr(spec_utils, name, None) or getattr(eagle_utils, name) for name in HELPERS}
 
 
@@ -118,10 +117,9 @@ def _parsed(path: Path) -> Optional[ast.Module]:
     return _parsed_at(path, stat.st_mtime_ns, stat.st_size)
 
 
-def world_of(source: Source, package: Optional[Path]) -> World:
-    """The classes and functions of ``source``, with the classes its ``from sglang... import`` lines bring
+def world_of(tree: ast.Module, package: Optional[Path]) -> World:
+    """The classes and functions of a module, with the classes its ``from sglang... import`` lines bring
     from the tree's other modules (read from ``package``, the tree's ``sglang`` folder), as deep as bases go."""
-    tree = source.tree
     classes = {c.name: c for c in tree.body if isinstance(c, ast.ClassDef)}
     functions = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
     if package is not None:

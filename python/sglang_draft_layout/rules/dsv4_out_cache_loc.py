@@ -47,10 +47,10 @@ from .draft_forward import split_finding
 
 def path_verdict(source: Source) -> "SplitVerdict":
     """Who splits the per-step out_cache_loc on the paths into the class (``proof.split_once``)."""
-    from ..proof import world_of
     from ..proof.split_once import split_verdict
+    from ..proof.world import world_of
 
-    return split_verdict(world_of(source, source.package), CLASS)
+    return split_verdict(world_of(source.tree, source.package), CLASS)
 
 if TYPE_CHECKING:
     from ..proof.split_once import SplitVerdict
