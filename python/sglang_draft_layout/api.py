@@ -85,11 +85,13 @@ class Item:
     rule: str  # the rule's id; the test file's template for a test
     needs_action: bool  # ``apply`` would change it (after apply: it just did)
     error: bool  # no rule recognises its form: nothing can be written
+    #: the proof of its rewrite (a call site to patch): ``proven``, ``summary`` and each probe's verdict
+    proof: Optional[dict[str, Any]] = None
 
     def to_json(self) -> dict[str, Any]:
         return {"file": self.file, "line": self.line, "class_method": self.scope, "kind": self.kind,
                 "site": self.site, "state": self.state, "detail": self.detail, "upstream": self.upstream,
-                "rule": self.rule, "needs_action": self.needs_action, "error": self.error}
+                "rule": self.rule, "needs_action": self.needs_action, "error": self.error, "proof": self.proof}
 
 
 @dataclass(frozen=True)
@@ -177,7 +179,7 @@ def _finding_item(finding: Finding, target: Target, applied: bool) -> Item:
         line=finding.line if finding.state is not State.ABSENT else None,
         scope=rule.site.removeprefix("def ") if helper else rule.scope,
         site="helper definition" if helper and rule.site.startswith("def ") else rule.site, state=state, detail=finding.detail, upstream=rule.upstream, rule=rule.id,
-        needs_action=needs_action, error=error,
+        needs_action=needs_action, error=error, proof=finding.proof.to_json() if finding.proof else None,
     )
 
 

@@ -28,17 +28,21 @@ from .world import HELPERS, PROBES, Probe, world_of
 @dataclass(frozen=True)
 class Proof:
     """The verdict on one rewrite: proven, or why not (one line) and the line it points at;
-    ``probes``: each probe and what it showed."""
+    ``probes``: each run (entry, probe shape, step) and what it showed ("equal", "fixes the fork's bug")."""
 
     proven: bool
     why: str = ""
     line: Optional[int] = None
     probes: tuple[tuple[str, str], ...] = ()
 
+    def to_json(self) -> dict:
+        return {"proven": self.proven, "summary": self.summary(),
+                "runs": [{"run": run, "verdict": verdict} for run, verdict in self.probes]}
+
     def summary(self) -> str:
-        fixed = sum("fixes" in verdict for _probe, verdict in self.probes)
-        shown = f"{len(self.probes)} probes" + (f", the fork's bug fixed on {fixed}" if fixed else "")
-        return f"proven on {shown}" if self.proven else self.why
+        fixed = sum("fixes" in verdict for _run, verdict in self.probes)
+        shown = f"{len(PROBES)} probes ({len(self.probes)} runs" + (f", the fork's bug fixed in {fixed}" if fixed else "")
+        return f"proven on {shown})" if self.proven else self.why
 
 
 def _loc_verdict(old: Event, new: Event, probe: Probe, ordinal: int) -> str:
@@ -133,6 +137,7 @@ def prove(scope: str, old: Source, new_code: str, edits: Sequence[Edit], package
     reached_old: set[int] = set()
     reached_new: set[int] = set()
     verdicts: list[tuple[str, str]] = []
+    seen = False
     line = edits[0].node.lineno if edits else None
     for entry in entries(new_world, scope):
         for probe in PROBES:
@@ -144,12 +149,17 @@ def prove(scope: str, old: Source, new_code: str, edits: Sequence[Edit], package
                     return Proof(False, f"cannot prove the rewrite from {where}: the rewritten code branches "
                                         "otherwise than the fork's", line, tuple(verdicts))
                 for before, after in pairs:
+                    seen = seen or bool(before.events or after.events)
                     reached_old |= before.reached
                     reached_new |= after.reached
                     verdict = judge(before, after, probe)
                     if verdict not in ("", "fixes"):
                         return Proof(False, f"cannot prove the rewrite from {where}: {verdict}", line, tuple(verdicts))
-                    verdicts.append((where, "fixes the fork's bug" if verdict else "equal"))
+                    verdicts.append((f"{entry}: {probe}{'' if step is None else f', step {step}'}",
+                                     "fixes the fork's bug" if verdict else "equal"))
+    if not seen:
+        return Proof(False, f"cannot prove the rewrite: the probes see no draft layout from {scope} "
+                            "(no rows allocated, sliced or handed on)", line, tuple(verdicts))
     if not anchors <= reached_old:
         return Proof(False, "cannot prove the rewrite: the fork's code there never runs on the probes "
                             f"from {scope} (a method defined twice runs its last definition)", line, tuple(verdicts))

@@ -697,6 +697,8 @@ class Run:
         unknown = next((a for a in [*args, *kwargs.values()] if isinstance(a, Unknown)), None)
         if getattr(func, "__name__", "") in _ARGUMENTS_IGNORED and isinstance(getattr(func, "__self__", None), Tensor):
             unknown = None  # x.to(torch.int32): the dtype does not move a slot
+        if func == self.allocate and not any(isinstance(a, Unknown) for a in args):
+            unknown = None  # torch.zeros(shape, dtype=torch.int32, device=...): the shape is what counts
         if unknown is not None or func is isinstance:
             return unknown or Unknown("isinstance(...)")
         return func(*args, **kwargs)

@@ -1,0 +1,89 @@
+"""Issue 26's forks on the real 0.5.12 tree: every rewrite proven on probe arrays, or refused.
+
+Each fork is a plausible edit a maintainer could make (test/support/fork_edits.py, PROOF_FORKS) where
+recognising the split by its syntax alone rewrote it and left code that computes other rows than
+upstream's. Now ``apply`` either refuses in one line (exit 2, nothing written) or patches, and then
+the patched tree's own DeepSeek-V4 path, run by the proof's interpreter from the multi-step caller,
+hands every step upstream's row: split exactly once (``proof.split_once``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sglang_draft_layout import cli
+from sglang_draft_layout.proof.split_once import CALLER, PER_STEP, split_verdict
+from sglang_draft_layout.proof.world import world_of
+from sglang_draft_layout.rules.base import Source, State
+from support import fork_edits
+from test_fork_spellings import findings
+from test_releases import tree_digest
+
+pytestmark = pytest.mark.releases
+
+DSV4 = fork_edits.DSV4
+SITE = "dsv4-out-cache-loc"
+
+#: fork -> ("refused", what the one line says) or ("patched", the DSv4 site's state before apply)
+VERDICTS = {
+    "worker-minus-one": ("refused", "the rewritten code raises AssertionError"),
+    "worker-2d-buffer": ("refused", "the rewritten code raises AssertionError"),
+    "dsv4-inline-minus-one": ("refused", "the rewritten code raises AssertionError"),
+    "dsv4-caller-minus-one": ("refused", "the rewritten code raises AssertionError"),
+    "dsv4-callee-split": ("patched", State.BY_HAND),
+    "dsv4-caller-split-mixin": ("patched", State.BY_CALLER),
+    "dsv4-caller-split-super": ("patched", State.BY_CALLER),
+    "dsv4-caller-split-base-call": ("patched", State.BY_CALLER),
+    "dsv4-step-subclass-split": ("patched", State.BY_HAND),
+    "graph-width-defined-twice": ("patched", State.TO_PATCH),
+    "dsv4-caller-chunk": ("refused", "step 0's backend takes other out_cache_loc slots than upstream's row 0"),
+    "dsv4-caller-first-row": ("refused", "step 1's backend takes other out_cache_loc slots than upstream's row 1"),
+    "dsv4-caller-topk-only": ("refused", "split for some topk or steps only"),
+    "dsv4-caller-next-row": ("refused", "step 0's backend takes other out_cache_loc slots than upstream's row 0"),
+    "worker-view-suppress": ("refused", "may swallow the layout's errors"),
+    "worker-view-nonlocal": ("refused", "rows"),
+}
+
+
+def test_every_proof_fork_has_a_verdict():
+    assert set(VERDICTS) == set(fork_edits.PROOF_FORKS)
+
+
+@pytest.mark.parametrize("fork", VERDICTS)
+def test_apply_patches_and_proves_or_refuses_in_one_line(scratch, capsys, fork):
+    root = scratch("0.5.12")
+    fork_edits.PROOF_FORKS[fork](root)
+    outcome, expected = VERDICTS[fork]
+    before = tree_digest(root)
+    before_site = findings(root)[SITE if fork != "graph-width-defined-twice" else "graph-width:flashinfer"]
+    before_state = before_site.state
+    capsys.readouterr()
+    code = cli.main(["apply", str(root)])
+    _out, err = capsys.readouterr()
+    if outcome == "refused":
+        assert code == 2 and tree_digest(root) == before
+        errors = [line for line in err.splitlines() if line.startswith("error:")]
+        assert errors and all("nothing written" in line for line in errors)
+        assert any(expected in line for line in errors), errors
+        return
+    assert code == 0, err
+    assert before_state is expected, before_site.detail
+    states = findings(root)
+    assert states[SITE].state in (State.PATCHED, State.BY_CALLER, State.BY_HAND)
+    assert all(f.state is not State.TO_PATCH and f.state is not State.UNRECOGNISED for f in states.values())
+    package = root / "sglang"
+    tree = Source(DSV4, (package / DSV4).read_text()).tree
+    verdict = split_verdict(world_of(tree, package), "DeepseekV4AttnBackend")
+    assert verdict.who in (CALLER, PER_STEP), verdict.why  # split exactly once, every step upstream's row
+
+
+def test_a_method_defined_twice_is_patched_where_python_runs_it(scratch):
+    root = scratch("0.5.12")
+    fork_edits.graph_width_defined_twice(root)
+    assert cli.main(["apply", str(root)]) == 0
+    text = (Path(root) / "sglang" / fork_edits.FLASHINFER).read_text()
+    first, second = text.split("    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int):\n")[1:3]
+    assert "max_bs * self.max_context_len" in first.split("\n    def ")[0]  # the dead definition, as it was
+    assert "draft_kv_indices_buffer_width(\n            max_bs, self.topk, self.max_context_len\n" in second
