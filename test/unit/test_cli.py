@@ -127,7 +127,8 @@ def test_json_schema(tree, capsys):
                               "git_describe": None}
     assert data["summary"]["total"] == len(data["sites"]) == sum(data["summary"]["states"].values())
     keys = {"file": str, "line": (int, type(None)), "class_method": str, "kind": str, "site": str, "state": str,
-            "detail": str, "upstream": str, "rule": str, "needs_action": bool, "error": bool}
+            "detail": str, "upstream": str, "rule": str, "needs_action": bool, "error": bool,
+            "proof": (dict, type(None))}
     for site in data["sites"]:
         assert set(site) == set(keys)
         assert all(isinstance(site[key], kind) for key, kind in keys.items()), site

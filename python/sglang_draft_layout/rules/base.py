@@ -115,19 +115,21 @@ def code_lines(code: str) -> list[str]:
 class Source:
     """One file (its text with ``\\n`` line ends: ``stored.StoredText``): its lines and Python's ast of it."""
 
-    #: the tree's other files as the engine read them (relative path -> Source), for rules that
-    #: look at a site's callers elsewhere; empty when the file is judged alone
-    others: dict[str, "Source"] = {}
-    #: the tree's black line length (``Target.line_length``), for a rule writing a long line as black would
-    line_length: int = 88
-    #: the tree's ``sglang`` folder, for the proofs to read a base class in another module (None: judged alone)
-    package: Optional[Path] = None
-
     def __init__(self, path: str, code: str) -> None:
+        self._start(path, code)
+        self.tree = ast.parse(code, filename=path)
+
+    def _start(self, path: str, code: str) -> None:
         self.path = path
         self.code = code
         self.lines = code_lines(code)
-        self.tree = ast.parse(code, filename=path)
+        #: the tree's other files as the engine read them (relative path -> Source), for rules that
+        #: look at a site's callers elsewhere; empty when the file is judged alone
+        self.others: dict[str, Source] = {}
+        #: the tree's black line length (``Target.line_length``), for a rule writing a long line as black would
+        self.line_length = 88
+        #: the tree's ``sglang`` folder, for the proofs to read a base class in another module (None: judged alone)
+        self.package: Optional[Path] = None
 
     @classmethod
     def class_blocks(cls, path: str, code: str, wanted: Callable[[str], bool]) -> "Source":
@@ -137,7 +139,7 @@ class Source:
         each wanted class block is parsed alone, at its lines of the file. If a block does not parse on its own, the whole file is parsed.
         """
         source = cls.__new__(cls)
-        source.path, source.code, source.lines = path, code, code_lines(code)
+        source._start(path, code)
         starts = [i for i, line in enumerate(source.lines) if _TOP_LEVEL_START.match(line)]
         starts = [s for i, s in enumerate(starts) if i == 0 or not source.lines[starts[i - 1]].startswith("@")]
         body: list[ast.stmt] = []
