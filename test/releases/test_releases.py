@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from sglang_draft_layout import cli, engine
+from sglang_draft_layout.layout_patterns import wrong_draft_layout
 from sglang_draft_layout.rules import RULES
 from sglang_draft_layout.rules.base import State
+from sglang_draft_layout.rules.structural_guard import GUARDED_FOLDERS
 from sglang_draft_layout.target import resolve
 
 pytestmark = pytest.mark.releases
@@ -125,6 +127,10 @@ def test_upstream_release_reports_patched_and_stays_byte_identical(pristine, tmp
     assert cli.main(["apply", str(root)]) == 0
     assert "nothing to do" in capsys.readouterr().out
     assert every_file(root) == before
+    if layout == "install":  # what the written CPU test checks (layout_patterns.wrong_draft_layout): nothing
+        package = root / "sglang"
+        assert [hit for folder in GUARDED_FOLDERS for path in sorted((package / folder).rglob("*.py"))
+                for hit in wrong_draft_layout(ast.parse(path.read_text()), path.read_text().splitlines())] == []
 
 
 # ---- the patched 0.5.12 follows 0.5.13 exactly -------------------------------------

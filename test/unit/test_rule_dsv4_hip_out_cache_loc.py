@@ -302,3 +302,39 @@ def test_guard_class_row_width(sglang_tree, width, state):
     [finding] = [f for f in plan.findings if f.rule.file == OWN]
     assert finding.state is state
     assert bool(plan.changes) == (state is State.TO_PATCH)
+
+
+# ---- what the written CPU test calls: layout_patterns.wrong_draft_layout ---------------------
+
+def test_rule_classes_are_the_classes_the_rules_name_or_read():
+    from sglang_draft_layout.layout_patterns import RULE_CLASSES
+    from sglang_draft_layout.rules.base import MODULE_SCOPE
+
+    named = {r.scope.split(".")[0] for r in RULES if r.scope != MODULE_SCOPE} | {c for r in RULES for c in r.reads}
+    assert RULE_CLASSES == named
+
+
+@pytest.mark.parametrize("cls, width, wrong", [
+    ("OwnDraftBackend", "self.topk * self.max_context_len", False),
+    ("OwnDraftBackend", "self.max_context_len", True),
+    ("TritonMultiStepDraftBackend", "self.topk * self.max_context_len", True),
+], ids=["own class, upstream's width by hand", "own class, narrow row", "a rule's class, by hand"])
+def test_wrong_draft_layout(cls, width, wrong):
+    import ast
+
+    from sglang_draft_layout.layout_patterns import inline_draft_layout, wrong_draft_layout
+
+    text = NARROW.format(width=width).replace("class OwnDraftBackend:", f"class {cls}:")
+    tree = ast.parse(text)
+    assert len(inline_draft_layout(tree, text.splitlines())) == 1
+    assert bool(wrong_draft_layout(tree, text.splitlines())) == wrong
+
+
+def test_wrong_draft_layout_leaves_a_correct_hand_split():
+    import ast
+
+    from sglang_draft_layout.layout_patterns import inline_draft_layout, wrong_draft_layout
+
+    text = OWN_BACKEND.format(order="2, 0, 1")
+    tree = ast.parse(text)
+    assert inline_draft_layout(tree) and wrong_draft_layout(tree) == []
