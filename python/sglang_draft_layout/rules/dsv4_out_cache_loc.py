@@ -29,6 +29,9 @@ of the class holding the decode branch that it calls, ``layout_patterns.handoff_
 The written CPU test (``split_path_problems``) judges the path by the same functions, following
 ``init_forward_metadata`` into such a method, at any depth (``layout_patterns.self_reached``), as
 this rule finds the decode branch there.
+
+The judgement is per (file, per-step class, multi-step caller) (``decode_rule``): this module's rule
+is DeepSeek-V4's CUDA backend; ``dsv4_hip_out_cache_loc`` is the ROCm backend's, with the same logic.
 """
 
 from __future__ import annotations
