@@ -1096,3 +1096,62 @@ def draft_layout_methods(
 def draft_layout_classes(tree: ast.Module) -> List[str]:
     """Classes with draft layout arithmetic or a draft kernel launch, inline or via the helpers."""
     return [cls.name for cls in _classes(tree) if draft_layout_methods(cls)]
+
+
+#: the classes whose draft layouts ``apply`` brings to upstream's form (a rule names them, or
+#: reads them as the caller of its site): every inline layout there is one to rewrite; in any other
+#: class a layout giving upstream's values is left as the fork wrote it ("correct, by hand")
+RULE_CLASSES = frozenset(
+    {
+        "FlashInferMultiStepDraftBackend",
+        "FlashInferMLAMultiStepDraftBackend",
+        "TritonMultiStepDraftBackend",
+        "AiterMultiStepDraftBackend",
+        "DeepseekV4AttnBackend",
+        "DeepseekV4HipRadixBackend",
+        "DeepseekV4MultiStepBackend",
+        "EAGLEWorker",
+        "EagleDraftWorker",
+    }
+)
+
+
+def _has_topk(product: ast.expr) -> bool:
+    return any(
+        is_self_attr(f, "topk") or isinstance(f, ast.Name) and f.id == "topk"
+        for f in factors(product)
+    )
+
+
+def _narrow_rows(func: ast.AST) -> FrozenSet[int]:
+    """Lines of the inline kv_indices row widths of ``func`` without the topk factor."""
+    found = set()
+    for stmt, shape in row_allocations(func):
+        width = shape.elts[1]
+        binding = width_binding(width, func)
+        product = binding.value if binding else width
+        if is_inline_width(width, func) and not _has_topk(product):
+            found.add(stmt.lineno)
+    return frozenset(found)
+
+
+def wrong_draft_layout(
+    tree: ast.Module, lines: Optional[List[str]] = None
+) -> List[Tuple[str, str, int, str]]:
+    """The entries of ``inline_draft_layout`` a patched tree must not hold: every one in a
+    class of RULE_CLASSES, and in any other class only a layout that does not give
+    upstream's values (a kv_indices row without the topk factor). A correct hand layout
+    elsewhere (upstream's used length, a per-step split ``out_cache_loc_layouts`` proves
+    equal, a row with the topk factor) is what ``check`` reports "correct, by hand".
+    """
+    wrong = []
+    for cls in _classes(tree):
+        for method in methods(cls):
+            narrow = _narrow_rows(method)
+            for line, what in _inline_forms(method):
+                if lines is not None and has_keep_pragma(lines, method, line):
+                    continue
+                narrow_row = what.startswith("row width") and line in narrow
+                if cls.name in RULE_CLASSES or narrow_row:
+                    wrong.append((cls.name, method.name, line, what))
+    return wrong

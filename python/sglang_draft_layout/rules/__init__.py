@@ -2,6 +2,8 @@
 
 from . import (
     draft_forward,
+    dsv4_hip_out_cache_loc,
+    dsv4_in_graph_out_cache_loc,
     dsv4_out_cache_loc,
     helper_definitions,
     kv_indices_capacity_check,
@@ -18,5 +20,7 @@ RULES: list[Rule] = [
     *kv_indices_eager_width.RULES,
     *kv_indices_graph_width.RULES,
     *dsv4_out_cache_loc.RULES,
+    *dsv4_hip_out_cache_loc.RULES,
+    *dsv4_in_graph_out_cache_loc.RULES,
     *draft_forward.RULES,
 ]

@@ -29,6 +29,9 @@ of the class holding the decode branch that it calls, ``layout_patterns.handoff_
 The written CPU test (``split_path_problems``) judges the path by the same functions, following
 ``init_forward_metadata`` into such a method, at any depth (``layout_patterns.self_reached``), as
 this rule finds the decode branch there.
+
+The judgement is per (file, per-step class, multi-step caller) (``decode_rule``): this module's rule
+is DeepSeek-V4's CUDA backend; ``dsv4_hip_out_cache_loc`` is the ROCm backend's, with the same logic.
 """
 
 from __future__ import annotations
@@ -45,12 +48,12 @@ from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State
 from .draft_forward import split_finding
 
 
-def path_verdict(source: Source) -> "SplitVerdict":
-    """Who splits the per-step out_cache_loc on the paths into the class (``proof.split_once``)."""
+def path_verdict(source: Source, cls: str = "DeepseekV4AttnBackend") -> "SplitVerdict":
+    """Who splits the per-step out_cache_loc on the paths into ``cls`` (``proof.split_once``)."""
     from ..proof.split_once import split_verdict
     from ..proof.world import world_of
 
-    return split_verdict(world_of(source.tree, source.package), CLASS)
+    return split_verdict(world_of(source.tree, source.package), cls)
 
 if TYPE_CHECKING:
     from ..proof.split_once import SplitVerdict
@@ -60,6 +63,7 @@ CALLER, PER_STEP, WRONG = "caller", "per-step backend", "wrong"
 CLASS = "DeepseekV4AttnBackend"
 #: the multi-step backend that calls each step's DeepseekV4AttnBackend.init_forward_metadata
 MULTI_STEP = "DeepseekV4MultiStepBackend"
+DSV4_FILE = "srt/layers/attention/deepseek_v4_backend.py"
 PRELUDE = """
 # DSv4 bakes this step's KV write target (c4/c128) into metadata,
 # so slice the shared multi-step out_cache_loc now, not at forward time.
@@ -83,9 +87,9 @@ def out_cache_loc_argument(node: ast.AST) -> ast.keyword | None:
     return next((k for k in node.keywords if k.arg == "out_cache_loc"), None)
 
 
-def decode_branches(source: Source) -> Iterator[tuple[ast.FunctionDef, ast.If]]:
+def decode_branches(source: Source, cls: str = CLASS) -> Iterator[tuple[ast.FunctionDef, ast.If]]:
     """(method, ``if <...>.is_decode_or_idle():`` block) of the class's methods that build decode metadata."""
-    for method in source.methods(CLASS):
+    for method in source.methods(cls):
         for node in in_order(method):
             if isinstance(node, ast.If) and called_name(node.test) == "is_decode_or_idle" and any(
                 out_cache_loc_argument(n) for stmt in node.body for n in in_order(stmt)
@@ -130,8 +134,8 @@ def _aliased(method: ast.FunctionDef, feeding: list[ast.expr], seen: set[str]) -
     return found, ""
 
 
-def _fed_by(source: Source, method: ast.FunctionDef,
-            value: ast.expr) -> tuple[list[Split], list[ast.Call], str, str]:
+def _fed_by(source: Source, method: ast.FunctionDef, value: ast.expr,
+            cls_name: str = CLASS) -> tuple[list[Split], list[ast.Call], str, str]:
     """The fork's own per-step split feeding ``out_cache_loc=value``, hand-written or via the helper,
     and where: in ``value``, in the values of the locals it names (and of the chain of locals bound
     once that those alias), or in the first method holding one that it reaches through ``self.<name>(...)``
@@ -148,7 +152,7 @@ def _fed_by(source: Source, method: ast.FunctionDef,
     helpers = [c for c in helper_calls(method) if any(inside(c, e) for e in feeding)]
     if splits or helpers:
         return splits, helpers, method.name, ""
-    cls = source.cls(CLASS)
+    cls = source.cls(cls_name)
     called = {c.func.attr for e in feeding for c in in_order(e)
               if isinstance(c, ast.Call) and is_self_attr(c.func, getattr(c.func, "attr", ""))}
     for each in (m for callee in self_called(cls, method) if callee.name in called
@@ -159,17 +163,18 @@ def _fed_by(source: Source, method: ast.FunctionDef,
     return [], [], "", ""
 
 
-def caller_rows(source: Source) -> Optional[tuple[str, str, Optional[int]]]:
+def caller_rows(source: Source, cls: str = CLASS,
+                multi_step: str = MULTI_STEP) -> Optional[tuple[str, str, Optional[int]]]:
     """(``Class.method``, where it sets the row, that line when in this file) of a caller that sets
     each step's ``out_cache_loc`` row before calling a per-step ``init_forward_metadata``: a
     multi-step backend of this file, or an EAGLE worker's ``draft_forward`` in its own module
     (``worker_step_rows``, counted on the paths ``split_paths`` finds as the written CPU test counts it)."""
     workers = worker_step_rows(source.other_trees())
     for path in split_paths(source.tree, workers):
-        if path.per_step.name == CLASS and path.caller_rows:
+        if path.per_step.name == cls and path.caller_rows:
             line = path.caller_rows[0].lineno
             return f"{path.caller.name}.{path.caller_method.name}", f"line {line}", line
-    for name in (MULTI_STEP,):  # its per-step backends built some other way: still a caller
+    for name in (multi_step,):  # its per-step backends built some other way: still a caller
         method = source.method(name, "init_forward_metadata")
         rows = per_step_rows_set(method) if method is not None else []
         if rows:
@@ -179,23 +184,25 @@ def caller_rows(source: Source) -> Optional[tuple[str, str, Optional[int]]]:
 
 
 def _find(rule: Rule, source: Source) -> Finding:
-    if source.cls(CLASS) is None:
-        return rule.report(State.ABSENT, detail=f"no class {CLASS}")
-    caller = caller_rows(source)
+    """The decode branch of the per-step class ``rule.scope`` names (its multi-step caller: ``rule.reads[0]``)."""
+    cls = rule.scope.split(".")[0]
+    if source.cls(cls) is None:
+        return rule.report(State.ABSENT, detail=f"no class {cls}")
+    caller = caller_rows(source, cls, rule.reads[0])
     unknown_line = None
-    for method, branch in decode_branches(source):
+    for method, branch in decode_branches(source, cls):
         for stmt in branch.body:
             loc = next(filter(None, map(out_cache_loc_argument, in_order(stmt))), None)
             if loc is None:
                 continue
             in_branch = [c for s in branch.body for c in helper_calls(s)]
-            splits, helpers, where, why = _fed_by(source, method, loc.value)
+            splits, helpers, where, why = _fed_by(source, method, loc.value, cls)
             if why:
                 return rule.report(State.UNRECOGNISED, stmt.lineno, why)
             if in_branch and not splits:
                 helpers, where = in_branch, method.name
             plain = isinstance(loc.value, ast.Attribute) and loc.value.attr == "out_cache_loc"
-            if caller and (splits or helpers) and keeps_split_once(source.lines, source.cls(CLASS)):
+            if caller and (splits or helpers) and keeps_split_once(source.lines, source.cls(cls)):
                 return rule.report(State.KEPT, stmt.lineno, KEEP_PRAGMA)
             if caller and (splits or helpers):
                 return rule.report(State.UNRECOGNISED, stmt.lineno,
@@ -204,7 +211,7 @@ def _find(rule: Rule, source: Source) -> Finding:
             if caller and plain and caller[2] is None:  # an EAGLE worker's rows (its module is not run here)
                 return rule.report(State.BY_CALLER, stmt.lineno, f"{caller[0]} at {caller[1]}")
             if plain:
-                verdict = path_verdict(source)
+                verdict = path_verdict(source, cls)
                 if verdict.who == CALLER:  # reported here, naming where the caller splits
                     line = (caller[2] if caller else None) or verdict.line
                     return rule.report(State.BY_CALLER, stmt.lineno,
@@ -215,7 +222,7 @@ def _find(rule: Rule, source: Source) -> Finding:
                 if verdict.who == WRONG:
                     return rule.report(State.UNRECOGNISED, stmt.lineno, f"the per-step out_cache_loc path: {verdict.why}")
             if splits:  # every one of them, also beside a helper call
-                return split_finding(rule, source, source.method(CLASS, where), splits,
+                return split_finding(rule, source, source.method(cls, where), splits,
                                      f"the fork's own split (in {where}): via {PER_STEP_HELPER}")
             if helpers:
                 return rule.report(State.PATCHED, helpers[0].lineno if where != method.name else branch.lineno)
@@ -233,14 +240,11 @@ def _find(rule: Rule, source: Source) -> Finding:
                        "no decode branch passing `forward_batch.out_cache_loc` to init_forward_metadata_decode")
 
 
-RULES = [
-    Rule(
-        id="dsv4-out-cache-loc",
-        file="srt/layers/attention/deepseek_v4_backend.py",
-        scope=f"{CLASS}.init_forward_metadata",
-        site="per-step out_cache_loc (decode)",
-        upstream="PR 26239",
-        find=_find,
-        reads=(MULTI_STEP,),
-    )
-]
+def decode_rule(id: str, file: str, cls: str, multi_step: str) -> Rule:
+    """The rule of one DeepSeek-V4-like decode branch: the per-step class ``cls`` of ``file``, driven
+    per step by ``multi_step``; the same judgement for every such backend (``_find``)."""
+    return Rule(id=id, file=file, scope=f"{cls}.init_forward_metadata", site="per-step out_cache_loc (decode)",
+                upstream="PR 26239", find=_find, reads=(multi_step,))
+
+
+RULES = [decode_rule("dsv4-out-cache-loc", DSV4_FILE, CLASS, MULTI_STEP)]

@@ -1,0 +1,340 @@
+"""rules/dsv4_hip_out_cache_loc.py and rules/dsv4_in_graph_out_cache_loc.py: the ROCm DeepSeek-V4
+backend's decode branch (the DSv4 rule's judgement on another (file, per-step class)), and both
+DeepSeek-V4 backends' ``init_forward_metadata_in_graph``; a guard class's correct hand layout left
+"correct, by hand" (engine ``_by_hand``). Hand-written mimics of the sites, no SGLang code."""
+
+from __future__ import annotations
+
+import pytest
+
+from rule_test_support import DSV4, line_of, method_source, rule
+from sglang_draft_layout import engine
+from sglang_draft_layout.rules import RULES
+from sglang_draft_layout.rules.base import State
+from sglang_draft_layout.rules.dsv4_in_graph_out_cache_loc import step_slice
+
+HIP = "srt/layers/attention/deepseek_v4_backend_hip_radix.py"
+CLS = "DeepseekV4HipRadixBackend"
+DECODE_RULE = rule("dsv4-hip-out-cache-loc")
+IN_GRAPH_HIP = rule(f"dsv4-in-graph-out-cache-loc:{CLS}")
+IN_GRAPH_CUDA = rule("dsv4-in-graph-out-cache-loc:DeepseekV4AttnBackend")
+
+HEADER = '''\
+"""ROCm DeepSeek-V4 attention backend (hand-made mimic of the sites)."""
+
+import torch
+
+from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
+'''
+IMPORT = "from sglang.srt.speculative.eagle_utils import per_step_draft_out_cache_loc\n"
+
+PER_STEP_BEFORE = """
+
+class {cls}(AttentionBackend):
+    def __init__(self, topk=0, speculative_num_steps=0, speculative_step_id=0):
+        self.topk = topk
+        self.speculative_num_steps = speculative_num_steps
+        self.speculative_step_id = speculative_step_id
+
+    def init_forward_metadata_decode(self, seq_lens, out_cache_loc):
+        assert seq_lens.shape[0] == out_cache_loc.shape[0]
+        return out_cache_loc
+
+    def init_forward_metadata(self, forward_batch):
+        if forward_batch.forward_mode.is_decode_or_idle():
+            metadata = self.init_forward_metadata_decode(
+                seq_lens=forward_batch.seq_lens,
+                out_cache_loc=forward_batch.out_cache_loc,
+            )
+        else:
+            metadata = None
+        self.forward_metadata = metadata
+{in_graph}"""
+DECODE_AFTER = """\
+        if forward_batch.forward_mode.is_decode_or_idle():
+            # DSv4 bakes this step's KV write target (c4/c128) into metadata,
+            # so slice the shared multi-step out_cache_loc now, not at forward time.
+            out_cache_loc = forward_batch.out_cache_loc
+            if self.topk > 0 and self.speculative_num_steps > 1:
+                out_cache_loc = per_step_draft_out_cache_loc(
+                    out_cache_loc,
+                    forward_batch.batch_size,
+                    self.topk,
+                    self.speculative_num_steps,
+                )[self.speculative_step_id]
+            metadata = self.init_forward_metadata_decode(
+                seq_lens=forward_batch.seq_lens,
+                out_cache_loc=out_cache_loc,
+            )
+"""
+IN_GRAPH_LOCAL = """
+    def init_forward_metadata_in_graph(self, forward_batch):
+        metadata = self.forward_metadata
+        if forward_batch.out_cache_loc is not None:
+            out_cache_loc = forward_batch.out_cache_loc
+            metadata.swa_out_cache_loc = self.token_to_kv_pool.translate_loc_from_full_to_swa(
+                out_cache_loc
+            )
+"""
+IN_GRAPH_INLINE = """
+    def init_forward_metadata_in_graph(self, forward_batch):
+        metadata = self.forward_metadata
+        if forward_batch.out_cache_loc is not None:
+            metadata.swa_out_cache_loc = self.token_to_kv_pool.translate_loc_from_full_to_swa(
+                forward_batch.out_cache_loc
+            )
+"""
+IN_GRAPH_AFTER = """
+    def init_forward_metadata_in_graph(self, forward_batch):
+        metadata = self.forward_metadata
+        if forward_batch.out_cache_loc is not None:
+            out_cache_loc = forward_batch.out_cache_loc
+            if (
+                forward_batch.forward_mode.is_decode_or_idle()
+                and self.topk > 0
+                and self.speculative_num_steps > 1
+            ):
+                # Multi-step draft decode shares one out_cache_loc buffer across
+                # steps; mirror the eager init's per-step slice.
+                out_cache_loc = per_step_draft_out_cache_loc(
+                    out_cache_loc,
+                    forward_batch.batch_size,
+                    self.topk,
+                    self.speculative_num_steps,
+                )[self.speculative_step_id]
+            metadata.swa_out_cache_loc = self.token_to_kv_pool.translate_loc_from_full_to_swa(
+                out_cache_loc
+            )
+"""
+MULTI_STEP = """
+
+class DeepseekV4MultiStepBackend({cls}):
+    def __init__(self, topk, speculative_num_steps):
+        self.topk = topk
+        self.speculative_num_steps = speculative_num_steps
+        self.attn_backends = []
+        for i in range(self.speculative_num_steps):
+            self.attn_backends.append(
+                {cls}(topk=topk, speculative_num_steps=speculative_num_steps, speculative_step_id=i)
+            )
+
+    def init_forward_metadata(self, forward_batch):
+        for i in range(self.speculative_num_steps - 1):
+            self.attn_backends[i].init_forward_metadata(forward_batch)
+{in_graph}"""
+MULTI_IN_GRAPH = """
+    def init_forward_metadata_in_graph(self, forward_batch):
+        for attn_backend in self.attn_backends:
+            attn_backend.init_forward_metadata_in_graph(forward_batch)
+"""
+#: a caller that hands each step its own row before the per-step init
+MULTI_SPLITS = MULTI_STEP.replace(
+    "        for i in range(self.speculative_num_steps - 1):\n"
+    "            self.attn_backends[i].init_forward_metadata(forward_batch)\n",
+    "        rows = forward_batch.out_cache_loc.reshape(\n"
+    "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+    "        ).permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n"
+    "        whole = forward_batch.out_cache_loc\n"
+    "        for i in range(self.speculative_num_steps - 1):\n"
+    "            forward_batch.out_cache_loc = rows[i]\n"
+    "            self.attn_backends[i].init_forward_metadata(forward_batch)\n"
+    "        forward_batch.out_cache_loc = whole\n")
+
+
+def of(plan: engine.Plan, site) -> "engine.Finding":
+    """The plan's one finding of ``site`` (the structural guard may add others, for the caller)."""
+    [finding] = [f for f in plan.findings if f.rule.id == site.id]
+    return finding
+
+
+def module(cls: str = CLS, in_graph: str = "", multi: str = MULTI_STEP, multi_in_graph: str = MULTI_IN_GRAPH,
+           imported: bool = False) -> str:
+    return (HEADER + (IMPORT if imported else "") + PER_STEP_BEFORE.format(cls=cls, in_graph=in_graph)
+            + multi.format(cls=cls, in_graph=multi_in_graph if in_graph else ""))
+
+
+def test_hip_decode_branch_before_after(sglang_tree):
+    before = module()
+    sglang_tree.write(HIP, before)
+    finding = of(sglang_tree.apply([DECODE_RULE]), DECODE_RULE)
+    assert (finding.state, finding.line) == (State.TO_PATCH, line_of(before, "metadata = self.init_forward_metadata_decode("))
+    assert finding.proof.proven and "the fork's bug fixed" in finding.proof.summary()
+    after = sglang_tree.read(HIP)
+    assert DECODE_AFTER in method_source(after, f"{CLS}.init_forward_metadata")
+    assert after == module(imported=True).replace(
+        DECODE_AFTER.split("            # DSv4")[0] + "            metadata = self.init_forward_metadata_decode(\n"
+        "                seq_lens=forward_batch.seq_lens,\n"
+        "                out_cache_loc=forward_batch.out_cache_loc,\n            )\n", DECODE_AFTER)
+    sglang_tree.assert_idempotent([DECODE_RULE])
+
+
+def test_hip_decode_branch_split_by_the_caller(sglang_tree):
+    sglang_tree.write(HIP, module(multi=MULTI_SPLITS))
+    finding = of(sglang_tree.plan([DECODE_RULE]), DECODE_RULE)
+    assert finding.state is State.BY_CALLER
+    assert "DeepseekV4MultiStepBackend.init_forward_metadata" in finding.detail
+
+
+def test_hip_decode_branch_split_twice_is_refused(sglang_tree):
+    text = module(multi=MULTI_SPLITS, imported=True).replace(
+        "            metadata = self.init_forward_metadata_decode(\n", DECODE_AFTER.split("            metadata =")[0].split(
+            "is_decode_or_idle():\n")[1] + "            metadata = self.init_forward_metadata_decode(\n").replace(
+        "out_cache_loc=forward_batch.out_cache_loc,\n            )\n        else", "out_cache_loc=out_cache_loc,\n            )\n        else")
+    sglang_tree.write(HIP, text)
+    finding = of(sglang_tree.plan([DECODE_RULE]), DECODE_RULE)
+    assert finding.state is State.UNRECOGNISED and "twice" in finding.detail
+
+
+@pytest.mark.parametrize("in_graph", [IN_GRAPH_LOCAL, IN_GRAPH_INLINE], ids=["through a local", "inline"])
+@pytest.mark.parametrize("relative, cls, site", [(HIP, CLS, IN_GRAPH_HIP),
+                                                 (DSV4, "DeepseekV4AttnBackend", IN_GRAPH_CUDA)],
+                         ids=["hip", "cuda"])
+def test_in_graph_before_after(sglang_tree, in_graph, relative, cls, site):
+    sglang_tree.write(relative, module(cls, in_graph))
+    finding = of(sglang_tree.apply([site]), site)
+    assert finding.state is State.TO_PATCH
+    assert finding.proof.proven and "the fork's bug fixed" in finding.proof.summary()
+    after = sglang_tree.read(relative)
+    assert method_source(after, f"{cls}.init_forward_metadata_in_graph") == IN_GRAPH_AFTER.lstrip("\n")
+    assert after == module(cls, IN_GRAPH_AFTER, imported=True)
+    sglang_tree.assert_idempotent([site])
+
+
+def test_in_graph_absent_where_the_tree_has_no_such_method(sglang_tree):
+    sglang_tree.write(HIP, module())
+    finding = of(sglang_tree.plan([IN_GRAPH_HIP]), IN_GRAPH_HIP)
+    assert finding.state is State.ABSENT and "0.5.13 added it" in finding.detail
+
+
+def test_in_graph_caller_that_splits(sglang_tree):
+    splitting = MULTI_IN_GRAPH.replace(
+        "        for attn_backend in self.attn_backends:\n",
+        "        rows = per_step_draft_out_cache_loc(\n"
+        "            forward_batch.out_cache_loc, forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+        "        )\n"
+        "        for attn_backend in self.attn_backends:\n")
+    sglang_tree.write(HIP, module(in_graph=IN_GRAPH_LOCAL, multi_in_graph=splitting, imported=True))
+    finding = of(sglang_tree.plan([IN_GRAPH_HIP]), IN_GRAPH_HIP)
+    assert finding.state is State.BY_CALLER
+    sglang_tree.write(HIP, module(in_graph=IN_GRAPH_AFTER, multi_in_graph=splitting, imported=True))
+    finding = of(sglang_tree.plan([IN_GRAPH_HIP]), IN_GRAPH_HIP)
+    assert finding.state is State.UNRECOGNISED and "twice" in finding.detail
+
+
+def test_in_graph_other_target_is_unrecognised(sglang_tree):
+    sglang_tree.write(HIP, module(in_graph=IN_GRAPH_LOCAL.replace(
+        "out_cache_loc = forward_batch.out_cache_loc\n", "out_cache_loc = forward_batch.out_cache_loc[:4]\n")))
+    finding = of(sglang_tree.plan([IN_GRAPH_HIP]), IN_GRAPH_HIP)
+    assert finding.state is State.UNRECOGNISED
+
+
+def test_step_slice_joins_its_condition_where_black_would():
+    assert step_slice("fb", 12, 88).startswith("if (\n    fb.forward_mode.is_decode_or_idle()\n    and self.topk > 0\n")
+    assert step_slice("fb", 12, 120).startswith(
+        "if fb.forward_mode.is_decode_or_idle() and self.topk > 0 and self.speculative_num_steps > 1:\n")
+
+
+# ---- a class no rule names: a correct hand layout is left, a wrong one patched ----------------
+
+OWN = "srt/layers/attention/own_dsv4_backend.py"
+OWN_BACKEND = '''\
+"""A fork's own multi-step backend (hand-made)."""
+
+import torch
+
+
+class OwnDraftBackend:
+    def __init__(self, topk, speculative_num_steps):
+        self.topk = topk
+        self.speculative_num_steps = speculative_num_steps
+
+    def step_rows(self, forward_batch):
+        return forward_batch.out_cache_loc.reshape(
+            forward_batch.batch_size, self.topk, self.speculative_num_steps
+        ).permute({order}).reshape(self.speculative_num_steps, -1)
+'''
+
+
+def test_guard_class_correct_by_hand_is_left(sglang_tree):
+    sglang_tree.write(OWN, OWN_BACKEND.format(order="2, 0, 1"))
+    plan = engine.plan(sglang_tree.target(), rules=list(RULES))
+    [finding] = [f for f in plan.findings if f.rule.file == OWN]
+    assert finding.rule.id.startswith("guard:")
+    assert finding.state is State.BY_HAND and finding.edits == ()
+    assert "gives upstream's values" in finding.detail
+    assert not any(c.path.name == "own_dsv4_backend.py" for c in plan.changes)
+
+
+def test_rule_class_correct_by_hand_is_brought_to_upstream(sglang_tree):
+    """The same hand layout in a class a rule names is rewritten to the helper (upstream's form)."""
+    text = module(multi=MULTI_SPLITS)
+    sglang_tree.write(HIP, text)
+    plan = engine.plan(sglang_tree.target(), rules=list(RULES))
+    [finding] = [f for f in plan.findings if f.rule.scope == "DeepseekV4MultiStepBackend.init_forward_metadata"]
+    assert finding.state is State.TO_PATCH
+
+
+NARROW = '''\
+"""A fork's own multi-step backend (hand-made)."""
+
+import torch
+
+
+class OwnDraftBackend:
+    def __init__(self, topk, speculative_num_steps, max_context_len):
+        self.topk = topk
+        self.speculative_num_steps = speculative_num_steps
+        self.max_context_len = max_context_len
+
+    def init_cuda_graph_state(self, max_bs, max_num_tokens):
+        self.cuda_graph_kv_indices = torch.zeros(
+            (self.speculative_num_steps, max_bs * {width}),
+        )
+'''
+
+
+@pytest.mark.parametrize("width, state", [("self.max_context_len", State.TO_PATCH),
+                                          ("self.topk * self.max_context_len", State.BY_HAND)],
+                         ids=["narrow row: patched", "upstream's width by hand: left"])
+def test_guard_class_row_width(sglang_tree, width, state):
+    sglang_tree.write(OWN, NARROW.format(width=width))
+    plan = engine.plan(sglang_tree.target(), rules=list(RULES))
+    [finding] = [f for f in plan.findings if f.rule.file == OWN]
+    assert finding.state is state
+    assert bool(plan.changes) == (state is State.TO_PATCH)
+
+
+# ---- what the written CPU test calls: layout_patterns.wrong_draft_layout ---------------------
+
+def test_rule_classes_are_the_classes_the_rules_name_or_read():
+    from sglang_draft_layout.layout_patterns import RULE_CLASSES
+    from sglang_draft_layout.rules.base import MODULE_SCOPE
+
+    named = {r.scope.split(".")[0] for r in RULES if r.scope != MODULE_SCOPE} | {c for r in RULES for c in r.reads}
+    assert RULE_CLASSES == named
+
+
+@pytest.mark.parametrize("cls, width, wrong", [
+    ("OwnDraftBackend", "self.topk * self.max_context_len", False),
+    ("OwnDraftBackend", "self.max_context_len", True),
+    ("TritonMultiStepDraftBackend", "self.topk * self.max_context_len", True),
+], ids=["own class, upstream's width by hand", "own class, narrow row", "a rule's class, by hand"])
+def test_wrong_draft_layout(cls, width, wrong):
+    import ast
+
+    from sglang_draft_layout.layout_patterns import inline_draft_layout, wrong_draft_layout
+
+    text = NARROW.format(width=width).replace("class OwnDraftBackend:", f"class {cls}:")
+    tree = ast.parse(text)
+    assert len(inline_draft_layout(tree, text.splitlines())) == 1
+    assert bool(wrong_draft_layout(tree, text.splitlines())) == wrong
+
+
+def test_wrong_draft_layout_leaves_a_correct_hand_split():
+    import ast
+
+    from sglang_draft_layout.layout_patterns import inline_draft_layout, wrong_draft_layout
+
+    text = OWN_BACKEND.format(order="2, 0, 1")
+    tree = ast.parse(text)
+    assert inline_draft_layout(tree) and wrong_draft_layout(tree) == []
