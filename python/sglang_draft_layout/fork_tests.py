@@ -91,7 +91,8 @@ def _module_source(module: str) -> str:
 def _split_imports(source: str) -> tuple[list[tuple[str, str, Optional[str]]], str]:
     """((module, name or "", alias) of each top-level import, the rest of the body's text).
 
-    The module's docstring and its top-level import statements are left out of the text.
+    A relative import's module keeps its leading dots (``..speculative``). The module's
+    docstring and its top-level import statements are left out of the text.
     """
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
@@ -102,7 +103,8 @@ def _split_imports(source: str) -> tuple[list[tuple[str, str, Optional[str]]], s
         if isinstance(stmt, ast.Import):
             imports += [(alias.name, "", alias.asname) for alias in stmt.names]
         elif isinstance(stmt, ast.ImportFrom):
-            imports += [(stmt.module or "", alias.name, alias.asname) for alias in stmt.names]
+            module = "." * stmt.level + (stmt.module or "")
+            imports += [(module, alias.name, alias.asname) for alias in stmt.names]
         elif not is_docstring:
             continue
         dropped.update(range(stmt.lineno - 1, stmt.end_lineno))
@@ -111,14 +113,40 @@ def _split_imports(source: str) -> tuple[list[tuple[str, str, Optional[str]]], s
 
 
 def _bound(tree: ast.Module, module: str, name: str, alias: Optional[str]) -> bool:
+    """The template imports ``name`` from ``module`` (or ``module`` itself) under ``alias``; a
+    relative ``module`` (``..speculative``) is met by any module ending so (``sglang.srt.speculative``)."""
+    relative = module.lstrip(".") if module.startswith(".") else None
     for stmt in tree.body:
         if isinstance(stmt, ast.Import) and not name:
             if any((a.name, a.asname) == (module, alias) for a in stmt.names):
                 return True
-        if isinstance(stmt, ast.ImportFrom) and stmt.module == module and name:
-            if any((a.name, a.asname) == (name, alias) for a in stmt.names):
+        if isinstance(stmt, ast.ImportFrom) and name and stmt.level == 0 and stmt.module is not None:
+            same = stmt.module == module if relative is None else \
+                (not relative or stmt.module == relative or stmt.module.endswith("." + relative))
+            if same and any((a.name, a.asname) == (name, alias) for a in stmt.names):
                 return True
     return False
+
+
+def _defined(text: str) -> set[str]:
+    """The names a module's top-level statements define (imports left out)."""
+    names: set[str] = set()
+    for stmt in ast.parse(text).body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(stmt.name)
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    return names
+
+
+def _absolute(module: str, package: str) -> str:
+    """A relative import's module (``..speculative``) as imported from a module of ``package``."""
+    level = len(module) - len(module.lstrip("."))
+    if not level:
+        return module
+    base = package.split(".")[: len(package.split(".")) - level + 1]
+    return ".".join([*base, module.lstrip(".")]).rstrip(".")
 
 
 def render(template: str) -> str:
@@ -130,20 +158,52 @@ def embed(text: str, template: str) -> str:
     """``text`` with each embed marker (and the blank lines after it) replaced by the named
     module's body and two blank lines (black's spacing after a top-level definition).
 
-    The template itself imports what the embedded modules import (the rendered file is the
-    template's text, its imports untouched); a module import the template lacks is an error.
+    Markers are embedded in order, so one module may import another embedded above it. The
+    template itself imports what the embedded modules import (the rendered file is the
+    template's text, its imports untouched): an import the template lacks is an error, save a
+    relative one that a module embedded above meets (dropped: the names are this file's; a
+    module imported whole, ``from . import arrays``, is bound to this file, ``sys.modules``).
+    A name that two embedded modules, or one and the template, define is an error too.
     """
-    for marker in _EMBED.finditer(text):
+    template_names = _defined(text) | {
+        (a.asname or a.name).split(".")[0] for s in ast.parse(text).body if isinstance(s, (ast.Import, ast.ImportFrom))
+        for a in s.names}
+    embedded: dict[str, set[str]] = {}  # module -> the names it binds (defined or imported)
+    whole_modules: set[str] = set()  # the names bound to this file for `from . import NAME`
+    for marker in list(_EMBED.finditer(text)):
         module = marker.group(1)
         imports, body = _split_imports(_module_source(module))
+        package = module.rpartition(".")[0]
         tree = ast.parse(text)
+        bindings = []
         for imported, name, alias in imports:
-            if not _bound(tree, imported, name, alias):
-                line = f"from {imported} import {name}" if name else f"import {imported}"
-                line += f" as {alias}" if alias else ""
+            absolute = _absolute(imported, package)
+            line = f"from {imported} import {name}" if name else f"import {imported}"
+            line += f" as {alias}" if alias else ""
+            if imported.startswith(".") and f"{absolute}.{name}" in embedded and alias is None:
+                if not _bound(tree, "sys", "", None):
+                    raise ValueError(f"{template}: the embedded {module} needs `import sys` in the template "
+                                     f"(for `{line}`)")
+                if name in template_names:
+                    raise ValueError(f"{template}: the embedded {module} imports {name}, which the template binds")
+                if name not in whole_modules:  # a module embedded above, imported whole: this file
+                    whole_modules.add(name)
+                    bindings.append(f"{name} = sys.modules[__name__]  # {line}: embedded above\n")
+            elif imported.startswith(".") and absolute in embedded and alias is None:
+                if name not in embedded[absolute]:
+                    raise ValueError(f"{template}: the embedded {module} needs `{line}`: not in {absolute}")
+            elif not _bound(tree, imported, name, alias):
                 raise ValueError(f"{template}: the embedded {module} needs `{line}` in the template")
-        embedded = f"# {module} (sglang-draft-layout), verbatim\n{body}\n\n"
-        text = text.replace(marker.group(0), embedded, 1)
+        own = _defined(body)
+        for other, names in [(template, template_names), *embedded.items()]:
+            clash = sorted(own & names)
+            if clash:
+                raise ValueError(f"{template}: the embedded {module} and {other} both define {', '.join(clash)}")
+        embedded[module] = embedded.get(module, set()) | own | {alias or name or imported.split(".")[0]
+                                                              for imported, name, alias in imports}
+        bound = "".join(bindings) + ("\n\n" if bindings else "")
+        embedded_text = f"# {module} (sglang-draft-layout), verbatim\n{bound}{body}\n\n"
+        text = text.replace(marker.group(0), embedded_text, 1)
     return text
 
 

@@ -3,12 +3,15 @@
 Written, reported by `check`, idempotent, skipped with --no-tests (then, nothing left to patch, written
 only with --tests); collected by 0.5.12's own
 ci_register into stage-a-test-cpu (the suite its run_suite.py gives); and, run as the fork's CI runs it (`python3 FILE`, in the
-proof venv), it passes on the patched fork and fails on the unpatched one and on a patched
-fork with one site reverted. Black/isort: test_registered_gpu_test.py (every template).
+proof venv), it passes on the patched fork and fails on the unpatched one (no helpers), on a
+patched fork with one site reverted and on one splitting the per-step out_cache_loc twice, its
+split-once failure `check`'s own verdict (proof.split_once) word for word. Black/isort:
+test_registered_gpu_test.py (every template).
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -19,11 +22,15 @@ import pytest
 
 from sglang_draft_layout import cli
 from sglang_draft_layout.fork_tests import render
+from sglang_draft_layout.proof.split_once import split_verdict
+from sglang_draft_layout.proof.world import world_of
 
 from scratch_fork import CPU_TEST, ci_register, make_fork
 from support import fork_edits
 
 pytestmark = pytest.mark.releases
+#: the written test's test methods (the helpers' three, the call sites' two)
+TESTS = 5
 RUNNER = Path(__file__).with_name("run_on_cpu.py")
 GRAPH_WIDTH = "draft_kv_indices_buffer_width(\n            max_bs, self.topk, self.max_context_len\n        )"
 GRAPH_WIDTH_BLOCK = (
@@ -120,10 +127,10 @@ def test_passes_patched_fails_unpatched(fork, proof_python, tmp_path):
     assert cli.main(["apply", str(patched_fork)]) == 0
     unpatched, patched = run_generated(proof_python, fork, patched_fork)
     assert unpatched.returncode != 0, unpatched.stdout + unpatched.stderr
-    assert re.search(r"(FAIL|ERROR): test_no_inline_draft_layout", unpatched.stderr)
-    assert "flashinfer_backend.py" in unpatched.stderr and "AttributeError" in unpatched.stderr
+    assert ("ImportError: sglang.srt.speculative has no draft_kv_indices_buffer_width, draft_kv_indices_used_len, "
+            "per_step_draft_out_cache_loc: run apply") in unpatched.stderr
     assert patched.returncode == 0, patched.stdout + patched.stderr
-    assert "Ran 8 tests" in patched.stderr and "\nOK" in patched.stderr
+    assert f"Ran {TESTS} tests" in patched.stderr and "\nOK" in patched.stderr
 
 
 #: the patched init_cuda_graph_state width of FlashInferMultiStepDraftBackend, and two ways to
@@ -150,13 +157,29 @@ def test_fails_with_one_site_reverted(proof_python, tmp_path):
     for form, reverted in zip(sorted(REVERTS), run_generated(proof_python, *forks)):
         assert reverted.returncode != 0, (form, reverted.stdout + reverted.stderr)
         # CustomTestCase reports a failed assert as an error; only the call-site test fails
-        failures = re.split(r"(?:FAIL|ERROR): test_no_inline_draft_layout", reverted.stderr)[1]
-        assert "flashinfer_backend.py" in failures and "init_cuda_graph_state" in failures, form
-        assert "Ran 8 tests" in reverted.stderr
+        failures = re.split(r"(?:FAIL|ERROR): test_draft_layout_calls_the_helpers", reverted.stderr)[1]
+        line = backend.read_text().splitlines().index("    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int):")
+        assert (f"sglang/srt/layers/attention/flashinfer_backend.py: FlashInferMultiStepDraftBackend.init_cuda_graph_state "
+                f"(line {line + 1}): not draft_kv_indices_buffer_width") in failures, form
+        assert f"Ran {TESTS} tests" in reverted.stderr
         assert re.search(r"FAILED \((errors|failures)=1\)", reverted.stderr), (form, reverted.stderr[-2000:])
 
 
 KEEP = "  # sglang-draft-layout: keep"
+
+
+def dsv4_verdict(fork: Path):
+    """`check`'s split-once verdict on the fork's DeepseekV4AttnBackend (proof.split_once)."""
+    package = fork / "python/sglang"
+    tree = ast.parse((package / fork_edits.DSV4).read_text())
+    return split_verdict(world_of(tree, package), "DeepseekV4AttnBackend")
+
+
+def dsv4_init_line(fork: Path) -> int:
+    """The def line of the fork's DeepseekV4AttnBackend.init_forward_metadata."""
+    tree = ast.parse((fork / "python/sglang" / fork_edits.DSV4).read_text())
+    [cls] = [c for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "DeepseekV4AttnBackend"]
+    return next(m.lineno for m in cls.body if getattr(m, "name", "") == "init_forward_metadata")
 
 
 def kept_fork(fork: Path) -> None:
@@ -195,13 +218,15 @@ def test_split_once_and_the_keep_pragma(proof_python, tmp_path):
 
     patched, split_twice, kept_run = run_generated(proof_python, caller, twice, kept)
     assert patched.returncode == 0, patched.stdout + patched.stderr
-    assert "Ran 8 tests" in patched.stderr and "\nOK" in patched.stderr
+    assert f"Ran {TESTS} tests" in patched.stderr and "\nOK" in patched.stderr
     assert split_twice.returncode != 0
-    failure = re.split(r"(?:FAIL|ERROR): test_per_step_layout_split_once", split_twice.stderr)[1]
-    assert ("deepseek_v4_backend.py" in failure and "DeepseekV4MultiStepBackend.init_forward_metadata: splits per step, "
-            "and so does DeepseekV4AttnBackend.init_forward_metadata: twice" in failure)
+    failure = re.split(r"(?:FAIL|ERROR): test_per_step_out_cache_loc_split_once", split_twice.stderr)[1]
+    verdict = dsv4_verdict(twice)  # check's own verdict, as the written test gives it
+    assert verdict.who == "wrong" and "DeepseekV4MultiStepBackend.init_forward_metadata" in verdict.why
+    assert f"deepseek_v4_backend.py:{dsv4_init_line(twice)}: DeepseekV4AttnBackend.init_forward_metadata: " \
+           f"{verdict.why}" in failure
     assert kept_run.returncode == 0, kept_run.stdout + kept_run.stderr
-    assert "Ran 8 tests" in kept_run.stderr
+    assert f"Ran {TESTS} tests" in kept_run.stderr
 
 
 #: 0.5.12's def line of DeepseekV4AttnBackend.init_forward_metadata (the DSv4 site's method)
@@ -238,15 +263,16 @@ def test_split_once_across_modules_the_workers_rows(proof_python, tmp_path, caps
 
     patched, kept_on_worker, kept_on_dsv4 = run_generated(proof_python, worker, twice["worker"], twice["dsv4"])
     assert patched.returncode == 0, patched.stdout + patched.stderr
-    assert "Ran 8 tests" in patched.stderr and "\nOK" in patched.stderr
+    assert f"Ran {TESTS} tests" in patched.stderr and "\nOK" in patched.stderr
+    assert dsv4_verdict(worker).who == "never"  # the worker's rows split it: DSv4 takes them as they come
     assert kept_on_worker.returncode != 0
-    failure = re.split(r"(?:FAIL|ERROR): test_per_step_layout_split_once", kept_on_worker.stderr)[1]
+    failure = re.split(r"(?:FAIL|ERROR): test_per_step_out_cache_loc_split_once", kept_on_worker.stderr)[1]
     rows = (twice["worker"] / "python/sglang" / fork_edits.WORKER_V2).read_text().splitlines()
     row = rows.index("            forward_batch.out_cache_loc = out_cache_loc[i]") + 1
-    step_split = (twice["worker"] / "python/sglang" / fork_edits.DSV4).read_text().splitlines()
-    split_line = next(i for i, line in enumerate(step_split, 1) if "= per_step_draft_out_cache_loc(" in line)
-    assert (f"deepseek_v4_backend.py:{split_line}: DeepseekV4AttnBackend.init_forward_metadata: splits per step, "
-            f"and so does its caller EagleDraftWorker.draft_forward ({fork_edits.WORKER_V2}:{row}): twice") in failure
+    assert dsv4_verdict(twice["worker"]).who == "per-step backend"
+    assert (f"deepseek_v4_backend.py:{dsv4_init_line(twice['worker'])}: DeepseekV4AttnBackend.init_forward_metadata: "
+            f"split by the per-step backend, and by EagleDraftWorker.draft_forward "
+            f"(sglang/{fork_edits.WORKER_V2}:{row}): twice") in failure
     assert re.search(r"FAILED \((errors|failures)=1\)", kept_on_worker.stderr), kept_on_worker.stderr[-2000:]
     assert kept_on_dsv4.returncode == 0, kept_on_dsv4.stdout + kept_on_dsv4.stderr
-    assert "Ran 8 tests" in kept_on_dsv4.stderr
+    assert f"Ran {TESTS} tests" in kept_on_dsv4.stderr
