@@ -86,7 +86,7 @@ class Item:
     needs_action: bool  # ``apply`` would change it (after apply: it just did)
     error: bool  # no rule recognises its form: nothing can be written
     #: the proof of its rewrite (a call site to patch): ``proven``, ``summary`` and each probe's verdict
-    proof: Optional[dict[str, Any]] = None
+    proof: Optional[dict[str, Any]] = field(default=None, compare=False, hash=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"file": self.file, "line": self.line, "class_method": self.scope, "kind": self.kind,

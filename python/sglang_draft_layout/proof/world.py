@@ -78,6 +78,9 @@ class Probe:
                   "kv_indices_buffer": arrays.zeros((self.steps, self.width)), "call_fn": _each_step}
         params = [a for a in (*func.args.posonlyargs, *func.args.args)][1:]
         found = {a.arg: values.get(a.arg, Unknown(a.arg)) for a in params}
+        if func.name == "init_cuda_graph_state":  # (max_bs, max_num_tokens) under any names, by position
+            for arg, value in zip(params, (self.num_seqs, self.num_seqs * self.topk)):
+                found[arg.arg] = value
         for index, arg in enumerate(params):  # the batch under another name: by its annotation, or first
             annotation = ast.unparse(arg.annotation) if arg.annotation is not None else ""
             if isinstance(found[arg.arg], Unknown) and ("ForwardBatch" in annotation or index == 0 and
