@@ -6,6 +6,13 @@ in the summary and a non-zero exit, so a proof that did not run cannot pass as g
 exception is a test marked ``gpu`` that ``skip_without_cuda`` skipped (test/gpu/conftest.py
 does that when torch has no CUDA device); a gpu test skipped for any other reason still fails.
 Without the variable, skips are reported as usual.
+
+Under pytest-xdist the tests run in worker processes, where only the reports are made: the
+worker decides whether a report offends (it has the item, hence the gpu mark and
+``skip_without_cuda``'s stamp) and writes the reason onto the report (``REPORT_ATTR``, which
+travels with the report to the controller); the process that reports the run, the controller
+or a run without workers, collects the offending reports from ``pytest_runtest_logreport`` and
+``pytest_collectreport``, prints them and fails the run.
 """
 
 from __future__ import annotations
@@ -48,13 +55,20 @@ def _allowed(item: pytest.Item, report: pytest.TestReport) -> bool:
     )
 
 
-def _offend(config: pytest.Config, nodeid: str, reason: str) -> None:
-    config.stash[_OFFENDERS].append(f"{nodeid}: {reason}")
+#: the attribute a strict run writes onto an offending report: why it counts as not run
+REPORT_ATTR = "strict_skips_not_run"
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    """A pytest-xdist worker: it sends its reports to the controller, which does the reporting."""
+    return hasattr(config, "workerinput")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_STRICT] = os.environ.get(ENV, "") not in ("", "0")
     config.stash[_OFFENDERS] = []
+    if not _is_worker(config):
+        config.pluginmanager.register(_Collector(config), "strict-skips-collector")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -62,7 +76,7 @@ def pytest_make_collect_report(collector: pytest.Collector):
     """A module skipped at collection (``pytest.importorskip``, ``allow_module_level``)."""
     report = yield
     if collector.config.stash[_STRICT] and report.skipped:
-        _offend(collector.config, report.nodeid, skip_reason(report))
+        setattr(report, REPORT_ATTR, skip_reason(report))
     return report
 
 
@@ -71,15 +85,33 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     offending = report.skipped or hasattr(report, "wasxfail")
     if item.config.stash[_STRICT] and offending and not _allowed(item, report):
-        _offend(item.config, item.nodeid, skip_reason(report))
+        setattr(report, REPORT_ATTR, skip_reason(report))
     return report
+
+
+class _Collector:
+    """Gathers the offending reports where the run is reported (not on an xdist worker)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.offenders = config.stash[_OFFENDERS]
+
+    def _record(self, report) -> None:
+        reason = getattr(report, REPORT_ATTR, None)
+        if reason is not None:
+            self.offenders.append(f"{report.nodeid}: {reason}")
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        self._record(report)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self._record(report)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     offenders = config.stash[_OFFENDERS]
     if offenders:
         terminalreporter.section(f"{ENV}: skips are failures here", red=True)
-        for line in offenders:
+        for line in sorted(offenders):  # workers finish in any order
             terminalreporter.write_line(f"NOT RUN {line}", red=True)
         terminalreporter.write_line(f"the run fails: {len(offenders)} test(s) or module(s) did not run", red=True)
 

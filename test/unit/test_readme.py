@@ -23,7 +23,7 @@ def commands() -> list[str]:
 
 def test_first_two_commands_install_demo_and_run_the_tests():
     assert commands()[:2] == ["pip install . && sglang-draft-layout demo",
-                              "pip install torch==2.13.0 triton==3.9.0 -e '.[test]' && python -m pytest"]
+                              "pip install torch==2.13.0 triton==3.9.0 -e '.[test]' && python -m pytest -n auto --dist worksteal"]
     assert commands()[1] in (REPO / ".ci" / "run").read_text()
 
 

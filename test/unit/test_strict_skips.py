@@ -1,8 +1,12 @@
 """support/strict_skips.py in a pytest run of its own (pytester): with
 SGLANG_DRAFT_LAYOUT_STRICT_SKIPS=1 a skip fails the run unless it is a gpu test that
-``skip_without_cuda`` skipped; without the variable skips are allowed."""
+``skip_without_cuda`` skipped; without the variable skips are allowed. Each run is made twice:
+in one process, and with two pytest-xdist workers (as the README's test command runs), where
+the skips happen in the workers and the controller must still fail the run."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -52,6 +56,14 @@ def test_on_the_gpu():
     pass
 """
 
+#: as test/conftest.py registers the plugin (a worker process loads it the same way)
+ROOT_CONFTEST = f"""
+import sys
+
+sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+pytest_plugins = ["support.strict_skips"]
+"""
+
 CPU_TESTS = {
     "test_skip_mark": "import pytest\n\n@pytest.mark.skip(reason='not today')\ndef test_a():\n    pass\n",
     "test_skip_call": "import pytest\n\ndef test_a():\n    pytest.skip('numpy missing')\n",
@@ -60,10 +72,18 @@ CPU_TESTS = {
 }
 
 
+@pytest.fixture(params=[None, 2], ids=["in-process", "2-xdist-workers"])
+def workers(request) -> list[str]:
+    """The arguments of the run: none, or two pytest-xdist workers (``-n 2``)."""
+    return [] if request.param is None else ["-n", str(request.param)]
+
+
 @pytest.fixture
-def project(pytester: pytest.Pytester) -> pytest.Pytester:
+def project(pytester: pytest.Pytester, workers) -> pytest.Pytester:
     """A test tree with a passing test, gpu tests under gpu/ (skipped for lack of CUDA)."""
     pytester.makeini("[pytest]\nmarkers =\n    gpu: needs CUDA\n")
+    pytester.makeconftest(ROOT_CONFTEST)
+    pytester.workers = workers
     pytester.makepyfile(test_plain="def test_passes():\n    assert 1 + 1 == 2\n")
     gpu = pytester.mkpydir("gpu")
     (gpu / "conftest.py").write_text(GPU_CONFTEST)
@@ -72,7 +92,10 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest("-p", "support.strict_skips", "-rs", *args)
+    result = pytester.runpytest("-rs", *pytester.workers, *args)
+    if pytester.workers:  # the tests ran in the workers, not in the controller
+        result.stdout.fnmatch_lines(["created: 2/2 workers"])
+    return result
 
 
 def test_gpu_skip_without_cuda_is_allowed(project, monkeypatch):
