@@ -233,8 +233,9 @@ def test_unrecognised_own_fix_blocks_apply_and_says_how_to_keep_it(scratch, caps
     root = scratch("0.5.12")
     strided_fork(root)
     error = apply_refused(root, capsys)
-    assert error.endswith(f"(to keep the fork's code there: `{KEEP}` on that line or --keep {DSV4}:"
-                          "DeepseekV4AttnBackend.init_forward_metadata); nothing written")
+    assert error.endswith(f"; keep the fork's code (`{KEEP}` on that line, or `--keep {DSV4}:"
+                          "DeepseekV4AttnBackend.init_forward_metadata`) or rewrite it to a form docs/sites.md lists;"
+                          " nothing written")
 
 
 @pytest.mark.parametrize("how", ["pragma", "--keep"])

@@ -26,9 +26,8 @@ and is refused, unless the fork keeps this site (``layout_patterns.keeps_split_o
 keep comment on this method or its statement handing ``out_cache_loc=`` on, or on the method
 of the class holding the decode branch that it calls, ``layout_patterns.handoff_methods``, or
 ``--keep`` naming it); a keep on the caller keeps the caller's own layout, not the double split.
-The written CPU test (``split_path_problems``) judges the path by the same functions, following
-``init_forward_metadata`` into such a method, at any depth (``layout_patterns.self_reached``), as
-this rule finds the decode branch there.
+Who splits on the path (the fork's caller, the per-step code, never, or wrongly) is
+``proof.split_once.split_verdict``, which the written CPU test embeds.
 
 The judgement is per (file, per-step class, multi-step caller) (``decode_rule``): this module's rule
 is DeepSeek-V4's CUDA backend; ``dsv4_hip_out_cache_loc`` is the ROCm backend's, with the same logic.
