@@ -185,7 +185,7 @@ def _proven(findings: Sequence[Finding], sources: dict[str, Source]) -> list[Fin
         new = Source.class_blocks(relative, code, lambda block: any(f"class {name}" in block for name in classes))
         for finding in (f for f in to_patch if f.rule.file == relative):
             proven[id(finding)] = prove(finding.rule.scope, source, new.code, finding.edits, source.package, new)
-    return [f if id(f) not in proven else _by_hand(f, proven[id(f)], sources[f.rule.file]) if proven[id(f)].proven
+    return [f if id(f) not in proven else _by_hand(f, proven[id(f)]) if proven[id(f)].proven
             else replace(f, state=State.UNRECOGNISED, line=proven[id(f)].line or f.line, detail=proven[id(f)].why,
                          edits=())
             for f in findings]
@@ -195,26 +195,16 @@ def _proven(findings: Sequence[Finding], sources: dict[str, Source]) -> list[Fin
 _READ_CLASSES = {(rule.file, cls) for rule in RULES for cls in rule.reads}
 
 
-def _by_hand(finding: Finding, proof: Proof, source: Source) -> Finding:
+def _by_hand(finding: Finding, proof: Proof) -> Finding:
     """The proven finding; in a class no rule names or reads (the structural guard's), where the fork's code
-    already computes upstream's values on every probe (no "fixes the fork's bug", and the run saw the layout
-    there: ``_observed``), correct by hand: left as it is."""
+    already computes upstream's values on every probe (no "fixes the fork's bug", and the runs saw the layout
+    there: ``Proof.fork_seen_everywhere``), correct by hand: left as it is."""
     rule = finding.rule
     if rule.id.startswith("guard:") and (rule.file, rule.scope.split(".")[0]) not in _READ_CLASSES \
-            and not any("fixes" in verdict for _probe, verdict in proof.probes) and _observed(rule.scope, source):
+            and not any("fixes" in verdict for _probe, verdict in proof.probes) and proof.fork_seen_everywhere:
         return replace(finding, state=State.BY_HAND, edits=(), imports=(), proof=proof,
                        detail=f"its own layout gives upstream's values ({proof.summary()}): left as it is")
     return replace(finding, proof=proof)
-
-
-def _observed(scope: str, source: Source) -> bool:
-    """On every probe the fork's code, run from ``scope``, shows the layout (a row allocated, a row cut,
-    the draft buffer taken): "equal" there compared values, not two runs that saw nothing."""
-    from .proof import PROBES, _world, entries, outcomes
-
-    world = _world(source, source.package)
-    return all(any(o.events for _step, paths in outcomes(world, entry, probe) for o in paths.values())
-               for entry in entries(world, scope) for probe in PROBES)
 
 
 def _parse(path: Path, relative: str, code: str, classes: Optional[Collection[str]] = None) -> Source:

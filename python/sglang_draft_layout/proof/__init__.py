@@ -34,6 +34,9 @@ class Proof:
     why: str = ""
     line: Optional[int] = None
     probes: tuple[tuple[str, str], ...] = ()
+    #: the fork's code showed the layout (a row allocated, a row cut, the buffer taken) on every probe from
+    #: every entry: an "equal" there compared values, not two runs that saw nothing
+    fork_seen_everywhere: bool = False
 
     def to_json(self) -> dict:
         return {"proven": self.proven, "summary": self.summary(),
@@ -138,12 +141,16 @@ def prove(scope: str, old: Source, new_code: str, edits: Sequence[Edit], package
     reached_new: set[int] = set()
     verdicts: list[tuple[str, str]] = []
     seen = False
+    fork_seen_everywhere = True
     line = edits[0].node.lineno if edits else None
     for entry in entries(new_world, scope):
         for probe in PROBES:
+            fork_seen = False
             for (step, old_paths), (_step, new_paths) in zip(outcomes(old_world, entry, probe),
                                                              outcomes(new_world, entry, probe)):
-                where = f"{entry} ({probe}{'' if step is None else f', step {step}'})"
+                fork_seen = fork_seen or any(o.events for o in old_paths.values())
+                at = f"{probe}{'' if step is None else f', step {step}'}"
+                where = f"{entry} ({at})"
                 pairs = _matched(old_paths, new_paths)
                 if pairs is None:
                     return Proof(False, f"cannot prove the rewrite from {where}: the rewritten code branches "
@@ -155,8 +162,8 @@ def prove(scope: str, old: Source, new_code: str, edits: Sequence[Edit], package
                     verdict = judge(before, after, probe)
                     if verdict not in ("", "fixes"):
                         return Proof(False, f"cannot prove the rewrite from {where}: {verdict}", line, tuple(verdicts))
-                    verdicts.append((f"{entry}: {probe}{'' if step is None else f', step {step}'}",
-                                     "fixes the fork's bug" if verdict else "equal"))
+                    verdicts.append((f"{entry}: {at}", "fixes the fork's bug" if verdict else "equal"))
+            fork_seen_everywhere = fork_seen_everywhere and fork_seen
     if not seen:
         return Proof(False, f"cannot prove the rewrite: the probes see no draft layout from {scope} "
                             "(no rows allocated, sliced or handed on)", line, tuple(verdicts))
@@ -166,7 +173,7 @@ def prove(scope: str, old: Source, new_code: str, edits: Sequence[Edit], package
     if not {id(n) for n in added} <= reached_new:
         return Proof(False, f"cannot prove the rewrite: the rewritten code never runs on the probes from {scope}",
                      line, tuple(verdicts))
-    return Proof(True, probes=tuple(verdicts))
+    return Proof(True, probes=tuple(verdicts), fork_seen_everywhere=fork_seen_everywhere)
 
 
 def _world(source: Source, package: Optional[Path]) -> World:

@@ -171,6 +171,8 @@ class World:
     functions: dict[str, ast.FunctionDef] = field(default_factory=dict)
     helpers: dict[str, Callable[..., Any]] = field(default_factory=dict)
     _mro: dict[str, list[str]] = field(default_factory=dict, repr=False)
+    #: the multi-step callers driving each per-step class (``paths.callers``), found once
+    callers: dict[str, list[Any]] = field(default_factory=dict, repr=False)
 
     def mro(self, name: str) -> list[str]:
         """The class and its bases in the tree, in Python's method resolution order (C3)."""
@@ -507,7 +509,7 @@ class Run:
         """The draft buffer the run's first function returns (its caller takes it)."""
         loc = _contained_loc(value)
         if loc is not None:
-            self._record_loc(loc, line, Frame({"self": instance}, Function(ast.parse("def f(self): pass").body[0])))
+            self._record_loc(loc, line, Frame({"self": instance}, _CALLER))
 
     def _record_loc(self, loc: Tensor, line: int, frame: Frame) -> None:
         instance = frame.env.get(_first_param(frame.function.node))
@@ -719,6 +721,10 @@ class _Live(dict):
 
     def __bool__(self) -> bool:
         return True
+
+
+#: the frame a run's first function returns into (its ``self``: the instance the run started on)
+_CALLER = Function(ast.parse("def caller(self): pass").body[0])
 
 
 class _ClassRef:

@@ -61,10 +61,9 @@ def _subclasses(world: World, cls: str) -> set[str]:
 def callers(world: World, per_step: str) -> list[Entry]:
     """The multi-step classes that build per-step backends of ``per_step`` (or a subclass) into a list
     attribute (``self.X.append(C(...))`` / ``self.X = [C(...) ...]``) and have an ``init_forward_metadata``."""
-    cache = world.__dict__.setdefault("_callers", {})
-    if per_step not in cache:
-        cache[per_step] = _callers(world, per_step)
-    return cache[per_step]
+    if per_step not in world.callers:
+        world.callers[per_step] = _callers(world, per_step)
+    return world.callers[per_step]
 
 
 def _callers(world: World, per_step: str) -> list[Entry]:
