@@ -25,7 +25,7 @@ from .target import Target, TargetError
 from .transaction import TEMP_NAME, FileWrite, Interrupted  # noqa: F401 (Interrupted: for callers)
 
 if TYPE_CHECKING:
-    from .proof import Proof
+    from .proof.validate import Proof
 
 
 class PatchError(TargetError):
@@ -169,13 +169,13 @@ def _own_lines(finding: Finding, source: Optional[Source]) -> Finding:
 
 
 def _proven(findings: Sequence[Finding], sources: dict[str, Source]) -> list[Finding]:
-    """Each call site to patch with its rewrite proven (``proof.prove``, on the file's edits spliced in as
+    """Each call site to patch with its rewrite proven (``proof.validate.prove``, on the file's edits spliced in as
     text); one that cannot be proven is unrecognised, with the proof's one line. The helper definitions
     are the package's own functions, tested as such."""
     to_patch = [f for f in findings if f.state is State.TO_PATCH and f.edits and f.rule.scope != MODULE_SCOPE]
     if not to_patch:
         return list(findings)
-    from .proof import prove, spliced
+    from .proof.validate import prove, spliced
 
     proven = {}
     for relative in {f.rule.file for f in to_patch}:
@@ -378,7 +378,7 @@ def _file_change(path: Path, relative: str, stored: StoredText, source: Source, 
 def _prove_rendered(path: Path, source: Source, new: str, findings: Sequence[Finding]) -> None:
     """Each rewrite proven again on the text libcst rendered, the text to be written (``_proven``
     proved the edits spliced in as plain text)."""
-    from .proof import prove
+    from .proof.validate import prove
 
     rendered = None
     for finding in findings:

@@ -89,7 +89,7 @@ def test_a_relative_import_of_a_module_not_embedded_needs_the_templates_own():
 def test_a_module_imported_whole_needs_sys_and_a_name_defined_twice_is_refused():
     with pytest.raises(ValueError, match="embedded sglang_draft_layout.proof.interpret needs `import sys`"):
         embed(CPU_TEMPLATE.replace("import sys\n", ""), "registered_cpu")
-    twice = CPU_TEMPLATE.replace("\n\ndef nodes(", "\n\ndef split_verdict():\n    pass\n\n\ndef nodes(")
+    twice = CPU_TEMPLATE.replace("\n\ndef module(", "\n\ndef split_verdict():\n    pass\n\n\ndef module(")
     with pytest.raises(ValueError, match="embedded sglang_draft_layout.proof.split_once and registered_cpu both "
                                          "define split_verdict"):
         embed(twice, "registered_cpu")

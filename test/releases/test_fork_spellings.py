@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 
 from sglang_draft_layout import cli, engine
-from sglang_draft_layout.layout_patterns import inline_draft_layout, split_path_problems, split_paths, worker_step_rows
+from sglang_draft_layout.layout_patterns import inline_draft_layout
+from sglang_draft_layout.proof.baking import baking_methods
 from sglang_draft_layout.rules.base import State
 from sglang_draft_layout.target import resolve
 from support import fork_edits
+from support.written_split_once import not_split_once
 from test_lint import LINTERS, lint_changes
 from test_releases import SITES_SINCE_0_5_13, tree_digest
 
@@ -269,23 +271,17 @@ def test_upstreams_own_inline_split_is_left_correct_by_hand(scratch, pristine, c
     assert (root / "sglang" / relative).read_bytes() == (pristine("0.5.23") / "sglang" / relative).read_bytes()
 
 
-def written_test_problems(root: Path) -> list[str]:
-    """What the written CPU test's split-once check finds in the tree (its functions, its inputs)."""
-    package = root / "sglang"
-    modules = {path.relative_to(package).as_posix(): path.read_text()
-               for folder in ("srt/layers/attention", "srt/speculative") for path in sorted((package / folder).rglob("*.py"))}
-    trees = {path: ast.parse(text) for path, text in modules.items()}
-    workers = worker_step_rows(trees)
-    return [what for path, text in modules.items()
-            for _scope, _line, what in split_path_problems(trees[path], text.splitlines(), workers)]
+def written_test_problems(root: Path) -> list[tuple[str, str]]:
+    """What the written CPU test's split-once check finds in the tree."""
+    return not_split_once(root / "sglang")
 
 
-NEVER = "DeepseekV4AttnBackend.init_forward_metadata gets the whole buffer: never split per step"
+NEVER = [("DeepseekV4AttnBackend", "never")]
 
 
 @pytest.mark.parametrize("forks, before", [
-    (["dsv4-init-moved"], [NEVER]),
-    (["dsv4-init-moved-deep"], [NEVER]),
+    (["dsv4-init-moved"], NEVER),
+    (["dsv4-init-moved-deep"], NEVER),
     (["dsv4-init-moved-deep", "dsv4-own-method-deep"], []),
 ], ids=["one call deep", "two calls deep", "two calls deep, own split two calls below"])
 def test_an_init_moved_into_a_method_is_judged_alike_by_check_and_the_written_test(scratch, pristine, forks, before,
@@ -311,8 +307,7 @@ def test_an_init_moved_into_a_method_is_judged_alike_by_check_and_the_written_te
     error = capsys.readouterr().err
     assert "DeepseekV4AttnBackend.init_forward_metadata" in error and "splits the per-step out_cache_loc twice" in error
     assert "in its caller DeepseekV4MultiStepBackend.init_forward_metadata" in error
-    assert written_test_problems(root) == [
-        "splits per step, and so does DeepseekV4AttnBackend.init_forward_metadata: twice"]
+    assert written_test_problems(root) == [("DeepseekV4AttnBackend", "twice")]
 
 
 @pytest.mark.parametrize("version", ["0.5.13", "0.5.23"])
@@ -323,6 +318,6 @@ def test_upstreams_own_handoff_in_a_method_is_split_once(pristine, version):
     root = pristine(version)
     assert findings(root)[SITE].state is State.PATCHED
     text = (root / "sglang" / DSV4).read_text()
-    [path] = [p for p in split_paths(ast.parse(text)) if p.per_step.name == "DeepseekV4AttnBackend"]
-    assert path.splits == 1 and path.per_step_method.name == "init_forward_metadata"
+    [cls] = [c for c in ast.parse(text).body if getattr(c, "name", "") == "DeepseekV4AttnBackend"]
+    assert {"init_forward_metadata", "_build_forward_metadata"} <= {m.name for m in baking_methods(cls)}
     assert written_test_problems(root) == []

@@ -20,10 +20,11 @@ from pathlib import Path
 import pytest
 
 from sglang_draft_layout import cli, engine
-from sglang_draft_layout.layout_patterns import draft_layout_classes, split_path_problems, worker_step_rows
+from sglang_draft_layout.layout_patterns import draft_layout_classes
 from sglang_draft_layout.rules import RULES
 from sglang_draft_layout.rules.structural_guard import GUARDED_FOLDERS
 from sglang_draft_layout.target import resolve
+from support.written_split_once import not_split_once
 from test_lint import LINTERS, lint_changes
 from test_releases import OLD_RELEASES, tree_digest
 
@@ -308,10 +309,7 @@ def test_copied_v4_pair_driven_by_the_workers_rows_is_split_once(scratch, capsys
     [guard] = [site for site in json.loads(capsys.readouterr().out)["sites"]
                if site["site"].endswith("split once (structural guard)")]
     assert (guard["class_method"], guard["state"]) == ("ForkV4AttnBackend.init_forward_metadata", "patched")
-    trees = {fork_edits.WORKER_V2: ast.parse((root / "sglang" / fork_edits.WORKER_V2).read_text())}
-    text = fork.read_text()
-    assert split_path_problems(ast.parse(text), text.splitlines(), worker_step_rows(trees)) == []
-    assert split_path_problems(ast.parse(text), text.splitlines()) != []  # without the worker: never split
+    assert not_split_once(root / "sglang") == []  # the written test: split once, by the worker
 
 
 def test_copied_v4_pair_splitting_twice_is_refused(patched, tmp_path, capsys):
@@ -332,5 +330,4 @@ def test_copied_v4_pair_splitting_twice_is_refused(patched, tmp_path, capsys):
         fork.write_text(keep_def(forked, cls, "init_forward_metadata"))
         assert cli.main(["check", "--no-tests", str(root)]) == (1 if kept else 2), cls  # kept: the caller's split to patch
         assert ("splits the per-step out_cache_loc, and so does its caller" in capsys.readouterr().err) is not kept
-        text = fork.read_text()  # the written CPU test's split-once check, on this file
-        assert (split_path_problems(ast.parse(text), text.splitlines()) == []) is kept, cls
+        assert (not_split_once(root / "sglang") == []) is kept, cls  # the written CPU test's split-once check

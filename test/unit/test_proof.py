@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rule_test_support import DRAFT_FORWARD, WORKER_V2, backend_module, rule, worker_module
-from sglang_draft_layout.proof import PROBES
+from sglang_draft_layout.proof.world import PROBES
 from sglang_draft_layout.rules.base import State
 
 RULE = rule("draft-forward:EagleDraftWorker")

@@ -254,9 +254,13 @@ def test_unrecognised_names_the_line(sglang_tree):
 
 
 def test_class_absent_in_the_file(sglang_tree):
+    """The rule's class renamed: absent for the rule; the class still bakes out_cache_loc at init, so the
+    structural guard asks the split-once verdict of it, as the written CPU test does."""
     sglang_tree.write(DSV4, dsv4_module(INIT, BEFORE, cls="DeepseekV3AttnBackend"))
-    [finding] = sglang_tree.plan([RULE]).findings
+    finding, guard = sglang_tree.plan([RULE]).findings
     assert (finding.state, finding.detail) == (State.ABSENT, f"no class {CLS}")
+    assert (guard.rule.scope, guard.state) == ("DeepseekV3AttnBackend.init_forward_metadata", State.UNRECOGNISED)
+    assert guard.detail.startswith("bakes the whole out_cache_loc its caller hands it")
 
 
 def test_file_absent_before_0_5_12(sglang_tree):
@@ -689,17 +693,10 @@ def with_keep(text: str, line: str) -> str:
 
 
 def written_test_problems(sglang_tree) -> list:
-    """What the written CPU test's split-once check finds in the tree (its functions, its inputs)."""
-    import ast
+    """What the written CPU test's split-once check finds in the tree."""
+    from support.written_split_once import not_split_once
 
-    from sglang_draft_layout.layout_patterns import split_path_problems, worker_step_rows
-
-    modules = {path.relative_to(sglang_tree.package).as_posix(): path.read_text()
-               for path in sorted(sglang_tree.package.rglob("*.py"))}
-    trees = {path: ast.parse(text) for path, text in modules.items()}
-    workers = worker_step_rows(trees)
-    return [problem for path, text in modules.items()
-            for problem in split_path_problems(trees[path], text.splitlines(), workers)]
+    return not_split_once(sglang_tree.package)
 
 
 @pytest.mark.parametrize("where", KEEP_ON, ids=KEEP_ON.keys())
@@ -717,9 +714,7 @@ def test_a_double_split_is_kept_on_the_dsv4_site_not_on_its_caller(sglang_tree, 
     else:
         assert code == 2 and "splits the per-step out_cache_loc twice" in err
         assert "DeepseekV4MultiStepBackend.init_forward_metadata" in err and SCOPE in err
-        caller_def = line_of(text, "step_out_cache_loc = self._split") - 1
-        assert problems == [("DeepseekV4MultiStepBackend.init_forward_metadata", caller_def,
-                             f"splits per step, and so does {SCOPE}: twice")]
+        assert problems == [(CLS, "twice")]
 
 
 @pytest.mark.parametrize("scope, code", [(SCOPE, 0), ("DeepseekV4MultiStepBackend.init_forward_metadata", 2)],
@@ -759,8 +754,7 @@ def test_a_double_split_under_the_worker_is_kept_on_the_dsv4_site_only(sglang_tr
         assert code == 2 and f"and in its caller EagleDraftWorker.draft_forward ({row})" in err
         code, _out, err = sglang_tree.cli("check", "--no-tests", "--keep", f"{WORKER_V2}:EagleDraftWorker.draft_forward")
         assert code == 2 and f"and in its caller EagleDraftWorker.draft_forward ({row})" in err  # --keep as the comment
-        assert problems == [(SCOPE, line_of(dsv4, "out_cache_loc = per_step_draft_out_cache_loc("),
-                             f"splits per step, and so does its caller EagleDraftWorker.draft_forward ({row}): twice")]
+        assert problems == [(CLS, "twice")]
 
 
 # ---- the decode branch moved out of init_forward_metadata: check and the written test agree ----
@@ -828,8 +822,8 @@ def deeper(method: str, calls_back: bool = False) -> str:
     return body
 
 
-TWICE = "splits per step, and so does DeepseekV4AttnBackend.init_forward_metadata: twice"
-NEVER = "DeepseekV4AttnBackend.init_forward_metadata gets the whole buffer: never split per step"
+#: the written test's verdicts (proof.split_once)
+TWICE, NEVER = "twice", "never"
 #: per-step methods, caller -> check's state of the DSv4 site, what the written test finds (None: nothing)
 MOVED = {
     "moved, no split": ((moved(BEFORE),), BUILDING_MULTI_STEP, State.TO_PATCH, NEVER),
@@ -865,14 +859,14 @@ MOVED = {
 @pytest.mark.parametrize("shape", MOVED, ids=MOVED.keys())
 def test_a_decode_branch_moved_into_a_method_is_judged_alike_by_check_and_the_written_test(sglang_tree, shape):
     """The per-step backend's init_forward_metadata calls a method of its own holding the decode branch
-    (the handoff, the split): `check` follows it, and so does the written test's split_path_problems."""
+    (the handoff, the split): `check` follows it, and so does the written test's split-once check."""
     methods, caller, state, problem = MOVED[shape]
     init = PARTIAL_INIT if shape.startswith("decode moved") else MOVED_INIT
     header = HEADER_AFTER if any("per_step_draft" in m for m in (*methods, caller)) else HEADER
     text = dsv4_module(INIT, init, *methods, DECODE, header=header) + caller
     sglang_tree.write(DSV4, text)
     assert sglang_tree.plan([RULE]).findings[0].state is state
-    assert [what for _scope, _line, what in written_test_problems(sglang_tree)] == ([problem] if problem else [])
+    assert [who for _cls, who in written_test_problems(sglang_tree)] == ([problem] if problem else [])
     if state is not State.UNRECOGNISED:  # after apply: check at rest, the written test passes
         assert sglang_tree.cli("apply", "--no-tests")[0] == 0
         assert sglang_tree.cli("check", "--no-tests")[0] == 0
@@ -903,7 +897,7 @@ def test_a_decode_call_moved_without_its_branch_is_no_site_check_knows(sglang_tr
     sglang_tree.write(DSV4, dsv4_module(INIT, init, decode, DECODE) + BUILDING_MULTI_STEP)
     finding = sglang_tree.plan([RULE]).findings[0]
     assert (finding.state, finding.detail) == (State.UNRECOGNISED, DETAIL)
-    assert [what for *_, what in written_test_problems(sglang_tree)] == [NEVER]
+    assert [who for _cls, who in written_test_problems(sglang_tree)] == [NEVER]
 
 #: where the keep comment goes in the moved double split, and whether that keeps the path
 MOVED_KEEP_ON = {
@@ -921,7 +915,7 @@ def test_a_moved_double_split_is_kept_alike_by_check_and_the_written_test(sglang
     text = with_keep(dsv4_module(INIT, MOVED_INIT, moved(AFTER), DECODE, header=HEADER_AFTER) + MULTI_STEP_AFTER, line)
     sglang_tree.write(DSV4, text)
     assert sglang_tree.plan([RULE]).findings[0].state is (State.KEPT if kept else State.UNRECOGNISED)
-    assert [what for *_, what in written_test_problems(sglang_tree)] == ([] if kept else [TWICE])
+    assert [who for _cls, who in written_test_problems(sglang_tree)] == ([] if kept else [TWICE])
 
 
 # ---- kept by the fork: pragma or --keep --------------------------------------------

@@ -40,7 +40,6 @@ from sglang.test.test_utils import CustomTestCase
 register_cpu_ci(est_time=15, suite="stage-a-test-cpu")
 
 PACKAGE = Path(sglang.__file__).resolve().parent
-KEEP = "# sglang-draft-layout: keep"
 WIDTH, USED_LEN = "draft_kv_indices_buffer_width", "draft_kv_indices_used_len"
 ROWS = "per_step_draft_out_cache_loc"
 MISSING = [h for h in (WIDTH, USED_LEN, ROWS) if not hasattr(spec_utils, h)]
@@ -66,12 +65,9 @@ DSV4 = ("srt/layers/attention/deepseek_v4_backend.py", "DeepseekV4AttnBackend")
 # sglang-draft-layout: embed sglang_draft_layout.proof.interpret
 # sglang-draft-layout: embed sglang_draft_layout.proof.world
 # sglang-draft-layout: embed sglang_draft_layout.proof.paths
+# sglang-draft-layout: embed sglang_draft_layout.proof.baking
 # sglang-draft-layout: embed sglang_draft_layout.proof.split_once
 # fmt: on
-
-
-def nodes(tree, kind):
-    return [n for n in ast.walk(tree) if isinstance(n, kind)]
 
 
 def module(path):
@@ -81,57 +77,12 @@ def module(path):
     return ast.parse(source), source.splitlines()
 
 
-def methods(cls):
-    return {m.name: m for m in cls.body if isinstance(m, ast.FunctionDef)}
-
-
 def class_in(tree, name):
     return next((c for c in tree.body if getattr(c, "name", "") == name), None)
 
 
 def marked(lines, numbers):
     return any(KEEP in lines[number - 1] for number in numbers)
-
-
-def baking(cls):
-    """init_forward_metadata and what it reaches (``self.m(...)``) if they hand
-    ``out_cache_loc=`` on (baking it at init) and the class knows its step; else []."""
-    own, todo, seen = methods(cls), ["init_forward_metadata"], []
-    while todo:
-        method = own.get(todo.pop())
-        if method is not None and method not in seen:
-            seen.append(method)
-            names = [getattr(c.func, "attr", "") for c in nodes(method, ast.Call)]
-            todo += [n for n in names if f"self.{n}(" in ast.unparse(method)]
-    hands = [k for m in seen for k in nodes(m, ast.keyword) if k.arg == "out_cache_loc"]
-    return seen if hands and "speculative_step_id" in ast.unparse(cls) else []
-
-
-def keeps_path(lines, path):
-    """KEEP on a def line of the path's methods, or a statement handing it on."""
-    headers = [n for m in path for n in range(m.lineno, m.body[0].lineno)]
-    handing = [s for m in path for s in nodes(m, ast.stmt)]
-    handing = [s.lineno for s in handing if "out_cache_loc=" in ast.unparse(s)]
-    return marked(lines, headers + handing)
-
-
-def worker_rows():
-    """EAGLE workers whose draft_forward sets ``<batch>.out_cache_loc = <rows>[...]``
-    in a loop, then ``<...>.init_forward_metadata(<batch>)``: each step gets its row."""
-    found = []
-    for path, name in list(SITES.items())[4:]:
-        worker = class_in(module(f"srt/{path}.py")[0], name)
-        own = methods(worker) if worker else {}
-        loops = nodes(own["draft_forward"], ast.For) if "draft_forward" in own else []
-        for loop, row in [(lp, a) for lp in loops for a in nodes(lp, ast.Assign)]:
-            batch = ast.unparse(row.targets[0]).rpartition(".out_cache_loc")[0]
-            calls = [c for c in nodes(loop, ast.Call) if c.lineno > row.lineno]
-            calls = [ast.unparse(c) for c in calls]
-            inits = [c for c in calls if c.endswith(f".init_forward_metadata({batch})")]
-            if batch and isinstance(row.value, ast.Subscript) and inits:
-                where = f"sglang/srt/{path}.py:{row.lineno}"
-                found.append(f"{name}.draft_forward ({where})")
-    return found
 
 
 class TestDraftLayoutHelpers(CustomTestCase):
@@ -180,27 +131,18 @@ class TestDraftLayoutCallSites(CustomTestCase):
         self.assertFalse(problems, "draft layouts by hand:\n" + "\n".join(problems))
 
     def test_per_step_out_cache_loc_split_once(self):
-        workers = worker_rows()  # they split on every path: the backend must not, then
-        once = (CALLER, NEVER) if workers else (CALLER, PER_STEP)
-        found, problems = set(), []
-        for file in sorted((PACKAGE / "srt/layers/attention").rglob("*.py")):
-            path = file.relative_to(PACKAGE).as_posix()
-            tree, lines = module(path)
-            for cls in [c for c in tree.body if isinstance(c, ast.ClassDef)]:
-                path_methods = baking(cls)
-                found |= {(path, cls.name)} if path_methods else set()
-                if not path_methods or keeps_path(lines, path_methods):
-                    continue
-                verdict = split_verdict(world_of(tree, PACKAGE), cls.name)
-                twice = f"split by the {verdict.who} {verdict.caller}".rstrip()
-                twice += f", and by {', '.join(workers)}: twice"
-                what = {WRONG: verdict.why, NEVER: f"never split: {verdict.why}"}
-                where = f"sglang/{path}:{path_methods[0].lineno}: {cls.name}"
-                where += ".init_forward_metadata"
-                if verdict.who not in once:
-                    problems.append(f"{where}: {what.get(verdict.who, twice)}")
-        self.assertTrue(class_in(module(DSV4[0])[0], DSV4[1]) is None or DSV4 in found)
-        message = "per-step out_cache_loc not split once:\n" + "\n".join(problems)
+        files = sorted((PACKAGE / ATTENTION).rglob("*.py"))
+        paths = [f.relative_to(PACKAGE).as_posix() for f in files]
+        modules = {path: module(path) for path in paths + [p for p, _ in WORKERS]}
+        found, problems = split_once_problems(PACKAGE, modules)
+        dsv4 = class_in(module(DSV4[0])[0], DSV4[1])
+        self.assertTrue(dsv4 is None or DSV4[1] in found, "DeepSeek-V4 not judged")
+        lines = []
+        for path, line, name, verdict in problems:
+            never = f"never split per step: {verdict.why}"
+            why = never if verdict.who == NEVER else verdict.why
+            lines.append(f"sglang/{path}:{line}: {name}.init_forward_metadata: {why}")
+        message = "per-step out_cache_loc not split once:\n" + "\n".join(lines)
         self.assertFalse(problems, message)
 
 

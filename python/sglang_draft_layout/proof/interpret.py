@@ -8,7 +8,7 @@ draft). Everything else is ``Unknown``: code that only touches unknowns is skipp
 loop or handler that cannot be decided and touches the draft layout stops the run with
 ``CannotProve``. What the run sees is recorded as ``Event`` s: row allocations, kv_indices
 slice ends, the draft buffer where code other than layout code first takes it ("loc"), and a
-raised error. ``proof.prove`` compares the events of the fork's code with the rewritten code's.
+raised error. ``proof.validate.prove`` compares the events of the fork's code with the rewritten code's.
 """
 
 from __future__ import annotations
@@ -63,9 +63,10 @@ class Unknown:
 class Raised(Exception):
     """The code under probe raised ``error`` (a real exception of its own or of the arrays)."""
 
-    def __init__(self, error: BaseException, line: int) -> None:
+    def __init__(self, error: BaseException, line: int, explicit: bool = False) -> None:
         super().__init__(f"{type(error).__name__} at line {line}")
         self.error, self.line = error, line
+        self.explicit = explicit  # a ``raise`` statement of the code's own, not an error of its arrays
 
 
 class _Return(Exception):
@@ -114,6 +115,18 @@ class Obj:
 
     def __getattr__(self, attr: str) -> Any:
         return Unknown(f"{self._name}.{attr}")
+
+
+def _probe_getattr(value: Any, name: str, *default: Any) -> Any:
+    """``getattr`` in the probe world: an attribute the probe knows; one it does not is unknown (the real
+    object may have it), never the default."""
+    if isinstance(value, Obj):
+        return value.__dict__.get(name, Unknown(f"{value._name}.{name}"))
+    if isinstance(value, Instance):
+        return value.attrs.get(name, Unknown(f"self.{name}"))
+    if isinstance(value, Unknown) or not isinstance(name, str):
+        return Unknown(f"getattr(..., {name!r})")
+    return getattr(value, name, *default)
 
 
 class Mode:
@@ -240,11 +253,12 @@ class Run:
         #: without a decision, taken false); keyed by the test's text
         self.decisions = dict(decisions or {})
         self.pending: list[str] = []
-        self.globals = {**_BUILTINS, "torch": TorchModule(self), **names}
+        self.globals = {**_BUILTINS, "getattr": _probe_getattr, "torch": TorchModule(self), **names}
         self.events: list[Event] = []
         self.reached: set[int] = set()
         self.depth = 0
         self._line = 0
+        self._loc_set: Optional[int] = None  # the line that last set a batch's out_cache_loc
         self._step: Optional[int] = None
         self._taken: set[tuple[int, int]] = set()  # (instance, step or tensor) whose draft loc was taken
         self._quiet = False
@@ -279,7 +293,8 @@ class Run:
             self._step = instance.attrs["speculative_step_id"]
             handed = next(filter(None, map(_held_loc, env.values())), None)
             if outer_step is None and handed is not None:  # a caller hands this step's backend its batch
-                self.events.append(Event("handed", handed, self._step, node.lineno))
+                line = self._loc_set or self._line  # where the caller set the batch's out_cache_loc, or the call
+                self.events.append(Event("handed", handed, self._step, line))
         self.depth += 1
         try:
             self._block(node.body, frame)
@@ -362,7 +377,7 @@ class Run:
         elif isinstance(stmt, ast.Continue):
             raise _Continue()
         elif isinstance(stmt, ast.Raise):
-            raise Raised(RuntimeError(ast.unparse(stmt.exc) if stmt.exc else "raise"), stmt.lineno)
+            raise Raised(RuntimeError(ast.unparse(stmt.exc) if stmt.exc else "raise"), stmt.lineno, explicit=True)
         elif isinstance(stmt, ast.FunctionDef):
             frame.env[stmt.name] = Function(stmt, frame.function.owner, closure=_Live(frame))
         elif isinstance(stmt, (ast.AsyncFunctionDef, ast.ClassDef)):
@@ -460,6 +475,8 @@ class Run:
                 self._assign(element, values[index] if values else Unknown(ast.unparse(element)), frame)
         elif isinstance(target, ast.Attribute):
             owner = self._eval(target.value, frame)
+            if target.attr == "out_cache_loc" and not isinstance(owner, Instance):
+                self._loc_set = target.lineno
             if isinstance(owner, Instance):
                 kept = _contained_loc(value)
                 if kept is not None and not self._quiet:  # baked into the backend's state
@@ -510,6 +527,11 @@ class Run:
         loc = _contained_loc(value)
         if loc is not None:
             self._record_loc(loc, line, Frame({"self": instance}, _CALLER))
+
+    def _took(self, frame: Frame) -> bool:
+        """The frame's instance has taken the draft buffer already (later uses do not count)."""
+        instance = frame.env.get(_first_param(frame.function.node))
+        return any(key[0] == id(instance) for key in self._taken)
 
     def _record_loc(self, loc: Tensor, line: int, frame: Frame) -> None:
         instance = frame.env.get(_first_param(frame.function.node))
@@ -590,8 +612,12 @@ class Run:
             return "<f-string>"
         if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
             own = _own_names(node)
-            names, marked = _touch_marks(node, self.world.helpers)
-            if marked or any(_is_probe_value(frame.env.get(n)) for n in names - own):
+            names, _marked = _touch_marks(node, self.world.helpers)
+            values = [frame.env.get(n) for n in names - own]
+            holding = any(_held_loc(v) is not None for v in values)  # a batch: only once its buffer was taken
+            layout = any(isinstance(n, ast.Attribute) and n.attr in ("out_cache_loc", "speculative_num_steps")
+                         or isinstance(n, ast.Call) and _called(n) in self.world.helpers for n in ast.walk(node))
+            if layout or any(isinstance(v, Tensor) for v in values) or holding and not self._took(frame):
                 raise CannotProve(f"line {node.lineno}: draft layout code inside a "
                                   f"{'lambda' if isinstance(node, ast.Lambda) else 'comprehension'}")
             return Unknown("a lambda or comprehension")
@@ -695,6 +721,9 @@ class Run:
             raise CannotProve(f"line {node.lineno}: calls the local function {func.node.name}, "
                               "which reads or binds the draft layout")
         if isinstance(func, Unknown):
+            if _is_self_call(node) and not self._quiet:  # a method outside the tree takes what it is given
+                for loc in filter(None, map(_contained_loc, [*args, *kwargs.values()])):
+                    self._record_loc(loc, node.lineno, frame)
             return Unknown(f"{func.why}(...)")
         unknown = next((a for a in [*args, *kwargs.values()] if isinstance(a, Unknown)), None)
         if getattr(func, "__name__", "") in _ARGUMENTS_IGNORED and isinstance(getattr(func, "__self__", None), Tensor):
@@ -824,13 +853,22 @@ def _followed(call: ast.Call, run: Run) -> bool:
     of_class = isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) \
         and call.func.value.id in run.world.classes
     return _is_self_call(call) or of_class or name in run.world.functions or name in run.world.classes \
-        or name in run.world.helpers or (name in LAYOUT_METHODS and isinstance(call.func, ast.Attribute))
+        or name in run.world.helpers or (name in LAYOUT_METHODS and isinstance(call.func, ast.Attribute)) \
+        or (name in _INSPECTING and isinstance(call.func, ast.Name))
+
+
+#: builtins that read an object without taking it (``getattr(forward_batch, "x", None)``): what they
+#: return is judged where it is used
+_INSPECTING = frozenset({"getattr", "hasattr", "isinstance", "type"})
 
 
 def _draft_reads(node: ast.AST, run: Run, frame: Frame, whole: bool = True) -> Iterator[tuple[Tensor, int]]:
     """(draft tensor, line) of each read in ``node`` that takes the draft buffer (``Run._take_locs``):
     the outermost name / attribute / item chain (without calls) holding a draft tensor, a draft tensor's
-    attribute (``.shape``), or (``whole``: not the base of an attribute) a probe object holding one."""
+    attribute (``.shape``), or (``whole``: not the base of an attribute) a probe object holding one. Not in
+    a lambda or comprehension: its names are its own (one reading the layout cannot be proven: ``_eval``)."""
+    if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+        return
     if isinstance(node, ast.Call):
         if _followed(node, run):
             if _called(node) in LAYOUT_METHODS and isinstance(node.func, ast.Attribute):

@@ -37,17 +37,34 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Entry:
-    """Where a run starts: ``cls.method``, per step when the class knows its step, and (a multi-step
-    caller) the attribute holding its per-step backends of class ``per_step``."""
+    """Where a run starts: ``cls.method``, per step when the class knows its step (``stepped``) or the
+    method takes the step as a parameter (``step_param``), and (a multi-step caller) the attribute
+    holding its per-step backends of class ``per_step``."""
 
     cls: str
     method: str
     stepped: bool = False
     per_step: str = ""
     backends_attr: str = ""
+    step_param: str = ""
+
+    @property
+    def per_step_run(self) -> bool:
+        return self.stepped or bool(self.step_param)
 
     def __str__(self) -> str:
         return f"{self.cls}.{self.method}"
+
+
+#: the names a method takes the draft step's index by (``_step_out_cache_loc(self, forward_batch, step)``)
+STEP_PARAMS = ("step", "step_id", "step_idx", "speculative_step_id")
+
+
+def step_param(world: World, cls: str, method: str) -> str:
+    """The parameter of ``cls.method`` naming the draft step's index, if any."""
+    function = world.lookup(cls, method)
+    names = [a.arg for a in (*function.node.args.posonlyargs, *function.node.args.args)] if function else []
+    return next((name for name in names if name in STEP_PARAMS), "")
 
 
 def knows_its_step(world: World, cls: str) -> bool:
@@ -84,9 +101,10 @@ def _built_backends(world: World, name: str, kinds: set[str]) -> Optional[tuple[
         for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)) if node else ():
             built = call.args[0] if isinstance(call.func, ast.Attribute) and call.func.attr == "append" and call.args else None
             owner = call.func.value if isinstance(call.func, ast.Attribute) else None
-            if isinstance(built, ast.Call) and isinstance(built.func, ast.Name) and built.func.id in kinds \
-                    and isinstance(owner, ast.Attribute) and isinstance(owner.value, ast.Name) and owner.value.id == "self":
-                return owner.attr, built.func.id
+            made = _made_by(world, name, built) if isinstance(built, ast.Call) else None
+            if made in kinds and isinstance(owner, ast.Attribute) and isinstance(owner.value, ast.Name) \
+                    and owner.value.id == "self":
+                return owner.attr, made
         for assign in (n for n in ast.walk(node) if isinstance(n, ast.Assign)) if node else ():
             target = assign.targets[0]
             value = assign.value
@@ -98,20 +116,36 @@ def _built_backends(world: World, name: str, kinds: set[str]) -> Optional[tuple[
     return None
 
 
+def _made_by(world: World, name: str, call: ast.Call) -> Optional[str]:
+    """The class ``call`` builds: ``C(...)``, or ``self.m(...)`` where ``name``'s method ``m`` returns ``C(...)``."""
+    if isinstance(call.func, ast.Name):
+        return call.func.id
+    func = call.func
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+        method = world.lookup(name, func.attr)
+        returned = [r.value for r in ast.walk(method.node) if isinstance(r, ast.Return)] if method else []
+        made = {r.func.id for r in returned if isinstance(r, ast.Call) and isinstance(r.func, ast.Name)}
+        return made.pop() if len(made) == 1 else None
+    return None
+
+
 def run(world: World, entry: Entry, probe: Probe, step: Optional[int] = None,
         decisions: Optional[dict[str, bool]] = None) -> tuple[Outcome, list[str]]:
     """``entry`` run once on ``probe`` (at ``step``) along ``decisions``; the undecided branches it met first."""
     function = world.lookup(entry.cls, entry.method)
     if function is None:
         return Outcome((), None, f"no {entry}", frozenset()), []
-    instance = probe.instance(entry.cls, step)
+    instance = probe.instance(entry.cls, step if entry.stepped else None)
     if entry.backends_attr:
         instance.attrs[entry.backends_attr] = [probe.instance(entry.per_step, j) for j in range(probe.steps)]
     state = Run(world, {}, decisions)
     error, cannot = None, ""
     try:
         state._step = step
-        returned = state.call(Function(function.node, function.owner, instance), [], probe.arguments(function.node))
+        arguments = probe.arguments(function.node)
+        if entry.step_param:
+            arguments[entry.step_param] = step
+        returned = state.call(Function(function.node, function.owner, instance), [], arguments)
         state.take_returned(returned, function.node.lineno, instance)
     except Raised as raised:
         error = raised
@@ -141,5 +175,5 @@ def paths(world: World, entry: Entry, probe: Probe, step: Optional[int]) -> dict
 
 
 def outcomes(world: World, entry: Entry, probe: Probe) -> list[tuple[Optional[int], dict[frozenset, Outcome]]]:
-    steps = range(probe.steps) if entry.stepped else [None]
+    steps = range(probe.steps) if entry.per_step_run else [None]
     return [(step, paths(world, entry, probe, step)) for step in steps]

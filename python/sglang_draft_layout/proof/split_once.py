@@ -7,33 +7,44 @@ backend alone when nothing in the file drives it. Each step's backend must take 
 step (``Probe.rows``). The verdict says who split it (the caller handing each step its row, or the
 per-step code itself), that it is never split (the whole buffer baked: the bug the patch fixes), or
 what else the path does, on which probe.
+
+``once_verdict`` adds the EAGLE workers whose ``draft_forward`` hands each step its row
+(``baking.worker_rows``): they split for every per-step backend they drive. ``check``, ``apply``, the
+structural guard and the written CPU test all ask it, of the classes ``baking.baking_methods`` names.
 """
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
-from typing import Optional
+from pathlib import Path
+from typing import Optional, Sequence
 
 from . import arrays
+from .baking import ATTENTION, baking_methods, keeps_path, nodes, worker_rows
 from .interpret import Event, World
 from .paths import DIVERGED, Entry, callers, paths
-from .world import PROBES, Probe
+from .world import PROBES, Probe, world_of
 
 CALLER = "caller"
 PER_STEP = "per-step backend"
 NEVER = "never"
+TWICE = "twice"
 WRONG = "wrong"
 
 
 @dataclass(frozen=True)
 class SplitVerdict:
-    """``who`` splits (CALLER, PER_STEP), NEVER, or WRONG; ``why`` says what the path did (one line);
-    ``caller``: the driving ``Class.method`` (CALLER), ``line`` its def line."""
+    """``who`` splits (CALLER, PER_STEP), NEVER, TWICE (the caller and the per-step code), or WRONG; ``why``
+    says what the path did (one line); ``caller``: the driving ``Class.method`` (CALLER, TWICE; NEVER: the
+    caller handing the whole buffer, if any), ``line`` where it sets each step's row (``path``: its module,
+    relative to the sglang package, when not the per-step backend's)."""
 
     who: str
     why: str = ""
     caller: str = ""
     line: Optional[int] = None
+    path: str = ""
 
 
 def _kind(value: Event, probe: Probe, step: int) -> str:
@@ -47,45 +58,114 @@ def _kind(value: Event, probe: Probe, step: int) -> str:
     return "other"
 
 
+def _unfollowed_driver(world: World, per_step: str) -> Optional[str]:
+    """A class (not ``per_step`` nor a base of it) whose ``init_forward_metadata`` calls another object's
+    ``init_forward_metadata`` in a loop that names out_cache_loc: a multi-step caller that may hand each
+    step its row, to per-step backends ``callers`` cannot name. (One that never names it hands the whole
+    buffer, whatever its backends are.)"""
+    for name in world.classes:
+        function = world.lookup(name, "init_forward_metadata")
+        if function is None or name in world.mro(per_step):
+            continue
+        for loop in nodes(function.node, (ast.For, ast.While)):
+            if "out_cache_loc" in ast.unparse(loop) and any(isinstance(c.func, ast.Attribute) and c.func.attr == "init_forward_metadata"
+                   and not (isinstance(c.func.value, ast.Name) and c.func.value.id == "self")
+                   and not isinstance(c.func.value, ast.Call) for c in nodes(loop, ast.Call)):
+                return name
+    return None
+
+
+def _owner(world: World, entry: Entry) -> str:
+    """``Class.method`` where the caller's method is defined (a base or mixin, say)."""
+    return f"{world.lookup(entry.cls, entry.method).owner}.{entry.method}"
+
+
+def _twice(world: World, entry: Entry, handed: Sequence[Event], why: str) -> SplitVerdict:
+    """A caller handing each step its row, and the per-step code splitting it again."""
+    return SplitVerdict(TWICE, why, caller=_owner(world, entry), line=handed[0].line)
+
+
 def split_verdict(world: World, per_step: str) -> SplitVerdict:
     """The verdict on every path into ``per_step``'s ``init_forward_metadata`` (see the module)."""
 
+    driver = None if callers(world, per_step) else _unfollowed_driver(world, per_step)
+    if driver:
+        return SplitVerdict(WRONG, f"cannot tell who splits it: {driver}.init_forward_metadata drives per-step "
+                                   "backends it does not build as `self.<list>.append(<Class>(...))` or "
+                                   "`self.<list> = [<Class>(...) ...]`")
     starts = callers(world, per_step) or [Entry(per_step, "init_forward_metadata", stepped=True)]
     taken: set[str] = set()
     where_kind: dict[str, str] = {}
-    handed_rows = True
+    handed_rows, handed_line = True, None
     for entry in starts:
         for probe in PROBES:
-            steps = [None] if not entry.stepped else range(probe.steps)
+            steps = [None] if not entry.per_step_run else range(probe.steps)
             for step in steps:
                 for outcome in paths(world, entry, probe, step).values():
                     where = f"{entry} ({probe}{'' if step is None else f', step {step}'})"
-                    if outcome.cannot == DIVERGED:
-                        continue
+                    if outcome.cannot == DIVERGED or outcome.error is not None and outcome.error.explicit:
+                        continue  # a path with no value: it never returns, or the code raises of its own
                     if outcome.cannot:
                         return SplitVerdict(WRONG, f"cannot tell who splits it from {where}: {outcome.cannot}")
                     locs = [e for e in outcome.of("loc") if e.step is not None]
+                    handed = outcome.of("handed")
+                    by_caller = bool(handed) and all(_kind(e, probe, e.step) == "row" for e in handed)
                     if outcome.error is not None and not any(_kind(e, probe, e.step) == "whole" for e in locs):
-                        return SplitVerdict(WRONG, f"{where} raises {type(outcome.error.error).__name__} at line "
-                                                   f"{outcome.error.line}: split twice?")
+                        why = f"{where} raises {type(outcome.error.error).__name__} at line {outcome.error.line}"
+                        return _twice(world, entry, handed, why) if by_caller else SplitVerdict(WRONG, why + ": split twice?")
                     for event in locs:
                         kind = _kind(event, probe, event.step)
                         if kind == "other":
-                            return SplitVerdict(WRONG, f"{where}: step {event.step}'s backend takes other out_cache_loc "
-                                                       f"slots than upstream's row {event.step} (line {event.line})")
+                            why = (f"{where}: step {event.step}'s backend takes other out_cache_loc slots than "
+                                   f"upstream's row {event.step} (line {event.line})")
+                            return _twice(world, entry, handed, why) if by_caller else SplitVerdict(WRONG, why)
                         taken.add(kind)
                         where_kind.setdefault(kind, where)
-                    handed_rows &= all(_kind(e, probe, e.step) in ("row", "either") for e in outcome.of("handed"))
+                    handed_rows &= all(_kind(e, probe, e.step) in ("row", "either") for e in handed)
+                    handed_line = handed_line or next((e.line for e in handed), None)
     taken.discard("either")
     if taken == {"row"}:
         caller = starts[0] if starts[0].backends_attr else None
         if caller is not None and handed_rows:
-            function = world.lookup(caller.cls, caller.method)
-            return SplitVerdict(CALLER, caller=f"{function.owner}.{caller.method}", line=function.node.lineno)
+            return SplitVerdict(CALLER, caller=_owner(world, caller),
+                                line=handed_line or world.lookup(caller.cls, caller.method).node.lineno)
         return SplitVerdict(PER_STEP)
     if taken == {"whole"}:
-        return SplitVerdict(NEVER, "each step's backend bakes the whole out_cache_loc")
+        caller = _owner(world, starts[0]) if starts[0].backends_attr else ""
+        return SplitVerdict(NEVER, "each step's backend bakes the whole out_cache_loc", caller=caller)
     if not taken:
         return SplitVerdict(WRONG, f"no probe reaches where {per_step} bakes out_cache_loc")
     return SplitVerdict(WRONG, f"its row from {where_kind['row']}, the whole buffer from {where_kind['whole']}: "
                                "split for some topk or steps only")
+
+
+def once_verdict(world: World, per_step: str, workers: Sequence[tuple[str, str, int]] = ()) -> SplitVerdict:
+    """``split_verdict``, with the ``workers`` (``worker_rows``) that hand each step its row: then the
+    backend must bake what it is handed (NEVER on its own path: split once, by the worker)."""
+    verdict = split_verdict(world, per_step)
+    if not workers or verdict.who in (WRONG, TWICE):
+        return verdict
+    (path, worker, line), *_ = workers
+    if verdict.who == NEVER:
+        return SplitVerdict(CALLER, caller=worker, line=line, path=path)
+    where = ", ".join(f"{scope} ({file}:{number})" for file, scope, number in workers)
+    why = f"split by the {verdict.who} {verdict.caller}".rstrip() + f", and by {where}: twice"
+    return SplitVerdict(TWICE, why, caller=worker, line=line, path=path)
+
+
+def split_once_problems(package: Optional[Path], modules: dict[str, tuple[ast.Module, Sequence[str]]]
+                        ) -> tuple[list[str], list[tuple[str, int, str, SplitVerdict]]]:
+    """The classes under ``ATTENTION`` that bake out_cache_loc at init (``baking_methods``), and for each one
+    not kept (``keeps_path``) whose paths are not split once: (module, line, class, verdict); ``modules``:
+    path under the sglang package -> (tree, lines), the attention modules and the workers' (``WORKERS``)."""
+    workers = worker_rows({path: tree for path, (tree, _lines) in modules.items()})
+    found, problems = [], []
+    for path, (tree, lines) in modules.items():
+        for cls in [c for c in tree.body if isinstance(c, ast.ClassDef)] if path.startswith(ATTENTION) else []:
+            methods = baking_methods(cls)
+            found += [cls.name] if methods else []
+            if methods and not keeps_path(lines, methods):
+                verdict = once_verdict(world_of(tree, package), cls.name, workers)
+                if verdict.who not in (CALLER, PER_STEP):
+                    problems.append((path, methods[0].lineno, cls.name, verdict))
+    return found, problems

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 
 if TYPE_CHECKING:
-    from ..proof import Proof
+    from ..proof.validate import Proof
 
 SPEC_UTILS = "sglang.srt.speculative.spec_utils"
 EAGLE_UTILS = "sglang.srt.speculative.eagle_utils"

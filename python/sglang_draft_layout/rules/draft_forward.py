@@ -31,9 +31,10 @@ import re
 from typing import Optional
 
 from ..layout_patterns import (
-    PER_STEP_HELPER, WORKERS, Split, factors, helper_calls, holding_statement, inside, is_self_attr, nodes_of,
+    PER_STEP_HELPER, Split, factors, helper_calls, holding_statement, inside, is_self_attr, nodes_of,
     out_cache_loc_layouts, view_reads, view_rebinds,
 )
+from ..proof.baking import WORKERS
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State, locate_method
 
 CALL = f"""{PER_STEP_HELPER}(

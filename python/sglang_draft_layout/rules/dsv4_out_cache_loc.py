@@ -16,18 +16,17 @@ A fork's own fix is the same site: a split of its own feeding ``out_cache_loc=``
 through a local or a chain of locals each bound once, ``loc = rows[self.speculative_step_id]``,
 or in a method of the class the site calls, at any depth of ``self.`` calls; any spelling
 ``layout_patterns.out_cache_loc_layouts`` proves equal) is rewritten to the helper where it
-is, every such split in the one apply (say one per branch). A caller that already hands each
-step its own row (``DeepseekV4MultiStepBackend.init_forward_metadata`` setting
-``forward_batch.out_cache_loc = rows[i]`` before each step's ``init_forward_metadata``) leaves
-nothing to add here (handled by the fork's caller; the structural guard rewrites the caller's
-own split to the helper); so does an EAGLE worker whose ``draft_forward`` sets each
-step's row and then calls ``init_forward_metadata`` itself. A split here as well splits twice
-and is refused, unless the fork keeps this site (``layout_patterns.keeps_split_once``: the
-keep comment on this method or its statement handing ``out_cache_loc=`` on, or on the method
-of the class holding the decode branch that it calls, ``layout_patterns.handoff_methods``, or
-``--keep`` naming it); a keep on the caller keeps the caller's own layout, not the double split.
-Who splits on the path (the fork's caller, the per-step code, never, or wrongly) is
-``proof.split_once.split_verdict``, which the written CPU test embeds.
+is, every such split in the one apply (say one per branch).
+
+Who splits on the path is ``proof.split_once.once_verdict``, the one verdict that the structural guard
+and the written CPU test ask too: each path into this class run on the probes (a multi-step caller
+handing each step its row, or the per-step code alone), an EAGLE worker's ``draft_forward`` handing each
+step its row counted (``worker_rows``). The caller splits: handled by the fork's caller, nothing added
+here. The per-step code splits: its own split rewritten to the helper, or by hand in a callee (left).
+Never split: upstream's slice added. Anything else (twice, for some topk only, a caller this tool cannot
+follow) is refused, unless the fork keeps this site (``keeps_path``: the keep comment on a method of the
+path or its statement handing ``out_cache_loc=`` on, or ``--keep`` naming it); a keep on the caller
+keeps the caller's own layout, not the double split.
 
 The judgement is per (file, per-step class, multi-step caller) (``decode_rule``): this module's rule
 is DeepSeek-V4's CUDA backend; ``dsv4_hip_out_cache_loc`` is the ROCm backend's, with the same logic.
@@ -36,29 +35,17 @@ is DeepSeek-V4's CUDA backend; ``dsv4_hip_out_cache_loc`` is the ROCm backend's,
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import Iterator, Optional
 
 from ..layout_patterns import (
     KEEP_PRAGMA, PER_STEP_HELPER, Split, called_name, comprehension_targets, helper_calls, in_order, inside,
-    is_self_attr, keeps_split_once, nodes_of,
-    out_cache_loc_layouts, per_step_rows_set, self_called, self_reached, split_paths, worker_step_rows,
+    is_self_attr, nodes_of, out_cache_loc_layouts, self_called, self_reached,
 )
+from ..proof.baking import baking_methods, keeps_path
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State
 from .draft_forward import split_finding
 
 
-def path_verdict(source: Source, cls: str = "DeepseekV4AttnBackend") -> "SplitVerdict":
-    """Who splits the per-step out_cache_loc on the paths into ``cls`` (``proof.split_once``)."""
-    from ..proof.split_once import split_verdict
-    from ..proof.world import world_of
-
-    return split_verdict(world_of(source.tree, source.package), cls)
-
-if TYPE_CHECKING:
-    from ..proof.split_once import SplitVerdict
-
-#: the verdicts of ``proof.split_once`` (its module loads numpy, so it is imported where a path is judged)
-CALLER, PER_STEP, WRONG = "caller", "per-step backend", "wrong"
 CLASS = "DeepseekV4AttnBackend"
 #: the multi-step backend that calls each step's DeepseekV4AttnBackend.init_forward_metadata
 MULTI_STEP = "DeepseekV4MultiStepBackend"
@@ -162,32 +149,12 @@ def _fed_by(source: Source, method: ast.FunctionDef, value: ast.expr,
     return [], [], "", ""
 
 
-def caller_rows(source: Source, cls: str = CLASS,
-                multi_step: str = MULTI_STEP) -> Optional[tuple[str, str, Optional[int]]]:
-    """(``Class.method``, where it sets the row, that line when in this file) of a caller that sets
-    each step's ``out_cache_loc`` row before calling a per-step ``init_forward_metadata``: a
-    multi-step backend of this file, or an EAGLE worker's ``draft_forward`` in its own module
-    (``worker_step_rows``, counted on the paths ``split_paths`` finds as the written CPU test counts it)."""
-    workers = worker_step_rows(source.other_trees())
-    for path in split_paths(source.tree, workers):
-        if path.per_step.name == cls and path.caller_rows:
-            line = path.caller_rows[0].lineno
-            return f"{path.caller.name}.{path.caller_method.name}", f"line {line}", line
-    for name in (multi_step,):  # its per-step backends built some other way: still a caller
-        method = source.method(name, "init_forward_metadata")
-        rows = per_step_rows_set(method) if method is not None else []
-        if rows:
-            return f"{name}.init_forward_metadata", f"line {rows[0].lineno}", rows[0].lineno
-    # a worker splits on every path above (``SplitPath.worker_rows``), also for per-step backends built elsewhere
-    return (workers[0].scope, workers[0].where, None) if workers else None
-
-
 def _find(rule: Rule, source: Source) -> Finding:
-    """The decode branch of the per-step class ``rule.scope`` names (its multi-step caller: ``rule.reads[0]``)."""
+    """The decode branch of the per-step class ``rule.scope`` names, judged by the split-once verdict of
+    every path into it (``proof.validate.split_once_of``)."""
     cls = rule.scope.split(".")[0]
     if source.cls(cls) is None:
         return rule.report(State.ABSENT, detail=f"no class {cls}")
-    caller = caller_rows(source, cls, rule.reads[0])
     unknown_line = None
     for method, branch in decode_branches(source, cls):
         for stmt in branch.body:
@@ -201,40 +168,40 @@ def _find(rule: Rule, source: Source) -> Finding:
             if in_branch and not splits:
                 helpers, where = in_branch, method.name
             plain = isinstance(loc.value, ast.Attribute) and loc.value.attr == "out_cache_loc"
-            if caller and (splits or helpers) and keeps_split_once(source.lines, source.cls(cls)):
-                return rule.report(State.KEPT, stmt.lineno, KEEP_PRAGMA)
-            if caller and (splits or helpers):
-                return rule.report(State.UNRECOGNISED, stmt.lineno,
-                                   f"splits the per-step out_cache_loc twice: here (in {where}) and in its caller "
-                                   f"{caller[0]} ({caller[1]}); keep one of them")
-            if caller and plain and caller[2] is None:  # an EAGLE worker's rows (its module is not run here)
-                return rule.report(State.BY_CALLER, stmt.lineno, f"{caller[0]} at {caller[1]}")
-            if plain:
-                verdict = path_verdict(source, cls)
-                if verdict.who == CALLER:  # reported here, naming where the caller splits
-                    line = (caller[2] if caller else None) or verdict.line
-                    return rule.report(State.BY_CALLER, stmt.lineno,
-                                       f"{verdict.caller} at {source.path}:{line}")
-                if verdict.who == PER_STEP:
-                    return rule.report(State.BY_HAND, stmt.lineno,
-                                       "the fork's own code splits it per step (proven on the probes): left as it is")
-                if verdict.who == WRONG:
-                    return rule.report(State.UNRECOGNISED, stmt.lineno, f"the per-step out_cache_loc path: {verdict.why}")
-            if splits:  # every one of them, also beside a helper call
-                return split_finding(rule, source, source.method(cls, where), splits,
-                                     f"the fork's own split (in {where}): via {PER_STEP_HELPER}")
-            if helpers:
-                return rule.report(State.PATCHED, helpers[0].lineno if where != method.name else branch.lineno)
-            if not plain:
+            if not (plain or splits or helpers):
                 unknown_line = stmt.lineno
                 break
-            batch = source.text(loc.value.value)
-            before = (PRELUDE.format(batch=batch).lstrip(), STEP_SLICE.format(batch=batch).lstrip())
-            return rule.report(
-                State.TO_PATCH, stmt.lineno,
-                edits=[Edit(loc.value, replace="out_cache_loc"), Edit(stmt, before=before)],
-                imports=[(EAGLE_UTILS, PER_STEP_HELPER)],
-            )
+            from ..proof.split_once import CALLER, NEVER, PER_STEP, TWICE  # numpy: loaded where a path is judged
+            from ..proof.validate import split_once_of
+
+            verdict = split_once_of(source, cls)
+            if verdict.who == CALLER and plain:  # reported here, naming where the caller splits
+                return rule.report(State.BY_CALLER, stmt.lineno,
+                                   f"{verdict.caller} at {verdict.path or source.path}:{verdict.line}")
+            if verdict.who == PER_STEP and plain:
+                return rule.report(State.BY_HAND, stmt.lineno,
+                                   "the fork's own code splits it per step (proven on the probes): left as it is")
+            if verdict.who == NEVER and plain:
+                batch = source.text(loc.value.value)
+                before = (PRELUDE.format(batch=batch).lstrip(), STEP_SLICE.format(batch=batch).lstrip())
+                return rule.report(
+                    State.TO_PATCH, stmt.lineno,
+                    edits=[Edit(loc.value, replace="out_cache_loc"), Edit(stmt, before=before)],
+                    imports=[(EAGLE_UTILS, PER_STEP_HELPER)],
+                )
+            if verdict.who == PER_STEP:  # the fork's own split, once on every path
+                if splits:  # every one of them, also beside a helper call
+                    return split_finding(rule, source, source.method(cls, where), splits,
+                                         f"the fork's own split (in {where}): via {PER_STEP_HELPER}")
+                return rule.report(State.PATCHED, helpers[0].lineno if where != method.name else branch.lineno)
+            if keeps_path(source.lines, baking_methods(source.cls(cls))):
+                return rule.report(State.KEPT, stmt.lineno, KEEP_PRAGMA)
+            if verdict.who == TWICE:
+                at = f"{verdict.path}:{verdict.line}" if verdict.path else f"line {verdict.line}"
+                return rule.report(State.UNRECOGNISED, stmt.lineno, f"splits the per-step out_cache_loc twice: here "
+                                   f"(in {where}) and in its caller {verdict.caller} ({at}); keep one of them")
+            why = verdict.why or f"its own split (in {where}) never takes effect: each step bakes the whole buffer"
+            return rule.report(State.UNRECOGNISED, stmt.lineno, f"the per-step out_cache_loc path: {why}")
     return rule.report(State.UNRECOGNISED, unknown_line,
                        "no decode branch passing `forward_batch.out_cache_loc` to init_forward_metadata_decode")
 

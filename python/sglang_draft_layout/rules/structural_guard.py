@@ -22,14 +22,13 @@ backends (it overrides the method upstream checks); elsewhere it is not required
 A form no rule knows is unrecognised, so ``apply`` refuses. Classes that only inherit
 or delegate per step hold no form and are never reported.
 
-Split once: a multi-step backend whose ``init_forward_metadata`` calls per-step backends
-that bake out_cache_loc into their metadata (``layout_patterns.split_paths``; DeepSeek-V4's
-pair is the DSv4 rule's) must split the per-step layout exactly once on that path, in the
-caller (an EAGLE worker's per-step rows counted) or in the per-step backend: twice or never
-is unrecognised. As for DeepSeek-V4, the site is the per-step backend's method, where every
-path's one-step row must arrive (its handoff also in a method of its class it calls, at any depth,
-``layout_patterns.handoff_methods``): a keep there (``layout_patterns.keeps_split_once``, or
-``--keep`` naming it) keeps the paths into it; a keep on a caller keeps its own layout only.
+Split once: each class under ``srt/layers/attention/`` that no rule names and that bakes out_cache_loc
+at init (``proof.baking.baking_methods``) gets the one split-once verdict of the DeepSeek-V4 rule
+(``proof.split_once.once_verdict``: every path into it run on the probes, an EAGLE worker's per-step rows
+counted). Split once, by a caller or by the per-step code: patched. Never, twice, or not as upstream
+splits it: unrecognised. The site is the per-step backend's first statement handing ``out_cache_loc=``
+on; a keep on a method of its path or on that statement (``proof.baking.keeps_path``, or ``--keep``
+naming it) keeps it; a keep on a caller keeps the caller's own layout only.
 """
 
 from __future__ import annotations
@@ -41,9 +40,9 @@ import re
 from typing import Callable, Collection
 
 from ..layout_patterns import (
-    CAPACITY, HELPERS, KEEP_PRAGMA, KERNEL, LAUNCH, OUT_CACHE_LOC, ROWS, STEP_LENGTH, draft_layout_forms,
-    SplitPath, handoff_methods, keeps_split_once, methods, out_cache_loc_handoffs, split_paths, worker_step_rows,
+    CAPACITY, HELPERS, KEEP_PRAGMA, KERNEL, LAUNCH, OUT_CACHE_LOC, ROWS, STEP_LENGTH, draft_layout_forms, methods,
 )
+from ..proof.baking import ATTENTION, baking_methods, keeps_path, nodes
 from . import draft_forward, kv_indices_capacity_check, kv_indices_step_slice
 from .base import Finding, Rule, Source, State
 from .draft_backends import DRAFT_BACKENDS, find_row_width
@@ -127,35 +126,44 @@ def _templates(cls: ast.ClassDef, forms: Collection[str]) -> list[Rule]:
     return templates
 
 
-def _per_step_scope(path: SplitPath) -> str:
-    return f"{path.per_step.name}.{path.per_step_method.name}"
-
-
 def _split_once(rule: Rule, source: Source) -> Finding:
-    """Every path into the per-step backend ``rule.scope`` splits the per-step layout once (patched) or not;
-    found at its first statement handing ``out_cache_loc=`` on (a compound statement's header
-    included), kept as ``keeps_split_once`` says."""
-    workers = worker_step_rows(source.other_trees())
-    paths = [path for path in split_paths(source.tree, workers) if _per_step_scope(path) == rule.scope]
-    if not paths:
+    """The split-once verdict (``proof.split_once.once_verdict``) of every path into the per-step backend
+    ``rule.scope`` names: once (patched) or refused; found at its first statement handing ``out_cache_loc=``
+    on, kept as ``keeps_path`` says."""
+    from ..proof.split_once import NEVER, TWICE, WRONG  # numpy: loaded where a path is judged
+    from ..proof.validate import split_once_of
+
+    cls = source.cls(rule.scope.split(".")[0])
+    path = baking_methods(cls) if cls is not None else []
+    if not path:
         return rule.report(State.ABSENT, detail=f"no per-step path into {rule.scope}")
-    line = next(s for m in handoff_methods(paths[0].per_step) for s in out_cache_loc_handoffs(m)).lineno
-    if keeps_split_once(source.lines, paths[0].per_step):
+    line = min(k.lineno for m in path for k in nodes(m, ast.keyword) if k.arg == "out_cache_loc")
+    if keeps_path(source.lines, path):
         return rule.report(State.KEPT, line, KEEP_PRAGMA)
-    for path in paths:
-        caller = f"{path.caller.name}.{path.caller_method.name}"
-        callers = [f"{caller} (line {path.caller_rows[0].lineno})"] if path.caller_rows else []
-        callers += [f"{rows.scope} ({rows.where})" for rows in path.worker_rows]
-        if path.splits == 2:
-            return rule.report(State.UNRECOGNISED, line, f"splits the per-step out_cache_loc, and so does its caller "
-                                                         f"{', '.join(callers)}: twice; keep one of them")
-        if path.splits == 0:
-            return rule.report(State.UNRECOGNISED, line, f"bakes the whole out_cache_loc {caller} hands it: "
-                                                         "split it per step once, here or there")
+    verdict = split_once_of(source, cls.name)
+    if verdict.who == NEVER:
+        return rule.report(State.UNRECOGNISED, line, f"bakes the whole out_cache_loc {verdict.caller or 'its caller'} "
+                                                     "hands it: split it per step once, here or there")
+    if verdict.who == TWICE:
+        at = f"{verdict.path}:{verdict.line}" if verdict.path else f"line {verdict.line}"
+        return rule.report(State.UNRECOGNISED, line, f"splits the per-step out_cache_loc, and so does its caller "
+                                                     f"{verdict.caller} ({at}): twice; keep one of them")
+    if verdict.who == WRONG:
+        return rule.report(State.UNRECOGNISED, line, f"the per-step out_cache_loc path: {verdict.why}")
     return rule.report(State.PATCHED, line)
 
 
 SPLIT_ONCE = Rule("split-once", "", "", "per-step out_cache_loc split once", "PR 26239", _split_once)
+
+
+def _baking_scopes(relative: str, source: Source, named: Collection[str]) -> list[str]:
+    """``Class.init_forward_metadata`` of each class under srt/layers/attention, no rule naming it, that
+    bakes out_cache_loc at init (``proof.baking.baking_methods``, as the written CPU test finds them)."""
+    if not relative.startswith(ATTENTION) or "out_cache_loc=" not in source.code:
+        return []
+
+    return [f"{cls.name}.init_forward_metadata" for cls in source.definitions()
+            if isinstance(cls, ast.ClassDef) and cls.name not in named and baking_methods(cls)]
 
 
 def guard_rules(relative: str, source: Source, named: Collection[str]) -> list[Rule]:
@@ -163,7 +171,7 @@ def guard_rules(relative: str, source: Source, named: Collection[str]) -> list[R
     one per per-step backend no rule names that a multi-step backend's path leads into."""
     rules = [dataclasses.replace(SPLIT_ONCE, id=f"guard:split-once:{relative}:{scope}", file=relative, scope=scope,
                                  site=f"{SPLIT_ONCE.site} (structural guard)")
-             for scope in sorted({_per_step_scope(p) for p in split_paths(source.tree) if p.per_step.name not in named})]
+             for scope in _baking_scopes(relative, source, named)]
     for cls in source.definitions():
         if not isinstance(cls, ast.ClassDef) or cls.name in named or not may_hold_draft_layout(source.text(cls)):
             continue

@@ -1,0 +1,80 @@
+"""Which classes bake the per-step out_cache_loc at init, which paths the fork keeps, and which EAGLE
+workers hand each step its row: what the split-once verdict (``split_once``) is asked about.
+
+``ast`` only (the CPU test written into a fork embeds this module with the others).
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Sequence
+
+KEEP = "# sglang-draft-layout: keep"
+#: where the per-step backends that bake out_cache_loc are looked for (under the sglang package)
+ATTENTION = "srt/layers/attention/"
+#: the EAGLE workers (module under the sglang package, class) whose ``draft_forward`` drives each draft step
+WORKERS = (
+    ("srt/speculative/eagle_worker_v2.py", "EagleDraftWorker"),
+    ("srt/speculative/eagle_worker.py", "EAGLEWorker"),
+)
+
+
+def methods(cls: ast.ClassDef) -> dict[str, ast.FunctionDef]:
+    """The class's own methods by name, each its live (last) definition."""
+    return {m.name: m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def nodes(node: ast.AST, kind: type) -> list:
+    return [n for n in ast.walk(node) if isinstance(n, kind)]
+
+
+def baking_methods(cls: ast.ClassDef) -> list[ast.FunctionDef]:
+    """``init_forward_metadata`` and the methods of ``cls`` it reaches through ``self.m(...)`` calls, when
+    they hand ``out_cache_loc=`` on (baking it at init, as DeepSeek-V4 does) and the class knows its step;
+    else []: the per-step backends whose path is judged."""
+    own, todo, seen = methods(cls), ["init_forward_metadata"], []
+    while todo:
+        method = own.get(todo.pop())
+        if method is not None and method not in seen:
+            seen.append(method)
+            todo += [c.func.attr for c in nodes(method, ast.Call) if isinstance(c.func, ast.Attribute)
+                     and isinstance(c.func.value, ast.Name) and c.func.value.id == "self"]
+    hands = [k for m in seen for k in nodes(m, ast.keyword) if k.arg == "out_cache_loc"]
+    return seen if hands and "speculative_step_id" in ast.unparse(cls) else []
+
+
+def keeps_path(lines: Sequence[str], path: Sequence[ast.FunctionDef]) -> bool:
+    """The keep comment on a def line of the path's methods (``baking_methods``) or on a statement of
+    theirs handing ``out_cache_loc=`` on (a compound statement: its header): the fork keeps that per-step
+    backend's split as it wrote it. A keep on a caller keeps that caller's own layout only, never a double
+    split."""
+    numbers = [n for m in path for n in range(m.lineno, m.body[0].lineno)]
+    for statement in [s for m in path for s in nodes(m, ast.stmt)]:
+        body = getattr(statement, "body", None)
+        last = body[0].lineno - 1 if body else statement.end_lineno or statement.lineno
+        if any(k.arg == "out_cache_loc" and k.lineno <= last for k in nodes(statement, ast.keyword)):
+            numbers += range(statement.lineno, last + 1)
+    return any(KEEP in lines[n - 1] for n in numbers if 0 < n <= len(lines))
+
+
+def worker_rows(modules: dict[str, ast.Module]) -> list[tuple[str, str, int]]:
+    """(module, ``Class.draft_forward``, line) of each EAGLE worker (``WORKERS``, among ``modules``: path
+    relative to the sglang package -> tree) whose ``draft_forward`` sets ``<batch>.out_cache_loc = <rows>[...]``
+    in a loop and then calls ``<...>.init_forward_metadata(<batch>)`` in that loop: each step gets its row."""
+    found = []
+    for path, name in WORKERS:
+        classes = [c for c in getattr(modules.get(path), "body", []) if isinstance(c, ast.ClassDef) and c.name == name]
+        draft_forward = methods(classes[-1]).get("draft_forward") if classes else None
+        loops = nodes(draft_forward, (ast.For, ast.While)) if draft_forward else []
+        for loop, row in [(lp, a) for lp in loops for a in nodes(lp, ast.Assign)]:
+            target = row.targets[0]
+            if not (isinstance(target, ast.Attribute) and target.attr == "out_cache_loc"
+                    and isinstance(row.value, ast.Subscript)):
+                continue
+            batch = ast.dump(target.value)
+            if any(isinstance(c.func, ast.Attribute) and c.func.attr == "init_forward_metadata" and c.args
+                   and ast.dump(c.args[0]) == batch and (c.lineno, c.col_offset) > (row.lineno, row.col_offset)
+                   for c in nodes(loop, ast.Call)):
+                found.append((path, f"{name}.draft_forward", row.lineno))
+                break
+    return found
