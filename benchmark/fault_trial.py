@@ -80,8 +80,9 @@ def main() -> None:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL):
             for trial in range(args.trials):
                 root = copy(pristine, Path(scratch) / f"{signum.name}-{trial}")
-                child = subprocess.Popen([sys.executable, "-c", CHILD, str(root)], stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, text=True)
+                child = subprocess.Popen(
+                    [sys.executable, "-c", CHILD, str(root)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                )
                 phase = "writing" if trial % 2 else "planning"
                 child.stdout.readline()  # started: the tool is imported, cli.main begins
                 if phase == "writing":
@@ -89,15 +90,26 @@ def main() -> None:
                 time.sleep(rng.uniform(0, 0.4))
                 child.send_signal(signum)
                 out, err = child.communicate(timeout=120)
-                row = (signum.name, phase, child.returncode, outcome(root, original, patched),
-                       len(list(root.rglob("*.sglang-draft-layout-*.tmp"))), len(err.splitlines()),
-                       err.strip().split(": ", 1)[-1] if err.strip() else "",
-                       "report printed" if "wrote 9 file(s)" in out else "")
+                row = (
+                    signum.name,
+                    phase,
+                    child.returncode,
+                    outcome(root, original, patched),
+                    len(list(root.rglob("*.sglang-draft-layout-*.tmp"))),
+                    len(err.splitlines()),
+                    err.strip().split(": ", 1)[-1] if err.strip() else "",
+                    "report printed" if "wrote 9 file(s)" in out else "",
+                )
                 if signum is signal.SIGKILL:
-                    again = subprocess.run([sys.executable, "-m", "sglang_draft_layout", "apply", str(root)],
-                                           capture_output=True, text=True)
-                    row += (f"re-run apply: exit {again.returncode}, {outcome(root, original, patched)}, "
-                            f"{len(list(root.rglob('*.sglang-draft-layout-*.tmp')))} temp files",)
+                    again = subprocess.run(
+                        [sys.executable, "-m", "sglang_draft_layout", "apply", str(root)],
+                        capture_output=True,
+                        text=True,
+                    )
+                    row += (
+                        f"re-run apply: exit {again.returncode}, {outcome(root, original, patched)}, "
+                        f"{len(list(root.rglob('*.sglang-draft-layout-*.tmp')))} temp files",
+                    )
                 print(" | ".join(str(cell) for cell in row), flush=True)
                 tally[row[0], row[1], row[3], row[4]] += 1
                 shutil.rmtree(root)

@@ -57,35 +57,55 @@ def cases(bs: int, topk: int, steps: int, ctx: int, seq_len: int, device: str) -
     """(name, inline statement, helper statement, namespace) for one setting."""
     branches = bs * topk  # SGLang's `bs` in common_template
     ns = {
-        "torch": torch, "per_step_draft_out_cache_loc": per_step_draft_out_cache_loc,
+        "torch": torch,
+        "per_step_draft_out_cache_loc": per_step_draft_out_cache_loc,
         "draft_kv_indices_buffer_width": draft_kv_indices_buffer_width,
         "draft_kv_indices_used_len": draft_kv_indices_used_len,
         "x": torch.arange(bs * topk * steps, dtype=torch.int64, device=device),
-        "bs": bs, "topk": topk, "steps": steps, "num_seqs": bs, "ctx": ctx, "branches": branches,
-        "seq_lens_sum": bs * seq_len, "i": steps - 2, "device": device,
+        "bs": bs,
+        "topk": topk,
+        "steps": steps,
+        "num_seqs": bs,
+        "ctx": ctx,
+        "branches": branches,
+        "seq_lens_sum": bs * seq_len,
+        "i": steps - 2,
+        "device": device,
         "buf": torch.zeros((steps, bs * topk * ctx), dtype=torch.int32, device=device),
     }
     return [
-        ("out_cache_loc layout",
-         "o = x.reshape(bs, topk, steps); o = o.permute((2, 0, 1)).reshape(steps, -1)",
-         "o = per_step_draft_out_cache_loc(x, bs, topk, steps)", ns),
-        ("row width (int)",
-         "w = num_seqs * topk * ctx",
-         "w = draft_kv_indices_buffer_width(num_seqs, topk, ctx)", ns),
-        ("used length (int)",
-         "n = seq_lens_sum * topk + branches * (i + 1)",
-         "n = draft_kv_indices_used_len(seq_lens_sum, topk, branches, i + 1)", ns),
-        ("site: per-step slice",
-         "r = buf[i][: seq_lens_sum * topk + branches * (i + 1)]",
-         "r = buf[i][: draft_kv_indices_used_len(seq_lens_sum, topk, branches, i + 1)]", ns),
-        ("site: eager row alloc",
-         "b = torch.empty((steps, num_seqs * topk * ctx), dtype=torch.int32, device=device)",
-         "b = torch.empty((steps, draft_kv_indices_buffer_width(num_seqs, topk, ctx)), dtype=torch.int32, device=device)",
-         ns),
-        ("site: capacity check",
-         "pass",
-         "n = draft_kv_indices_used_len(seq_lens_sum, topk, branches, steps)\n"
-         "assert n <= buf.shape[1], f'row too small: need {n} > width {buf.shape[1]}'", ns),
+        (
+            "out_cache_loc layout",
+            "o = x.reshape(bs, topk, steps); o = o.permute((2, 0, 1)).reshape(steps, -1)",
+            "o = per_step_draft_out_cache_loc(x, bs, topk, steps)",
+            ns,
+        ),
+        ("row width (int)", "w = num_seqs * topk * ctx", "w = draft_kv_indices_buffer_width(num_seqs, topk, ctx)", ns),
+        (
+            "used length (int)",
+            "n = seq_lens_sum * topk + branches * (i + 1)",
+            "n = draft_kv_indices_used_len(seq_lens_sum, topk, branches, i + 1)",
+            ns,
+        ),
+        (
+            "site: per-step slice",
+            "r = buf[i][: seq_lens_sum * topk + branches * (i + 1)]",
+            "r = buf[i][: draft_kv_indices_used_len(seq_lens_sum, topk, branches, i + 1)]",
+            ns,
+        ),
+        (
+            "site: eager row alloc",
+            "b = torch.empty((steps, num_seqs * topk * ctx), dtype=torch.int32, device=device)",
+            "b = torch.empty((steps, draft_kv_indices_buffer_width(num_seqs, topk, ctx)), dtype=torch.int32, device=device)",
+            ns,
+        ),
+        (
+            "site: capacity check",
+            "pass",
+            "n = draft_kv_indices_used_len(seq_lens_sum, topk, branches, steps)\n"
+            "assert n <= buf.shape[1], f'row too small: need {n} > width {buf.shape[1]}'",
+            ns,
+        ),
     ]
 
 
@@ -145,8 +165,9 @@ def op_counts(statement: str, ns: dict, device: str) -> tuple[float, float, floa
     top = [e for e in aten if e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")]
     kernels = [e for e in events if e.device_type == DeviceType.CUDA]
     per_call = len(top) // PROFILED_CALLS
-    names = ", ".join(e.name + (f" > {'+'.join(c.name for c in e.cpu_children)}" if e.cpu_children else "")
-                      for e in top[:per_call])
+    names = ", ".join(
+        e.name + (f" > {'+'.join(c.name for c in e.cpu_children)}" if e.cpu_children else "") for e in top[:per_call]
+    )
     return len(aten) / PROFILED_CALLS, len(top) / PROFILED_CALLS, len(kernels) / PROFILED_CALLS, names
 
 
@@ -169,15 +190,29 @@ def main() -> int:
     args = parser.parse_args()
     device = args.device
     if device == "cuda" and not torch.cuda.is_available():
-        print(f"--device cuda: no CUDA device visible to torch {torch.__version__} "
-              f"(torch.version.cuda={torch.version.cuda}); nothing measured")
+        print(
+            f"--device cuda: no CUDA device visible to torch {torch.__version__} "
+            f"(torch.version.cuda={torch.version.cuda}); nothing measured"
+        )
         return 0
     started = time.perf_counter()
     name = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} torch threads"
-    print(f"device: {device} ({name}), torch {torch.__version__}, python {sys.version.split()[0]}, "
-          f"{time.strftime('%Y-%m-%d %H:%M %Z')}")
-    header = ["case", "bs,topk,steps", "inline ns", "helper ns", "diff ns", "ratio", "noise", "ratio of mins",
-              "aten ops (top) inline", "aten ops (top) helper"]
+    print(
+        f"device: {device} ({name}), torch {torch.__version__}, python {sys.version.split()[0]}, "
+        f"{time.strftime('%Y-%m-%d %H:%M %Z')}"
+    )
+    header = [
+        "case",
+        "bs,topk,steps",
+        "inline ns",
+        "helper ns",
+        "diff ns",
+        "ratio",
+        "noise",
+        "ratio of mins",
+        "aten ops (top) inline",
+        "aten ops (top) helper",
+    ]
     if device == "cuda":
         header += ["kernels inline", "kernels helper"]
     rows = [header]
@@ -202,33 +237,45 @@ def main() -> int:
             diffs[case] = (statistics.median(t_helper) - statistics.median(t_inline)) * 1e9
             ops_inline, ops_helper = op_counts(inline, ns, device), op_counts(helper, ns, device)
             op_names.setdefault(case, (ops_inline[3], ops_helper[3]))
-            row = [case, f"{bs},{topk},{steps}", fmt_ns(statistics.median(t_inline)), fmt_ns(statistics.median(t_helper)),
-                   f"{diffs[case]:+.0f}", f"{ratio:.2f}",
-                   f"{quartile_spread(t_inline) * 100:.0f}%", f"{min(t_helper) / min(t_inline):.2f}",
-                   f"{fmt_count(ops_inline[0])} ({fmt_count(ops_inline[1])})",
-                   f"{fmt_count(ops_helper[0])} ({fmt_count(ops_helper[1])})"]
+            row = [
+                case,
+                f"{bs},{topk},{steps}",
+                fmt_ns(statistics.median(t_inline)),
+                fmt_ns(statistics.median(t_helper)),
+                f"{diffs[case]:+.0f}",
+                f"{ratio:.2f}",
+                f"{quartile_spread(t_inline) * 100:.0f}%",
+                f"{min(t_helper) / min(t_inline):.2f}",
+                f"{fmt_count(ops_inline[0])} ({fmt_count(ops_inline[1])})",
+                f"{fmt_count(ops_helper[0])} ({fmt_count(ops_helper[1])})",
+            ]
             if device == "cuda":
                 row += [fmt_count(ops_inline[2]), fmt_count(ops_helper[2])]
             rows.append(row)
             for key in ("o", "w", "n", "r", "b"):
                 ns.pop(key, None)
         paths = per_iteration_ns(diffs, steps)
-        per_iteration.append(f"  {bs},{topk},{steps}: " + ", ".join(f"{path} {ns_:+.0f} ns" for path, ns_ in paths.items()))
+        per_iteration.append(
+            f"  {bs},{topk},{steps}: " + ", ".join(f"{path} {ns_:+.0f} ns" for path, ns_ in paths.items())
+        )
     widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
     for index, row in enumerate(rows):
         print("  ".join(cell.ljust(w) if c == 0 else cell.rjust(w) for c, (cell, w) in enumerate(zip(row, widths))))
         if index == 0:
             print("  ".join("-" * w for w in widths))
-    print("ns: median time per call; diff: helper - inline; ratio: median of the per-round helper/inline ratios; "
-          "noise: the inline side's (p75 - p25) / median over the rounds; ratio of mins: fastest round against fastest round; "
-          "aten ops: all (top-level) per call"
-          + ("; kernels: CUDA kernels per call" if device == "cuda" else ""))
+    print(
+        "ns: median time per call; diff: helper - inline; ratio: median of the per-round helper/inline ratios; "
+        "noise: the inline side's (p75 - p25) / median over the rounds; ratio of mins: fastest round against fastest round; "
+        "aten ops: all (top-level) per call" + ("; kernels: CUDA kernels per call" if device == "cuda" else "")
+    )
     print()
     print("aten ops of one call (top-level > nested):")
     for case, (inline_ops, helper_ops) in op_names.items():
         print(f"  {case}: inline [{inline_ops or '-'}]  helper [{helper_ops or '-'}]")
     print()
-    print("per decode iteration, helper - inline (layout + width + (steps - 1) x used length [+ FlashInfer's capacity check]):")
+    print(
+        "per decode iteration, helper - inline (layout + width + (steps - 1) x used length [+ FlashInfer's capacity check]):"
+    )
     print("\n".join(per_iteration))
     print(f"elapsed {time.perf_counter() - started:.0f} s")
     return 0

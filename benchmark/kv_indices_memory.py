@@ -83,14 +83,20 @@ def grid() -> list[dict]:
                     for steps in STEPS:
                         patched = draft_kv_indices_buffer_width(max_bs, topk, ctx)
                         before = unpatched_width(max_bs, topk, ctx)
-                        out.append({
-                            "backend": backend, "dtype_bytes": dtype_bytes, "max_bs": max_bs, "topk": topk,
-                            "context": ctx, "steps": steps,
-                            # eager rows at a full batch: the same expression before and after
-                            "eager_bytes": rows_bytes(steps, max_bs * topk * ctx, dtype_bytes),
-                            "graph_bytes_0512": rows_bytes(steps, before, dtype_bytes),
-                            "graph_bytes_patched": rows_bytes(steps, patched, dtype_bytes),
-                        })
+                        out.append(
+                            {
+                                "backend": backend,
+                                "dtype_bytes": dtype_bytes,
+                                "max_bs": max_bs,
+                                "topk": topk,
+                                "context": ctx,
+                                "steps": steps,
+                                # eager rows at a full batch: the same expression before and after
+                                "eager_bytes": rows_bytes(steps, max_bs * topk * ctx, dtype_bytes),
+                                "graph_bytes_0512": rows_bytes(steps, before, dtype_bytes),
+                                "graph_bytes_patched": rows_bytes(steps, patched, dtype_bytes),
+                            }
+                        )
     return out
 
 
@@ -122,8 +128,20 @@ def fill(seq_lens: list[int], topk: int, steps: int, width: int) -> tuple[float,
 
 
 def fill_rows(max_bs: int, topk: int, steps: int) -> tuple[list[list[str]], list[dict]]:
-    rows = [["sequence-length mix", "ctx", "mean len", "eager", "graph full", "graph 1/4",
-             "0.5.12 FI graph, topk 1", "topk 2", "topk 4", "topk 8"]]
+    rows = [
+        [
+            "sequence-length mix",
+            "ctx",
+            "mean len",
+            "eager",
+            "graph full",
+            "graph 1/4",
+            "0.5.12 FI graph, topk 1",
+            "topk 2",
+            "topk 4",
+            "topk 8",
+        ]
+    ]
     raw = []
     for mix in MIXES:
         for ctx in CONTEXT:
@@ -135,12 +153,29 @@ def fill_rows(max_bs: int, topk: int, steps: int) -> tuple[list[list[str]], list
             graph_quarter = fill(quarter, topk, steps, patched)
             # 0.5.12 FlashInfer graph row: max_bs * ctx wide whatever topk is
             need = {k: fill(full, k, steps, BACKENDS["flashinfer"][1](max_bs, k, ctx))[0] for k in TOPK}
-            rows.append([mix, f"{ctx // 1024}k", f"{statistics.mean(full):.0f}", f"{eager[0]:.1%}",
-                         f"{graph_full[0]:.1%}", f"{graph_quarter[0]:.1%}"]
-                        + [f"{need[k]:.2f}" + (" OVERFLOW" if need[k] > 1 else "") for k in TOPK])
-            raw.append({"mix": mix, "ctx": ctx, "mean_len": statistics.mean(full), "eager": eager[0],
-                        "eager_mean_rows": eager[1], "graph_full": graph_full[0], "graph_quarter": graph_quarter[0],
-                        "flashinfer_0512_need_over_width": need})
+            rows.append(
+                [
+                    mix,
+                    f"{ctx // 1024}k",
+                    f"{statistics.mean(full):.0f}",
+                    f"{eager[0]:.1%}",
+                    f"{graph_full[0]:.1%}",
+                    f"{graph_quarter[0]:.1%}",
+                ]
+                + [f"{need[k]:.2f}" + (" OVERFLOW" if need[k] > 1 else "") for k in TOPK]
+            )
+            raw.append(
+                {
+                    "mix": mix,
+                    "ctx": ctx,
+                    "mean_len": statistics.mean(full),
+                    "eager": eager[0],
+                    "eager_mean_rows": eager[1],
+                    "graph_full": graph_full[0],
+                    "graph_quarter": graph_quarter[0],
+                    "flashinfer_0512_need_over_width": need,
+                }
+            )
     return rows, raw
 
 
@@ -159,6 +194,7 @@ def size_label(mib: float) -> str:
 
 def plot(data: list[dict], fill_raw: list[dict], fill_setting: tuple[int, int, int], path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -172,8 +208,9 @@ def plot(data: list[dict], fill_raw: list[dict], fill_setting: tuple[int, int, i
             pts = sorted((r["max_bs"], r["graph_bytes_patched"] / MiB) for r in sel if r["topk"] == topk)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=colors[topk], label=f"patched, topk {topk}")
         pts = sorted({(r["max_bs"], r["graph_bytes_0512"] / MiB) for r in sel})
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "k--", lw=2,
-                label="0.5.12, any topk\n(too small for topk > 1)")
+        ax.plot(
+            [p[0] for p in pts], [p[1] for p in pts], "k--", lw=2, label="0.5.12, any topk\n(too small for topk > 1)"
+        )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
         ax.set_xticks(MAX_BS, [str(b) for b in MAX_BS])
@@ -182,9 +219,12 @@ def plot(data: list[dict], fill_raw: list[dict], fill_setting: tuple[int, int, i
         ax.set_ylim(0.5, 2**13)
         ax.set_xlabel("max batch size of the draft CUDA graphs (max_bs)")
         ax.set_ylabel("persistent GPU memory")
-        ax.set_title(f"FlashInfer draft kv_indices, CUDA-graph rows, context {ctx // 1024}k\n"
-                     f"int32, {steps} steps (bytes scale with steps); Triton/Aiter:\n"
-                     f"same size before and after (Triton int64: x2)", fontsize=10)
+        ax.set_title(
+            f"FlashInfer draft kv_indices, CUDA-graph rows, context {ctx // 1024}k\n"
+            f"int32, {steps} steps (bytes scale with steps); Triton/Aiter:\n"
+            f"same size before and after (Triton int64: x2)",
+            fontsize=10,
+        )
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(fontsize=8, loc="upper left")
     ax = axes[2]
@@ -192,11 +232,12 @@ def plot(data: list[dict], fill_raw: list[dict], fill_setting: tuple[int, int, i
     mixes = list(MIXES)
     ctx = 32768
     sel = {r["mix"]: r for r in fill_raw if r["ctx"] == ctx}
-    series = [("patched eager row", lambda r: r["eager"], "#4c72b0"),
-              ("patched graph row, full batch", lambda r: r["graph_full"], "#55a868"),
-              ("patched graph row, 1/4 batch", lambda r: r["graph_quarter"], "#a6dba0"),
-              ("0.5.12 FlashInfer graph row: need / width", lambda r: r["flashinfer_0512_need_over_width"][topk],
-               "#c44e52")]
+    series = [
+        ("patched eager row", lambda r: r["eager"], "#4c72b0"),
+        ("patched graph row, full batch", lambda r: r["graph_full"], "#55a868"),
+        ("patched graph row, 1/4 batch", lambda r: r["graph_quarter"], "#a6dba0"),
+        ("0.5.12 FlashInfer graph row: need / width", lambda r: r["flashinfer_0512_need_over_width"][topk], "#c44e52"),
+    ]
     width = 0.2
     for i, (label, value, color) in enumerate(series):
         xs = [j + (i - 1.5) * width for j in range(len(mixes))]
@@ -209,8 +250,11 @@ def plot(data: list[dict], fill_raw: list[dict], fill_setting: tuple[int, int, i
     ax.set_xticks(range(len(mixes)), [SHORT[m] for m in mixes], fontsize=8)
     ax.set_ylim(0, 470)
     ax.set_ylabel("% of the last row's width")
-    ax.set_title(f"fill of the last draft step's kv_indices row\nmax_bs {max_bs}, topk {topk}, {steps} steps, "
-                 f"context {ctx // 1024}k, {max_bs} requests per mix", fontsize=10)
+    ax.set_title(
+        f"fill of the last draft step's kv_indices row\nmax_bs {max_bs}, topk {topk}, {steps} steps, "
+        f"context {ctx // 1024}k, {max_bs} requests per mix",
+        fontsize=10,
+    )
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0, 0.93))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -220,22 +264,45 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--plot", type=Path, help="write a PNG here")
     parser.add_argument("--csv", type=Path, help="write the whole grid (backend x max_bs x topk x ctx x steps) here")
-    parser.add_argument("--fill-setting", default="64,4,5", help="max_bs,topk,steps for the fill table (default 64,4,5)")
+    parser.add_argument(
+        "--fill-setting", default="64,4,5", help="max_bs,topk,steps for the fill table (default 64,4,5)"
+    )
     args = parser.parse_args()
     started = time.perf_counter()
     data = grid()
-    print(f"draft kv_indices rows, {time.strftime('%Y-%m-%d %H:%M %Z')}; GiB = 2**30 bytes; "
-          f"rows = speculative_num_steps in every allocation")
+    print(
+        f"draft kv_indices rows, {time.strftime('%Y-%m-%d %H:%M %Z')}; GiB = 2**30 bytes; "
+        f"rows = speculative_num_steps in every allocation"
+    )
     print()
     print("Per backend: rows x width x dtype (0.5.12 -> patched)")
-    print(table([["backend", "dtype", "eager width (both)", "graph width 0.5.12", "graph width patched"],
-                 ["flashinfer", "int32", "batch_size*topk*ctx", "max_bs*ctx", "max_bs*topk*ctx"],
-                 ["flashinfer_mla", "int32", "batch_size*topk*ctx", "max_bs*ctx", "max_bs*topk*ctx"],
-                 ["triton", "int64", "batch_size*topk*ctx", "max_num_tokens*ctx = max_bs*topk*ctx", "max_bs*topk*ctx"],
-                 ["aiter", "int32", "batch_size*topk*ctx", "max_num_tokens*ctx = max_bs*topk*ctx", "max_bs*topk*ctx"]]))
+    print(
+        table(
+            [
+                ["backend", "dtype", "eager width (both)", "graph width 0.5.12", "graph width patched"],
+                ["flashinfer", "int32", "batch_size*topk*ctx", "max_bs*ctx", "max_bs*topk*ctx"],
+                ["flashinfer_mla", "int32", "batch_size*topk*ctx", "max_bs*ctx", "max_bs*topk*ctx"],
+                ["triton", "int64", "batch_size*topk*ctx", "max_num_tokens*ctx = max_bs*topk*ctx", "max_bs*topk*ctx"],
+                ["aiter", "int32", "batch_size*topk*ctx", "max_num_tokens*ctx = max_bs*topk*ctx", "max_bs*topk*ctx"],
+            ]
+        )
+    )
     print()
-    rows = [["max_bs", "topk", "ctx", "FlashInfer 3 steps: 0.5.12", "patched", "extra",
-             "8 steps: 0.5.12", "patched", "extra", "Triton 3 / 8 steps", "Aiter 3 / 8 steps"]]
+    rows = [
+        [
+            "max_bs",
+            "topk",
+            "ctx",
+            "FlashInfer 3 steps: 0.5.12",
+            "patched",
+            "extra",
+            "8 steps: 0.5.12",
+            "patched",
+            "extra",
+            "Triton 3 / 8 steps",
+            "Aiter 3 / 8 steps",
+        ]
+    ]
     pick = {(r["backend"], r["max_bs"], r["topk"], r["context"], r["steps"]): r for r in data}
     for max_bs in (8, 64, 256):
         for topk in TOPK:
@@ -243,29 +310,38 @@ def main() -> int:
                 row = [str(max_bs), str(topk), f"{ctx // 1024}k"]
                 for steps in (3, 8):
                     fi = pick["flashinfer", max_bs, topk, ctx, steps]
-                    row += [mib(fi["graph_bytes_0512"]), mib(fi["graph_bytes_patched"]),
-                            "+" + mib(fi["graph_bytes_patched"] - fi["graph_bytes_0512"])]
+                    row += [
+                        mib(fi["graph_bytes_0512"]),
+                        mib(fi["graph_bytes_patched"]),
+                        "+" + mib(fi["graph_bytes_patched"] - fi["graph_bytes_0512"]),
+                    ]
                 for backend in ("triton", "aiter"):
                     both = [pick[backend, max_bs, topk, ctx, steps] for steps in (3, 8)]
                     assert all(r["graph_bytes_0512"] == r["graph_bytes_patched"] for r in both)
                     row.append(" / ".join(mib(r["graph_bytes_patched"]) for r in both))
                 rows.append(row)
-    print("CUDA-graph draft kv_indices rows, MiB (persistent). FlashInfer-MLA is FlashInfer's formula, but 0.5.12 "
-          "refuses topk > 1 there, so it only ever runs the topk 1 rows (no change). The eager rows at a full batch "
-          "(allocated at every forward) are the size of the patched graph rows.")
+    print(
+        "CUDA-graph draft kv_indices rows, MiB (persistent). FlashInfer-MLA is FlashInfer's formula, but 0.5.12 "
+        "refuses topk > 1 there, so it only ever runs the topk 1 rows (no change). The eager rows at a full batch "
+        "(allocated at every forward) are the size of the patched graph rows."
+    )
     print(table(rows))
     print()
     largest = max(data, key=lambda r: r["graph_bytes_patched"])
-    print(f"largest in the grid: {largest['backend']} max_bs {largest['max_bs']} topk {largest['topk']} "
-          f"ctx {largest['context']} steps {largest['steps']}: {gib(largest['graph_bytes_patched'])} GiB; widest row "
-          f"{draft_kv_indices_buffer_width(max(MAX_BS), max(TOPK), max(CONTEXT)):,} entries (< 2**31 = {2**31:,})")
+    print(
+        f"largest in the grid: {largest['backend']} max_bs {largest['max_bs']} topk {largest['topk']} "
+        f"ctx {largest['context']} steps {largest['steps']}: {gib(largest['graph_bytes_patched'])} GiB; widest row "
+        f"{draft_kv_indices_buffer_width(max(MAX_BS), max(TOPK), max(CONTEXT)):,} entries (< 2**31 = {2**31:,})"
+    )
     print()
     max_bs, topk, steps = (int(x) for x in args.fill_setting.split(","))
     rows, fill_raw = fill_rows(max_bs, topk, steps)
-    print(f"Fill of the last row (step {steps - 1}, the fullest), used_len / width: patched rows at max_bs {max_bs}, "
-          f"topk {topk}, {steps} steps; {max_bs} requests drawn per mix (seeded), each clipped to ctx - steps. "
-          f"'0.5.12 FI graph' = need / width of the unpatched FlashInfer(-MLA) graph row at a full batch, per topk: "
-          f"above 1 it overflows.")
+    print(
+        f"Fill of the last row (step {steps - 1}, the fullest), used_len / width: patched rows at max_bs {max_bs}, "
+        f"topk {topk}, {steps} steps; {max_bs} requests drawn per mix (seeded), each clipped to ctx - steps. "
+        f"'0.5.12 FI graph' = need / width of the unpatched FlashInfer(-MLA) graph row at a full batch, per topk: "
+        f"above 1 it overflows."
+    )
     print(table(rows))
     print()
     if args.csv:

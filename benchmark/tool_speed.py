@@ -56,6 +56,7 @@ HERE = Path(__file__).resolve()
 
 # ---- trees ----------------------------------------------------------------------
 
+
 def unpack(version: str, root: Path) -> Path:
     """Unpack sglang==version once under root; returns the folder holding sglang/."""
     from sglang_draft_layout.releases import unpack_release
@@ -74,22 +75,31 @@ def fresh_copy(pristine: Path, root: Path) -> Path:
 
 # ---- child processes (in-process timings; imports measured here) ------------------
 
+
 def _child(argv: list[str]) -> None:
     """Runs in a fresh interpreter; prints one JSON object."""
     mode, pristine, workdir, reps = argv[0], Path(argv[1]), Path(argv[2]), int(argv[3])
     out: dict = {}
     t0 = time.perf_counter()
     import libcst  # noqa: F401
+
     t1 = time.perf_counter()
     import libcst.matchers  # noqa: F401
+
     t2 = time.perf_counter()
     from sglang_draft_layout import cli, engine  # noqa: F401
     from sglang_draft_layout.target import resolve
+
     t3 = time.perf_counter()
     # what the CLI imports before it runs check (apply imports libcst.codemod when it renders)
-    out["imports"] = {"libcst": t1 - t0, "libcst.matchers": t2 - t1, "sglang_draft_layout (cli, engine, rules)": t3 - t2}
+    out["imports"] = {
+        "libcst": t1 - t0,
+        "libcst.matchers": t2 - t1,
+        "sglang_draft_layout (cli, engine, rules)": t3 - t2,
+    }
     if mode == "breakdown":
         import libcst.codemod  # noqa: F401
+
         out["imports"]["libcst.codemod (apply only; already in if the engine imports it)"] = time.perf_counter() - t3
 
     def check(tree: Path) -> float:
@@ -150,6 +160,7 @@ def _breakdown(pristine: Path, workdir: Path, reps: int, check, apply) -> dict:
             finally:
                 charge()
                 stack.pop()
+
         return timed
 
     def patch(obj, attr: str, kind: str, name: str) -> None:
@@ -205,14 +216,18 @@ def _median_run(runs: list[tuple[float, dict]]) -> tuple[float, dict]:
 
 
 def child(mode: str, pristine: Path, workdir: Path, reps: int = 1) -> dict:
-    proc = subprocess.run([sys.executable, str(HERE), "--child", mode, str(pristine), str(workdir), str(reps)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(HERE), "--child", mode, str(pristine), str(workdir), str(reps)],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode:
         raise RuntimeError(f"child {mode} failed:\n{proc.stderr}")
     return json.loads(proc.stdout.splitlines()[-1])
 
 
 # ---- cli timings --------------------------------------------------------------------
+
 
 def timed_process(argv: list[str], env: dict | None = None) -> tuple[float, float, int]:
     """(wall s, user+sys CPU s, exit code) of one process."""
@@ -239,21 +254,38 @@ def cli_part(pristine: dict[str, Path], work: Path, reps: int) -> dict:
     script = console_script()
     results: dict = {}
     for version, tree0 in pristine.items():
-        runs: dict[str, list[tuple[float, float]]] = {"check cold": [], "check warm": [], "apply cold": [], "apply warm": [],
-                                                      "check patched": []}
+        runs: dict[str, list[tuple[float, float]]] = {
+            "check cold": [],
+            "check warm": [],
+            "apply cold": [],
+            "apply warm": [],
+            "check patched": [],
+        }
         for _ in range(reps):
             tree = fresh_copy(tree0, work)
-            for key, command, expected in (("check cold", "check", 1), ("check warm", "check", 1),
-                                           ("apply warm", "apply", 0), ("check patched", "check", 0)):
+            for key, command, expected in (
+                ("check cold", "check", 1),
+                ("check warm", "check", 1),
+                ("apply warm", "apply", 0),
+                ("check patched", "check", 0),
+            ):
                 wall, cpu, rc = timed_process([script, command, str(tree)])
                 assert rc == expected, f"{command} {version}: exit {rc}, expected {expected}"
                 runs[key].append((wall, cpu))
             wall, cpu, rc = timed_process([script, "apply", str(fresh_copy(tree0, work))])
             assert rc == 0, f"apply {version}: exit {rc}"
             runs["apply cold"].append((wall, cpu))
-        results[version] = {key: {"wall": statistics.median(r[0] for r in rs), "cpu": statistics.median(r[1] for r in rs),
-                                  "walls": [r[0] for r in rs]} for key, rs in runs.items()}
-        print(f"  cli {version}: " + ", ".join(f"{k} {v['wall']:.2f}s" for k, v in results[version].items()), flush=True)
+        results[version] = {
+            key: {
+                "wall": statistics.median(r[0] for r in rs),
+                "cpu": statistics.median(r[1] for r in rs),
+                "walls": [r[0] for r in rs],
+            }
+            for key, rs in runs.items()
+        }
+        print(
+            f"  cli {version}: " + ", ".join(f"{k} {v['wall']:.2f}s" for k, v in results[version].items()), flush=True
+        )
     return results
 
 
@@ -272,9 +304,10 @@ def ab_part(pristine: dict[str, Path], work: Path, reps: int, baseline: Path) ->
                     wall, cpu, rc = timed_process([script, command, str(fresh_copy(tree0, work))], sides[side])
                     assert rc == expected, f"{side} {command} {version}: exit {rc}"
                     runs[side, command].append((wall, cpu))
-        results[version] = {f"{side} {cmd}": {"wall": statistics.median(r[0] for r in rs),
-                                               "cpu": statistics.median(r[1] for r in rs)}
-                            for (side, cmd), rs in runs.items()}
+        results[version] = {
+            f"{side} {cmd}": {"wall": statistics.median(r[0] for r in rs), "cpu": statistics.median(r[1] for r in rs)}
+            for (side, cmd), rs in runs.items()
+        }
         print(f"  ab {version}: " + ", ".join(f"{k} {v['wall']:.2f}s" for k, v in results[version].items()), flush=True)
     return results
 
@@ -298,9 +331,11 @@ for name in files:
 def launcher_overhead(tree: Path, reps: int) -> dict:
     """Interpreter start, the console script's imports, and a launcher in front of it (pyenv's shim here)."""
     script = console_script()
-    rows = {"python -c pass (interpreter start)": [sys.executable, "-c", "pass"],
-            "python: read + sha256 the target files (no libcst)": [sys.executable, "-c", FLOOR, str(tree)],
-            f"{script} --help (no libcst)": [script, "--help"]}
+    rows = {
+        "python -c pass (interpreter start)": [sys.executable, "-c", "pass"],
+        "python: read + sha256 the target files (no libcst)": [sys.executable, "-c", FLOOR, str(tree)],
+        f"{script} --help (no libcst)": [script, "--help"],
+    }
     # other launchers of the same name on PATH (pyenv puts its version's bin/ first for the
     # processes it starts, so shutil.which alone would find the script itself)
     for folder in os.environ.get("PATH", "").split(os.pathsep):
@@ -330,6 +365,7 @@ def inproc_part(pristine: dict[str, Path], work: Path, reps: int) -> dict:
 
 # ---- output -----------------------------------------------------------------------
 
+
 def table(rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
@@ -342,48 +378,104 @@ def mark(seconds: float, command: str) -> str:
 
 
 def report(data: dict) -> str:
-    out = [f"machine: {os.cpu_count()} cores, python {sys.version.split()[0]}; goals: check <= {GOALS['check']:g} s, "
-           f"apply <= {GOALS['apply']:g} s (! = missed); every timing is a median"]
+    out = [
+        f"machine: {os.cpu_count()} cores, python {sys.version.split()[0]}; goals: check <= {GOALS['check']:g} s, "
+        f"apply <= {GOALS['apply']:g} s (! = missed); every timing is a median"
+    ]
     for run in data.get("runs", []):
-        out.append(f"run {run['date']}: parts {','.join(run['parts'])}, releases {','.join(run['releases'])}, "
-                   f"reps {run['reps']}, load average (1/5/15 min) before {run['load_before']}, after "
-                   f"{run.get('load_after')}, {run.get('elapsed_s')} s, engine {run['engine']}")
+        out.append(
+            f"run {run['date']}: parts {','.join(run['parts'])}, releases {','.join(run['releases'])}, "
+            f"reps {run['reps']}, load average (1/5/15 min) before {run['load_before']}, after "
+            f"{run.get('load_after')}, {run.get('elapsed_s')} s, engine {run['engine']}"
+        )
     out.append("")
     if "launcher" in data:
-        out += ["Launcher and interpreter (wall s, median)",
-                table([["command", "wall s"]] + [[k, f"{v:.2f}"] for k, v in data["launcher"].items()]), ""]
+        out += [
+            "Launcher and interpreter (wall s, median)",
+            table([["command", "wall s"]] + [[k, f"{v:.2f}"] for k, v in data["launcher"].items()]),
+            "",
+        ]
     if "cli" in data:
-        rows = [["release", "check cold", "check warm", "check patched", "apply cold", "apply warm", "cpu: check",
-                 "cpu: apply"]]
+        rows = [
+            [
+                "release",
+                "check cold",
+                "check warm",
+                "check patched",
+                "apply cold",
+                "apply warm",
+                "cpu: check",
+                "cpu: apply",
+            ]
+        ]
         for version, res in data["cli"].items():
             patched = mark(res["check patched"]["wall"], "check") if "check patched" in res else "-"
-            rows.append([version, mark(res["check cold"]["wall"], "check"), mark(res["check warm"]["wall"], "check"), patched,
-                         mark(res["apply cold"]["wall"], "apply"), mark(res["apply warm"]["wall"], "apply"),
-                         f"{res['check warm']['cpu']:.2f}", f"{res['apply warm']['cpu']:.2f}"])
-        out += ["As the user runs it: fresh `sglang-draft-layout check|apply TREE` process (wall s; cpu = user+sys, warm)",
-                table(rows), ""]
+            rows.append(
+                [
+                    version,
+                    mark(res["check cold"]["wall"], "check"),
+                    mark(res["check warm"]["wall"], "check"),
+                    patched,
+                    mark(res["apply cold"]["wall"], "apply"),
+                    mark(res["apply warm"]["wall"], "apply"),
+                    f"{res['check warm']['cpu']:.2f}",
+                    f"{res['apply warm']['cpu']:.2f}",
+                ]
+            )
+        out += [
+            "As the user runs it: fresh `sglang-draft-layout check|apply TREE` process (wall s; cpu = user+sys, warm)",
+            table(rows),
+            "",
+        ]
     if "ab" in data:
-        rows = [["release", "check: baseline", "this", "cpu baseline", "cpu this",
-                 "apply: baseline", "this", "cpu baseline", "cpu this"]]
+        rows = [
+            [
+                "release",
+                "check: baseline",
+                "this",
+                "cpu baseline",
+                "cpu this",
+                "apply: baseline",
+                "this",
+                "cpu baseline",
+                "cpu this",
+            ]
+        ]
         for version, res in data["ab"].items():
             row = [version]
             for command in ("check", "apply"):
                 base, this = res[f"baseline {command}"], res[f"this {command}"]
-                row += [mark(base["wall"], command), mark(this["wall"], command), f"{base['cpu']:.2f}", f"{this['cpu']:.2f}"]
+                row += [
+                    mark(base["wall"], command),
+                    mark(this["wall"], command),
+                    f"{base['cpu']:.2f}",
+                    f"{this['cpu']:.2f}",
+                ]
             rows.append(row)
-        out += [f"Baseline engine ({data['baseline']}) against this checkout's, same trees, interleaved; "
-                "fresh console-script process, cold (wall s and user+sys s, median)", table(rows), ""]
+        out += [
+            f"Baseline engine ({data['baseline']}) against this checkout's, same trees, interleaved; "
+            "fresh console-script process, cold (wall s and user+sys s, median)",
+            table(rows),
+            "",
+        ]
     if "inproc" in data:
         rows = [["release", "imports", "check cold", "check warm", "apply cold", "apply warm"]]
         for version, res in data["inproc"].items():
-            rows.append([version, f"{res['imports']:.2f}"] + [f"{res[k]:.2f}" for k in
-                                                               ("check cold", "check warm", "apply cold", "apply warm")])
-        out += ["In-process: engine.plan(render_changes=False) / engine.apply(target) (s; imports: libcst + this package in a fresh process)",
-                table(rows), ""]
+            rows.append(
+                [version, f"{res['imports']:.2f}"]
+                + [f"{res[k]:.2f}" for k in ("check cold", "check warm", "apply cold", "apply warm")]
+            )
+        out += [
+            "In-process: engine.plan(render_changes=False) / engine.apply(target) (s; imports: libcst + this package in a fresh process)",
+            table(rows),
+            "",
+        ]
     if "breakdown" in data:
         bd = data["breakdown"]
-        out += [f"Where the time goes, {data['breakdown_release']} (exclusive s; cold = the first check, then the first "
-                "apply, of a fresh process; warm = the run with the median total of the --reps runs after them)"]
+        out += [
+            f"Where the time goes, {data['breakdown_release']} (exclusive s; cold = the first check, then the first "
+            "apply, of a fresh process; warm = the run with the median total of the --reps runs after them)"
+        ]
         imports = bd["imports"]
         rows = [["imports (fresh process)", "s"]] + [[k, f"{v:.3f}"] for k, v in imports.items()]
         rows.append(["total imports", f"{sum(imports.values()):.3f}"])
@@ -410,13 +502,19 @@ def report(data: dict) -> str:
 
 def plot(data: dict, path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     panels = [p for p in ("cli", "ab", "breakdown") if p in data]
     ratios = {"cli": 3, "ab": 2, "breakdown": 2}
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels) + 2, 5.2),
-                             gridspec_kw={"width_ratios": [ratios[p] for p in panels]}, squeeze=False)
+    fig, axes = plt.subplots(
+        1,
+        len(panels),
+        figsize=(5.5 * len(panels) + 2, 5.2),
+        gridspec_kw={"width_ratios": [ratios[p] for p in panels]},
+        squeeze=False,
+    )
     axes = dict(zip(panels, axes[0]))
 
     def goals(ax) -> None:
@@ -433,25 +531,43 @@ def plot(data: dict, path: Path) -> None:
             xs = [j + (i - 1.5) * width for j in range(len(versions))]
             ax.bar(xs, [data["cli"][v][key]["wall"] for v in versions], width, label=f"{key}: process", color=color)
             if "inproc" in data:
-                ax.bar(xs, [data["inproc"][v][key] for v in versions if v in data["inproc"]], width * 0.45,
-                       color="black", alpha=0.55, label="engine call (inproc part)" if i == 0 else None)
+                ax.bar(
+                    xs,
+                    [data["inproc"][v][key] for v in versions if v in data["inproc"]],
+                    width * 0.45,
+                    color="black",
+                    alpha=0.55,
+                    label="engine call (inproc part)" if i == 0 else None,
+                )
         goals(ax)
         ax.set_xticks(range(len(versions)), [f"sglang {v}" for v in versions])
         ax.set_ylabel("wall time, s (median)")
-        ax.set_title("sglang-draft-layout check / apply on a whole release tree\n"
-                     "fresh process (bar); the engine call alone, measured in the inproc part (dark)", fontsize=10)
+        ax.set_title(
+            "sglang-draft-layout check / apply on a whole release tree\n"
+            "fresh process (bar); the engine call alone, measured in the inproc part (dark)",
+            fontsize=10,
+        )
         ax.legend(fontsize=8, loc="upper left", ncols=2)
         ax.set_ylim(0, max(GOALS["apply"] * 1.3, ax.get_ylim()[1] * 1.15))
     if "ab" in axes:
         ax = axes["ab"]
         versions = list(data["ab"])
         width = 0.2
-        series = [("baseline check", "#9aa7b8"), ("this check", "#4c72b0"), ("baseline apply", "#d9b99b"),
-                  ("this apply", "#dd8452")]
+        series = [
+            ("baseline check", "#9aa7b8"),
+            ("this check", "#4c72b0"),
+            ("baseline apply", "#d9b99b"),
+            ("this apply", "#dd8452"),
+        ]
         for i, (key, color) in enumerate(series):
             xs = [j + (i - 1.5) * width for j in range(len(versions))]
-            ax.bar(xs, [data["ab"][v][key]["wall"] for v in versions], width, color=color,
-                   label=key.replace("this", "optimised engine").replace("baseline", "engine before"))
+            ax.bar(
+                xs,
+                [data["ab"][v][key]["wall"] for v in versions],
+                width,
+                color=color,
+                label=key.replace("this", "optimised engine").replace("baseline", "engine before"),
+            )
         goals(ax)
         ax.set_xticks(range(len(versions)), [f"sglang {v}" for v in versions])
         ax.set_ylabel("wall time, s (median)")
@@ -466,15 +582,19 @@ def plot(data: dict, path: Path) -> None:
         for r_i, r in enumerate(runs):
             for key, t in bd[r][1].items():
                 comps.setdefault(key.split("|")[1], [0.0] * len(runs))[r_i] += t
-        order = ["imports (libcst etc.)"] + sorted((c for c in comps if c != "imports (libcst etc.)"),
-                                                  key=lambda c: -comps[c][1])
+        order = ["imports (libcst etc.)"] + sorted(
+            (c for c in comps if c != "imports (libcst etc.)"), key=lambda c: -comps[c][1]
+        )
         bottom = [0.0] * len(runs)
         cmap = plt.get_cmap("tab20")
         for i, comp in enumerate(order):
             ax.bar(runs, comps[comp], bottom=bottom, label=comp, color=cmap(i), width=0.6)
             bottom = [b + v for b, v in zip(bottom, comps[comp])]
-        ax.set_title(f"where the time goes, sglang {data['breakdown_release']}\n(imports + engine call; "
-                     f"no interpreter start)", fontsize=10)
+        ax.set_title(
+            f"where the time goes, sglang {data['breakdown_release']}\n(imports + engine call; "
+            f"no interpreter start)",
+            fontsize=10,
+        )
         ax.set_ylabel("s")
         ax.set_xlim(-0.5, 2.6)
         ax.legend(fontsize=7, loc="upper right")
@@ -489,14 +609,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--releases", default=",".join(RELEASES))
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--part", default="cli", help="any of cli, inproc, breakdown, ab, comma-separated, or none "
-                        "(only merge --from-json); default cli. cli and inproc,breakdown take about 3 minutes "
-                        "each on an idle 2-core machine: run them as two commands")
-    parser.add_argument("--baseline", type=Path,
-                        help="for --part ab: a folder holding the sglang_draft_layout package to compare against, "
-                             "e.g. from `git archive <commit> python | tar -x -C /tmp/base` -> /tmp/base/python")
-    parser.add_argument("--from-json", type=Path, nargs="*", default=[],
-                        help="merge earlier --json results (e.g. the other part) into the report and plot")
+    parser.add_argument(
+        "--part",
+        default="cli",
+        help="any of cli, inproc, breakdown, ab, comma-separated, or none "
+        "(only merge --from-json); default cli. cli and inproc,breakdown take about 3 minutes "
+        "each on an idle 2-core machine: run them as two commands",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="for --part ab: a folder holding the sglang_draft_layout package to compare against, "
+        "e.g. from `git archive <commit> python | tar -x -C /tmp/base` -> /tmp/base/python",
+    )
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="merge earlier --json results (e.g. the other part) into the report and plot",
+    )
     parser.add_argument("--breakdown-release", default="0.5.12")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     parser.add_argument("--plot", type=Path, help="write a PNG plot here")
@@ -505,9 +637,15 @@ def main() -> None:
     versions = args.releases.split(",")
     started = time.perf_counter()
     import sglang_draft_layout
-    run = {"parts": sorted(parts), "releases": versions, "reps": args.reps, "date": time.strftime("%Y-%m-%d %H:%M %Z"),
-           "load_before": " ".join(f"{x:.2f}" for x in os.getloadavg()),
-           "engine": str(Path(sglang_draft_layout.__file__).parent)}
+
+    run = {
+        "parts": sorted(parts),
+        "releases": versions,
+        "reps": args.reps,
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "load_before": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "engine": str(Path(sglang_draft_layout.__file__).parent),
+    }
     data: dict = {}
     if parts:
         with tempfile.TemporaryDirectory(prefix="tool-speed-") as scratch:
@@ -530,6 +668,7 @@ def main() -> None:
             # the pristine trees must still be unpatched (fresh copies are hard links)
             from sglang_draft_layout import engine
             from sglang_draft_layout.target import resolve
+
             for version, tree in pristine.items():
                 plan = engine.plan(resolve(str(tree)), render_changes=False)
                 assert plan.count(engine.State.PATCHED) == 0, f"pristine {version} was modified"
@@ -549,6 +688,7 @@ def main() -> None:
     if args.plot:
         plot(data, args.plot)
         print(f"plot: {args.plot}")
+
 
 if __name__ == "__main__":
     main()

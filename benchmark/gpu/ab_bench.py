@@ -127,22 +127,57 @@ TREES = ab_stats.TREES
 #: a `datasets` that bench_serving's imports find on a machine without it (see its docstring)
 STANDIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "standin")
 DONE = "@@AB_ROUND_DONE@@"
-ROUND_KEYS = ("completed", "duration", "total_output_tokens", "output_throughput", "accept_length",
-              "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_tpot_ms")
+ROUND_KEYS = (
+    "completed",
+    "duration",
+    "total_output_tokens",
+    "output_throughput",
+    "accept_length",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "median_itl_ms",
+    "p99_itl_ms",
+    "median_tpot_ms",
+)
 
 
 def bench_argv(a: argparse.Namespace, port: int, num_prompts: int, concurrency: int, output_file: str) -> list[str]:
     """bench_serving's arguments for one run (every flag exists in 0.5.12's parser; see the test)."""
     return [
-        "--backend", "sglang", "--dataset-name", "random-ids", "--tokenize-prompt",
-        "--host", "127.0.0.1", "--port", str(port),
-        "--model", f"{a.models}/target", "--tokenizer", f"{a.models}/target",
-        "--num-prompts", str(num_prompts),
-        "--random-input-len", str(a.input_len), "--random-output-len", str(a.output_len),
-        "--random-range-ratio", str(a.range_ratio),
-        "--request-rate", "inf", "--max-concurrency", str(concurrency),
-        "--seed", str(a.seed), "--warmup-requests", "1", "--ready-check-timeout-sec", "0",
-        "--disable-tqdm", "--output-file", output_file,
+        "--backend",
+        "sglang",
+        "--dataset-name",
+        "random-ids",
+        "--tokenize-prompt",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--model",
+        f"{a.models}/target",
+        "--tokenizer",
+        f"{a.models}/target",
+        "--num-prompts",
+        str(num_prompts),
+        "--random-input-len",
+        str(a.input_len),
+        "--random-output-len",
+        str(a.output_len),
+        "--random-range-ratio",
+        str(a.range_ratio),
+        "--request-rate",
+        "inf",
+        "--max-concurrency",
+        str(concurrency),
+        "--seed",
+        str(a.seed),
+        "--warmup-requests",
+        "1",
+        "--ready-check-timeout-sec",
+        "0",
+        "--disable-tqdm",
+        "--output-file",
+        output_file,
     ]
 
 
@@ -153,8 +188,12 @@ def server_extra_args(cfg: dict, max_concurrency: int, extra: str = "") -> str:
     would depend on which prompts earlier runs cached (the 2026-12-01 runs had it on); and
     ``--sleep-on-idle``: the idle server of the pair would otherwise spin a CPU core at 100%
     while the other one is measured (SGLang's own IdleSleeper docstring). Both trees alike."""
-    args = [f"--max-running-requests {max_concurrency}", "--disable-piecewise-cuda-graph", "--disable-radix-cache",
-            "--sleep-on-idle"]
+    args = [
+        f"--max-running-requests {max_concurrency}",
+        "--disable-piecewise-cuda-graph",
+        "--disable-radix-cache",
+        "--sleep-on-idle",
+    ]
     if cfg["cg"] == "cg":
         args.append(f"--cuda-graph-max-bs {max_concurrency}")
     return " ".join(args + ([extra] if extra else []))
@@ -169,8 +208,7 @@ def prompts_for_round(rates: list[float], round_seconds: float, concurrency: int
     return max(concurrency, math.ceil(n / concurrency) * concurrency)
 
 
-def grown_prompts(prompts: int, pair_rounds: list[dict], round_seconds: float, concurrency: int,
-                  margin: float) -> int:
+def grown_prompts(prompts: int, pair_rounds: list[dict], round_seconds: float, concurrency: int, margin: float) -> int:
     """Prompts of the next pairs after a complete pair of ``prompts``-prompt rounds: unchanged
     while every round lasted ``round_seconds``; else :func:`prompts_for_round` at the rate of the
     fastest short round (more whole waves, never fewer)."""
@@ -227,7 +265,7 @@ def cpu_halves(cores: list[list[int]]) -> tuple[list[int], list[int]]:
     if len(cores) < 2:
         raise ValueError(f"--cpu-split needs at least 2 CPUs, this process may use {format_cpu_list(sum(cores, []))}")
     n = len(cores) // 2
-    return sorted(sum(cores[:n], [])), sorted(sum(cores[n:2 * n], []))
+    return sorted(sum(cores[:n], [])), sorted(sum(cores[n : 2 * n], []))
 
 
 @contextlib.contextmanager
@@ -312,8 +350,14 @@ class Client:
 
     def __init__(self, a: argparse.Namespace, log_path: str, cpus: list[int] | None = None) -> None:
         self.cpus = cpus
-        self.env = dict(os.environ, PYTHONPATH=f"{a.site}:{STANDIN}", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-                        TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
+        self.env = dict(
+            os.environ,
+            PYTHONPATH=f"{a.site}:{STANDIN}",
+            HF_HUB_OFFLINE="1",
+            TRANSFORMERS_OFFLINE="1",
+            TOKENIZERS_PARALLELISM="false",
+            PYTHONUNBUFFERED="1",
+        )
         if cpus:
             self.env.setdefault("OMP_NUM_THREADS", str(len(cpus)))
         self.log = open(log_path, "a")
@@ -321,9 +365,15 @@ class Client:
 
     def _start(self) -> None:
         with pinned(self.cpus):
-            self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--client"],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                         text=True, env=self.env, start_new_session=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__), "--client"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=self.env,
+                start_new_session=True,
+            )
         serve_checks._SERVERS.append(self.proc)  # killed with the servers on SIGTERM
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, args=(self.proc, self.lines), daemon=True).start()
@@ -356,20 +406,32 @@ class Client:
         self.log.close()
 
 
-def start_server(name: str, port: int, a: argparse.Namespace, extra_args: str,
-                 cpus: list[int] | None = None) -> subprocess.Popen:
+def start_server(
+    name: str, port: int, a: argparse.Namespace, extra_args: str, cpus: list[int] | None = None
+) -> subprocess.Popen:
     """One server of a pair, in its own session; with ``cpus`` it and all it spawns start there."""
     cfg = serve_checks.parse(name)
     log = open(os.path.join(a.logdir, f"server_{name}.log"), "w")
-    opts = SimpleNamespace(mem_fraction=a.mem_fraction, max_total_tokens=a.max_total_tokens, extra_args=extra_args,
-                           site=a.site, patched=a.patched, max_running_requests=getattr(a, "max_running_requests", 8))
+    opts = SimpleNamespace(
+        mem_fraction=a.mem_fraction,
+        max_total_tokens=a.max_total_tokens,
+        extra_args=extra_args,
+        site=a.site,
+        patched=a.patched,
+        max_running_requests=getattr(a, "max_running_requests", 8),
+    )
     env = serve_checks.server_env(cfg, opts, os.path.join(a.logdir, f"trace_{name}.txt"))
     env["SGL_DL_MEMPROBE"] = os.path.join(a.logdir, f"memprobe_{name}.jsonl")
     if cpus:  # OpenMP teams no larger than the half, whatever the OpenMP runtime
         env.setdefault("OMP_NUM_THREADS", str(len(cpus)))
     with pinned(cpus):
-        proc = subprocess.Popen(serve_checks.server_cmd(cfg, a.models, port, opts), stdout=log,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            serve_checks.server_cmd(cfg, a.models, port, opts),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
     serve_checks._SERVERS.append(proc)
     return proc
 
@@ -419,8 +481,10 @@ def window_accept_length(text: str) -> dict:
     which the line's running-request count stands for), and how many windows there were."""
     windows = [(int(m.group(1)), float(m.group(2))) for m in DECODE_WINDOW.finditer(text)]
     weight = sum(running for running, _ in windows)
-    return {"accept_windows": len(windows),
-            "accept_length_windows": sum(r * a for r, a in windows) / weight if weight else None}
+    return {
+        "accept_windows": len(windows),
+        "accept_length_windows": sum(r * a for r, a in windows) / weight if weight else None,
+    }
 
 
 def log_size(path: str) -> int:
@@ -441,7 +505,7 @@ def server_accept_length(path: str, offset: int) -> dict:
             data = f.read()
     except OSError:
         data = b""
-    return window_accept_length(data[:data.rfind(b"\n") + 1].decode("utf-8", "replace"))
+    return window_accept_length(data[: data.rfind(b"\n") + 1].decode("utf-8", "replace"))
 
 
 def read_memprobe(path: str) -> list[dict]:
@@ -452,8 +516,9 @@ def read_memprobe(path: str) -> list[dict]:
         return []
 
 
-def exactness(name: str, port: int, proc: subprocess.Popen, a: argparse.Namespace, prompts: dict,
-              deadline: float) -> dict:
+def exactness(
+    name: str, port: int, proc: subprocess.Popen, a: argparse.Namespace, prompts: dict, deadline: float
+) -> dict:
     """serve_checks.py's request plan on one server: outputs against the rule, accept lengths."""
     cfg = serve_checks.parse(name)
     runner = serve_checks.Runner(SimpleNamespace(deadline_s=deadline - time.time(), stress=a.stress), prompts)
@@ -464,8 +529,20 @@ def exactness(name: str, port: int, proc: subprocess.Popen, a: argparse.Namespac
         res["error"] = repr(exc)
     keep = ("tag", "match_rule", "first_diff", "n_out", "accept_len", "batch_secs")
     res["checks"] = [{k: c.get(k) for k in keep} for c in res.get("checks", [])]
-    return {k: res.get(k) for k in ("checks", "max_new_tokens", "all_match_rule", "accept_min", "accept_max",
-                                    "accept_mean", "accept_all_exact", "error", "truncated")}
+    return {
+        k: res.get(k)
+        for k in (
+            "checks",
+            "max_new_tokens",
+            "all_match_rule",
+            "accept_min",
+            "accept_max",
+            "accept_mean",
+            "accept_all_exact",
+            "error",
+            "truncated",
+        )
+    }
 
 
 class Deadline:
@@ -492,8 +569,15 @@ class Pair:
     ``on_round`` is called with the record after every measured round (ab_bench writes its
     outputs then; in together mode after both rounds of a pair)."""
 
-    def __init__(self, config: str, index: int, a: argparse.Namespace, clients: dict[str, Client],
-                 deadline: Deadline, on_round=lambda record: None) -> None:
+    def __init__(
+        self,
+        config: str,
+        index: int,
+        a: argparse.Namespace,
+        clients: dict[str, Client],
+        deadline: Deadline,
+        on_round=lambda record: None,
+    ) -> None:
         self.config, self.a, self.clients, self.deadline, self.on_round = config, a, clients, deadline, on_round
         self.cfg = serve_checks.parse(f"{config}_patched")
         self.names = {tree: f"{config}_{tree}" for tree in TREES}
@@ -501,11 +585,20 @@ class Pair:
         self.procs: dict[str, subprocess.Popen] = {}
         self.concurrencies = a.config_concurrencies[config]
         self.pairs = a.config_pairs.get(config, a.pairs)
-        self.record: dict = {"config": config, "mode": a.mode, "concurrencies": self.concurrencies, "notes": [],
-                             "runs": [], "rounds": []}
+        self.record: dict = {
+            "config": config,
+            "mode": a.mode,
+            "concurrencies": self.concurrencies,
+            "notes": [],
+            "runs": [],
+            "rounds": [],
+        }
         if a.plan_cells:  # the cells this configuration's verdicts are judged by, as registered
-            self.record["plan"] = {"file": a.plan, "sha256": a.plan_data["sha256"],
-                                   "cells": {str(c): a.plan_cells[(config, c)] for c in self.concurrencies}}
+            self.record["plan"] = {
+                "file": a.plan,
+                "sha256": a.plan_data["sha256"],
+                "cells": {str(c): a.plan_cells[(config, c)] for c in self.concurrencies},
+            }
         self.record["server_extra_args"] = server_extra_args(self.cfg, max(self.concurrencies), a.extra_args)
         self.cpus: dict[str, list[int]] | None = None  # each tree's CPUs now (--cpu-split)
         if a.cpu_halves:
@@ -541,14 +634,18 @@ class Pair:
         for tree in TREES:
             cpus = format_cpu_list(self.cpus[tree])
             self.clients[tree].cpus = self.cpus[tree]
-            entry[tree] = {"cpus": cpus, "server": pin_group(self.procs[tree].pid, self.cpus[tree]),
-                           "client": pin_group(self.clients[tree].proc.pid, self.cpus[tree])}
+            entry[tree] = {
+                "cpus": cpus,
+                "server": pin_group(self.procs[tree].pid, self.cpus[tree]),
+                "client": pin_group(self.clients[tree].proc.pid, self.cpus[tree]),
+            }
             for what in ("server", "client"):
                 if not entry[tree][what]["processes"]:  # it exited: nothing to pin, no CPUs to compare
                     self.record["notes"].append(f"pair {k}: {tree} {what}: no process left in its group to pin")
                 elif entry[tree][what]["cpus"] != cpus:
-                    self.record["notes"].append(f"pair {k}: {tree} {what} on CPUs {entry[tree][what]['cpus']}, "
-                                                f"not {cpus}")
+                    self.record["notes"].append(
+                        f"pair {k}: {tree} {what} on CPUs {entry[tree][what]['cpus']}, " f"not {cpus}"
+                    )
         self.record["pinning"].append(entry)
 
     def another_pair(self, k: int, measured_since: float, expected: dict[int, float]) -> bool:
@@ -561,19 +658,23 @@ class Pair:
             return False
         ran = time.time() - measured_since
         if ran >= a.config_seconds:
-            self.record["notes"].append(f"{k} pairs: the measured phase ran {ran:.0f} s of --config-seconds "
-                                        f"{a.config_seconds:.0f}")
+            self.record["notes"].append(
+                f"{k} pairs: the measured phase ran {ran:.0f} s of --config-seconds " f"{a.config_seconds:.0f}"
+            )
             return False
         per_round = 1 if a.mode == "together" else 2
         need = sum(per_round * (expected[c] + 5) for c in self.concurrencies)
         if self.left() < need:
-            self.record["notes"].append(f"{k} pairs: pair {k} not started after {ran:.0f} s of --config-seconds "
-                                        f"{a.config_seconds:.0f}, {self.left():.0f} s left, ~{need:.0f} s needed")
+            self.record["notes"].append(
+                f"{k} pairs: pair {k} not started after {ran:.0f} s of --config-seconds "
+                f"{a.config_seconds:.0f}, {self.left():.0f} s left, ~{need:.0f} s needed"
+            )
             return False
         return True
 
-    def bench(self, trees: tuple[str, ...], tag: str, prompts: int, concurrency: int,
-              expected_s: float) -> dict[str, dict]:
+    def bench(
+        self, trees: tuple[str, ...], tag: str, prompts: int, concurrency: int, expected_s: float
+    ) -> dict[str, dict]:
         """One bench_serving run on every tree of ``trees``, all started at once (each through its
         own client) and all waited for: {tree: run} of the runs that completed every prompt, a
         note for each other one; none starts when a server has exited or ``expected_s`` does not
@@ -584,8 +685,9 @@ class Pair:
                 self.record["notes"].append(f"{tree} {tag}: server exited rc={proc.returncode}")
                 return {}
         if self.left() < expected_s + 5:
-            self.record["notes"].append(f"{'+'.join(trees)} {tag}: not started, {self.left():.0f} s left, "
-                                        f"~{expected_s:.0f} s needed")
+            self.record["notes"].append(
+                f"{'+'.join(trees)} {tag}: not started, {self.left():.0f} s left, " f"~{expected_s:.0f} s needed"
+            )
             return {}
         paths, t_start, logs, offsets = {}, {}, {}, {}
         for tree in trees:
@@ -599,15 +701,25 @@ class Pair:
         for tree in trees:
             status, t_end = self.clients[tree].wait(until - time.time())
             result = read_round(paths[tree]) if status == 0 else None
-            run = {"tree": tree, "tag": tag, "concurrency": concurrency, "prompts": prompts, "status": status,
-                   "t_start": round(t_start[tree], 3), "wall_s": round(t_end - t_start[tree], 1), **(result or {}),
-                   **server_accept_length(logs[tree], offsets[tree])}
+            run = {
+                "tree": tree,
+                "tag": tag,
+                "concurrency": concurrency,
+                "prompts": prompts,
+                "status": status,
+                "t_start": round(t_start[tree], 3),
+                "wall_s": round(t_end - t_start[tree], 1),
+                **(result or {}),
+                **server_accept_length(logs[tree], offsets[tree]),
+            }
             if self.cpus:
                 run["cpus"] = format_cpu_list(self.cpus[tree])
             self.record["runs"].append(run)
             if result is None or result.get("completed") != prompts:
-                self.record["notes"].append(f"{tree} {tag} c{concurrency}: bench_serving status {status}, "
-                                            f"completed {None if result is None else result.get('completed')}")
+                self.record["notes"].append(
+                    f"{tree} {tag} c{concurrency}: bench_serving status {status}, "
+                    f"completed {None if result is None else result.get('completed')}"
+                )
             else:
                 runs[tree] = run
         return runs
@@ -620,11 +732,13 @@ class Pair:
             self.procs[tree] = start_server(self.names[tree], self.ports[tree], a, extra, start_cpus[tree])
         try:
             t0 = time.time()
-            errors = wait_healthy({self.names[t]: (self.procs[t], self.ports[t]) for t in TREES},
-                                  t0 + min(self.left(), a.startup_timeout))
+            errors = wait_healthy(
+                {self.names[t]: (self.procs[t], self.ports[t]) for t in TREES}, t0 + min(self.left(), a.startup_timeout)
+            )
             self.record["startup_s"] = round(time.time() - t0, 1)
-            self.record["memory"] = {t: read_memprobe(os.path.join(a.logdir, f"memprobe_{self.names[t]}.jsonl"))
-                                     for t in TREES}
+            self.record["memory"] = {
+                t: read_memprobe(os.path.join(a.logdir, f"memprobe_{self.names[t]}.jsonl")) for t in TREES
+            }
             if errors:
                 self.record["notes"] += [f"{n}: {e}" for n, e in errors.items()]
                 for name in errors:
@@ -633,8 +747,12 @@ class Pair:
             if a.cpu_halves:  # the clients too (the last configuration may have left them swapped); checked
                 self.pin(0)
             if a.stress >= 0:
-                self.record["exactness"] = {t: exactness(self.names[t], self.ports[t], self.procs[t], a, prompts_json,
-                                                         time.time() + self.left()) for t in TREES}
+                self.record["exactness"] = {
+                    t: exactness(
+                        self.names[t], self.ports[t], self.procs[t], a, prompts_json, time.time() + self.left()
+                    )
+                    for t in TREES
+                }
             round_prompts = {}
             for c in self.concurrencies:
                 rates = []
@@ -683,7 +801,8 @@ class Pair:
                             shortest = min(r["duration"] for r in pair_rounds)
                             self.record["notes"].append(
                                 f"c{c}: pair {k}'s shortest round took {shortest:.1f} s: "
-                                f"{round_prompts[c]} -> {grown} prompts from pair {k + 1} on")
+                                f"{round_prompts[c]} -> {grown} prompts from pair {k + 1} on"
+                            )
                             expected[c] *= grown / round_prompts[c]
                             round_prompts[c] = grown
                 k += 1
@@ -717,9 +836,13 @@ def summarize(record: dict, concurrencies: list[int], plan: dict | None = None) 
             cell, registered = record["plan"]["cells"].get(str(c)), "before the run"
         elif plan:
             cell, registered = ab_stats.plan_cell(plan, record["config"], c), "after the run (post hoc)"
-        s = {"config": record["config"], "mode": mode_label(record), "concurrency": c,
-             **ab_stats.ratio_summary(pairs, min(durations) if durations else None, cell),
-             **{tree: ab_stats.tree_summary([p[i] for p in pairs]) for i, tree in enumerate(TREES)}}
+        s = {
+            "config": record["config"],
+            "mode": mode_label(record),
+            "concurrency": c,
+            **ab_stats.ratio_summary(pairs, min(durations) if durations else None, cell),
+            **{tree: ab_stats.tree_summary([p[i] for p in pairs]) for i, tree in enumerate(TREES)},
+        }
         if cell:
             s["tost"].update(registered=registered, plan=(record.get("plan") or plan)["file"])
         if record.get("cpu_split"):  # the halves swap trees pair by pair: does one half favour its tree?
@@ -727,7 +850,8 @@ def summarize(record: dict, concurrencies: list[int], plan: dict | None = None) 
             for k, p in sorted(by_pair.items()):
                 if len(p) == 2:
                     by_half.setdefault(f"unpatched on {record['cpu_split'][k % 2]}", []).append(
-                        p["patched"]["output_throughput"] / p["unpatched"]["output_throughput"])
+                        p["patched"]["output_throughput"] / p["unpatched"]["output_throughput"]
+                    )
             s["ratio_median_by_half"] = {half: statistics.median(ratios) for half, ratios in by_half.items()}
         out.append(s)
     mem = []
@@ -737,8 +861,9 @@ def summarize(record: dict, concurrencies: list[int], plan: dict | None = None) 
                 mem.append(ab_stats.memory_check(rec, backend, tree))
     for s in out:
         s["memory"] = mem
-        s["exactness"] = {t: {k: v for k, v in e.items() if k != "checks"}
-                          for t, e in record.get("exactness", {}).items()}
+        s["exactness"] = {
+            t: {k: v for k, v in e.items() if k != "checks"} for t, e in record.get("exactness", {}).items()
+        }
         s["startup_s"] = record.get("startup_s")
         s["notes"] = record["notes"]
     return out
@@ -777,10 +902,12 @@ def tost_cell(s: dict) -> str:
 
 
 def markdown_table(summaries: list[dict]) -> str:
-    rows = ["| config | mode | conc | pairs | round s | unpatched tok/s | patched tok/s | patched / unpatched median "
-            "[95% bootstrap CI] | verdict | plan: TOST at ±2%, mean [90% CI] | sd of log ratio | TTFT med / p99 ms A, B | ITL med / p99 ms A, B "
-            "| accept length A / B (measured rounds) |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = [
+        "| config | mode | conc | pairs | round s | unpatched tok/s | patched tok/s | patched / unpatched median "
+        "[95% bootstrap CI] | verdict | plan: TOST at ±2%, mean [90% CI] | sd of log ratio | TTFT med / p99 ms A, B | ITL med / p99 ms A, B "
+        "| accept length A / B (measured rounds) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for s in summaries:
         A, B = s.get("unpatched", {}), s.get("patched", {})
         if "ratio_median" not in s:
@@ -798,7 +925,8 @@ def markdown_table(summaries: list[dict]) -> str:
             f"{fmt(B.get('ttft_median_ms'), '.0f')} / {fmt(B.get('ttft_p99_ms'), '.0f')} | "
             f"{fmt(A.get('itl_median_ms'), '.1f')} / {fmt(A.get('itl_p99_ms'), '.1f')}, "
             f"{fmt(B.get('itl_median_ms'), '.1f')} / {fmt(B.get('itl_p99_ms'), '.1f')} | "
-            f"{accept_cell(A)} / {accept_cell(B)} |")
+            f"{accept_cell(A)} / {accept_cell(B)} |"
+        )
     return "\n".join(rows) + "\n"
 
 
@@ -810,41 +938,74 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--patched", help="folder holding the patched copy sglang/")
     ap.add_argument("--out")
     ap.add_argument("--work", help="rounds' JSONL and server logs (default: OUT)")
-    ap.add_argument("--configs", nargs="+", default=CONFIGS,
-                    help="BACKEND_CG_MODE stems (serve_checks names), each optionally with its own concurrencies "
-                    "(STEM@1,8,32; without: --concurrencies)")
+    ap.add_argument(
+        "--configs",
+        nargs="+",
+        default=CONFIGS,
+        help="BACKEND_CG_MODE stems (serve_checks names), each optionally with its own concurrencies "
+        "(STEM@1,8,32; without: --concurrencies)",
+    )
     ap.add_argument("--concurrencies", nargs="+", type=int, default=[1, 8, 32])
     ap.add_argument("--pairs", type=int, default=6, help="measured pairs per concurrency (>= 6)")
     ap.add_argument("--round-seconds", type=float, default=20, help="measured round length (>= 20)")
-    ap.add_argument("--round-margin", type=float, default=1.5,
-                    help="a measured round's prompts: round-seconds times this at the faster calibration rate "
-                    "(>= 1); later pairs grow by as much after a round shorter than round-seconds")
-    ap.add_argument("--mode", choices=("sequential", "together"), default="sequential",
-                    help="a pair's two rounds one after the other, or both at the same time (module docstring)")
-    ap.add_argument("--cpu-split", action="store_true",
-                    help="together mode: each tree's server (with all it spawns) and client on its own half of "
-                    "this process's CPUs, the halves swapping trees pair by pair (module docstring)")
-    ap.add_argument("--config-seconds", type=float, default=0,
-                    help="after --pairs, more pairs while a configuration's measured phase has run less than this "
-                    "and the deadline allows a whole pair (0: exactly --pairs)")
-    ap.add_argument("--plan", help="a pre-registered plan (benchmark/gpu/plans/*.json): every configuration and "
-                    "concurrency must be one of its cells and the run its design; each configuration measures "
-                    "the pairs its cells fix (no --config-seconds), and the summary gives the cell's TOST verdict "
-                    "at exactly that many pairs")
+    ap.add_argument(
+        "--round-margin",
+        type=float,
+        default=1.5,
+        help="a measured round's prompts: round-seconds times this at the faster calibration rate "
+        "(>= 1); later pairs grow by as much after a round shorter than round-seconds",
+    )
+    ap.add_argument(
+        "--mode",
+        choices=("sequential", "together"),
+        default="sequential",
+        help="a pair's two rounds one after the other, or both at the same time (module docstring)",
+    )
+    ap.add_argument(
+        "--cpu-split",
+        action="store_true",
+        help="together mode: each tree's server (with all it spawns) and client on its own half of "
+        "this process's CPUs, the halves swapping trees pair by pair (module docstring)",
+    )
+    ap.add_argument(
+        "--config-seconds",
+        type=float,
+        default=0,
+        help="after --pairs, more pairs while a configuration's measured phase has run less than this "
+        "and the deadline allows a whole pair (0: exactly --pairs)",
+    )
+    ap.add_argument(
+        "--plan",
+        help="a pre-registered plan (benchmark/gpu/plans/*.json): every configuration and "
+        "concurrency must be one of its cells and the run its design; each configuration measures "
+        "the pairs its cells fix (no --config-seconds), and the summary gives the cell's TOST verdict "
+        "at exactly that many pairs",
+    )
     ap.add_argument("--input-len", type=int, default=512)
     ap.add_argument("--output-len", type=int, default=512)
     ap.add_argument("--range-ratio", type=float, default=0.5, help="lengths drawn from [len * ratio, len]")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--warmup-waves", type=int, default=6,
-                    help="warm-up prompts per tree and concurrency, in waves of the concurrency (2 on 2026-12-01)")
-    ap.add_argument("--stress", type=int, default=1,
-                    help="exactness: serve_checks.py's 8 x 1900-token batches (-1: no exactness check)")
+    ap.add_argument(
+        "--warmup-waves",
+        type=int,
+        default=6,
+        help="warm-up prompts per tree and concurrency, in waves of the concurrency (2 on 2026-12-01)",
+    )
+    ap.add_argument(
+        "--stress",
+        type=int,
+        default=1,
+        help="exactness: serve_checks.py's 8 x 1900-token batches (-1: no exactness check)",
+    )
     ap.add_argument("--max-seconds", type=float, default=540, help="stop cleanly this long after start")
     ap.add_argument("--deadline-epoch", type=float, help="stop cleanly at this time.time() (overrides --max-seconds)")
-    ap.add_argument("--deadline-file", help="a file holding a time.time() to stop at, read at every check "
-                    "(overrides both while it holds one)")
-    ap.add_argument("--min-config-seconds", type=float, default=150,
-                    help="start a configuration only with this much time left")
+    ap.add_argument(
+        "--deadline-file",
+        help="a file holding a time.time() to stop at, read at every check " "(overrides both while it holds one)",
+    )
+    ap.add_argument(
+        "--min-config-seconds", type=float, default=150, help="start a configuration only with this much time left"
+    )
     ap.add_argument("--startup-timeout", type=float, default=420)
     ap.add_argument("--base-port", type=int, default=20000)
     ap.add_argument("--port-step", type=int, default=1200, help="as serve_checks.py: SGLang takes ports above its own")
@@ -904,8 +1065,11 @@ def plan_cells(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         a.plan_data = ab_stats.load_plan(a.plan)
     except (OSError, ValueError) as exc:
         ap.error(f"--plan {a.plan}: {exc}")
-    differ = [f"--{key.replace('_', '-')} {want!r} (given {getattr(a, key)!r})"
-              for key, want in a.plan_data["design"].items() if getattr(a, key) != want]
+    differ = [
+        f"--{key.replace('_', '-')} {want!r} (given {getattr(a, key)!r})"
+        for key, want in a.plan_data["design"].items()
+        if getattr(a, key) != want
+    ]
     if differ:
         ap.error(f"the plan's design is not this run's: {', '.join(differ)}")
     if a.config_seconds:
@@ -920,11 +1084,31 @@ def plan_cells(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
 
 
 def write_outputs(a: argparse.Namespace, records: list[dict], summaries: list[dict], t_start: float) -> None:
-    settings = {k: getattr(a, k) for k in ("mode", "configs", "concurrencies", "config_concurrencies", "pairs",
-                                          "config_pairs", "config_seconds", "plan",
-                                          "round_seconds", "round_margin", "warmup_waves", "input_len",
-                                          "output_len", "range_ratio", "seed", "stress", "mem_fraction",
-                                          "max_total_tokens", "extra_args", "models")}
+    settings = {
+        k: getattr(a, k)
+        for k in (
+            "mode",
+            "configs",
+            "concurrencies",
+            "config_concurrencies",
+            "pairs",
+            "config_pairs",
+            "config_seconds",
+            "plan",
+            "round_seconds",
+            "round_margin",
+            "warmup_waves",
+            "input_len",
+            "output_len",
+            "range_ratio",
+            "seed",
+            "stress",
+            "mem_fraction",
+            "max_total_tokens",
+            "extra_args",
+            "models",
+        )
+    }
     if a.cpu_halves:
         settings["cpu_split"] = [format_cpu_list(half) for half in a.cpu_halves]
         settings["cpu_cores"] = [format_cpu_list(core) for core in physical_cores(os.sched_getaffinity(0))]
@@ -949,8 +1133,10 @@ def main(argv: list[str] | None = None) -> int:
         prompts_json = json.load(f)
     if a.mode == "together":  # one client per tree, both started now (--cpu-split: each on its pair-0 half)
         halves = a.cpu_halves or (None, None)
-        clients = {tree: Client(a, os.path.join(a.logdir, f"bench_serving_{tree}.log"), halves[j])
-                   for j, tree in enumerate(TREES)}
+        clients = {
+            tree: Client(a, os.path.join(a.logdir, f"bench_serving_{tree}.log"), halves[j])
+            for j, tree in enumerate(TREES)
+        }
     else:
         client = Client(a, os.path.join(a.logdir, "bench_serving.log"))
         clients = {tree: client for tree in TREES}
@@ -958,12 +1144,24 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for index, config in enumerate(a.configs):
             if deadline.left() < a.min_config_seconds:
-                records.append({"config": config, "mode": a.mode, "concurrencies": a.config_concurrencies[config],
-                                "notes": ["not started: deadline"], "rounds": []})
+                records.append(
+                    {
+                        "config": config,
+                        "mode": a.mode,
+                        "concurrencies": a.config_concurrencies[config],
+                        "notes": ["not started: deadline"],
+                        "rounds": [],
+                    }
+                )
             else:
+
                 def on_round(record: dict) -> None:
-                    write_outputs(a, records + [record], [s for r in records + [record]
-                                                          for s in summarize(r, a.concurrencies)], t_start)
+                    write_outputs(
+                        a,
+                        records + [record],
+                        [s for r in records + [record] for s in summarize(r, a.concurrencies)],
+                        t_start,
+                    )
 
                 records.append(Pair(config, index, a, clients, deadline, on_round).run(prompts_json))
             summaries = [s for r in records for s in summarize(r, a.concurrencies)]

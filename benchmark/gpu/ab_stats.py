@@ -63,8 +63,9 @@ def together_schedule(pairs: int, concurrencies: list[int]) -> list[tuple[int, i
     return [(k, c) for k in range(pairs) for c in concurrencies]
 
 
-def bootstrap_median_ci(values: list[float], level: float = 0.95, n_boot: int = 20000,
-                        seed: int = 0) -> tuple[float, float]:
+def bootstrap_median_ci(
+    values: list[float], level: float = 0.95, n_boot: int = 20000, seed: int = 0
+) -> tuple[float, float]:
     """Percentile bootstrap interval of the median of ``values`` (resampled with replacement)."""
     if not values:
         raise ValueError("no values")
@@ -94,8 +95,9 @@ def t_quantile(p: float, df: int) -> float:
     return float(stats.t.ppf(p, df))
 
 
-def tost_power(n: int, sd: float, margin: float = TOST_MARGIN, alpha: float = TOST_ALPHA,
-               true_log_ratio: float = 0.0) -> float:
+def tost_power(
+    n: int, sd: float, margin: float = TOST_MARGIN, alpha: float = TOST_ALPHA, true_log_ratio: float = 0.0
+) -> float:
     """Probability that the TOST on ``n`` pairs passes when the pairs' log ratios are normal with
     mean ``true_log_ratio`` and standard deviation ``sd``. Exact: the mean and the sample sd s are
     independent, and the test passes when ``-margin + t s / sqrt(n) < mean < margin - t s / sqrt(n)``,
@@ -111,16 +113,25 @@ def tost_power(n: int, sd: float, margin: float = TOST_MARGIN, alpha: float = TO
 
     def given(u: float) -> float:
         half = t * sd * math.sqrt(u / df) / math.sqrt(n)
-        inside = stats.norm.cdf((margin - half - true_log_ratio) / se) -             stats.norm.cdf((-margin + half - true_log_ratio) / se)
+        inside = stats.norm.cdf((margin - half - true_log_ratio) / se) - stats.norm.cdf(
+            (-margin + half - true_log_ratio) / se
+        )
         return max(inside, 0.0) * stats.chi2.pdf(u, df)
 
     return float(integrate.quad(given, 0, u_max, limit=200)[0])
 
 
-def tost_pairs(sd: float, margin: float = TOST_MARGIN, alpha: float = TOST_ALPHA, power: float = TOST_POWER,
-               true_log_ratio: float = 0.0, n_max: int = 5000) -> int:
+def tost_pairs(
+    sd: float,
+    margin: float = TOST_MARGIN,
+    alpha: float = TOST_ALPHA,
+    power: float = TOST_POWER,
+    true_log_ratio: float = 0.0,
+    n_max: int = 5000,
+) -> int:
     """The smallest pair count whose TOST has ``power`` at this ``sd`` of the log ratios (the power
     grows with n: doubled until it suffices, then bisected)."""
+
     def enough(n: int) -> bool:
         return tost_power(n, sd, margin, alpha, true_log_ratio) >= power
 
@@ -144,8 +155,15 @@ def tost(log_ratios: list[float], t_crit: float, margin: float = TOST_MARGIN) ->
         raise ValueError("the TOST needs at least 2 pairs")
     mean, sd = statistics.mean(log_ratios), statistics.stdev(log_ratios)
     lo, hi = mean - t_crit * sd / math.sqrt(n), mean + t_crit * sd / math.sqrt(n)
-    return {"n": n, "mean_log_ratio": mean, "sd_log_ratio": sd, "ratio_mean": math.exp(mean),
-            "ci_low": math.exp(lo), "ci_high": math.exp(hi), "passed": -margin < lo and hi < margin}
+    return {
+        "n": n,
+        "mean_log_ratio": mean,
+        "sd_log_ratio": sd,
+        "ratio_mean": math.exp(mean),
+        "ci_low": math.exp(lo),
+        "ci_high": math.exp(hi),
+        "passed": -margin < lo and hi < margin,
+    }
 
 
 def load_plan(path: str) -> dict:
@@ -172,8 +190,11 @@ def tost_verdict(ratios: list[float], cell: dict) -> dict:
         out["verdict"] = f"incomplete: {len(ratios)} of the {n} planned pairs, no verdict"
         return out
     out.update(tost([math.log(r) for r in ratios[:n]], cell["t_crit"], cell["margin"]))
-    out["verdict"] = (f"equivalent within ±{PARITY_BAND:.0%} (TOST, {n} planned pairs)" if out["passed"] else
-                      f"not shown within ±{PARITY_BAND:.0%} (TOST, {n} planned pairs)")
+    out["verdict"] = (
+        f"equivalent within ±{PARITY_BAND:.0%} (TOST, {n} planned pairs)"
+        if out["passed"]
+        else f"not shown within ±{PARITY_BAND:.0%} (TOST, {n} planned pairs)"
+    )
     return out
 
 
@@ -187,8 +208,9 @@ def verdict(lo: float, hi: float, band: float = PARITY_BAND) -> str:
     return f"not resolved to ±{band:.0%}"
 
 
-def ratio_summary(pairs: list[tuple[dict, dict]], round_seconds: float | None = None,
-                  plan_cell: dict | None = None) -> dict:
+def ratio_summary(
+    pairs: list[tuple[dict, dict]], round_seconds: float | None = None, plan_cell: dict | None = None
+) -> dict:
     """Summary of one (configuration, concurrency): ``pairs`` holds (unpatched, patched) rounds
     in pair order, each a bench_serving result with ``output_throughput``; ``plan_cell``: its
     cell of a pre-registered plan, whose TOST verdict goes under ``tost``."""
@@ -216,22 +238,30 @@ def tree_summary(rounds: list[dict]) -> dict:
     """Medians over one tree's rounds: tokens/s, round medians and p99s of TTFT and ITL, the
     accept length of the server's decode windows while the rounds ran (ab_bench.server_accept_length;
     None for records written before it) and bench_serving's (the server's average since start)."""
+
     def med(key):
         xs = [r[key] for r in rounds if r.get(key) is not None]
         return statistics.median(xs) if xs else None
 
-    return {"rounds": len(rounds), "tokens_per_s": med("output_throughput"),
-            "ttft_median_ms": med("median_ttft_ms"), "ttft_p99_ms": med("p99_ttft_ms"),
-            "itl_median_ms": med("median_itl_ms"), "itl_p99_ms": med("p99_itl_ms"),
-            "accept_length": med("accept_length_windows"), "accept_length_since_start": med("accept_length"),
-            "round_seconds": med("duration")}
+    return {
+        "rounds": len(rounds),
+        "tokens_per_s": med("output_throughput"),
+        "ttft_median_ms": med("median_ttft_ms"),
+        "ttft_p99_ms": med("p99_ttft_ms"),
+        "itl_median_ms": med("median_itl_ms"),
+        "itl_p99_ms": med("p99_itl_ms"),
+        "accept_length": med("accept_length_windows"),
+        "accept_length_since_start": med("accept_length"),
+        "round_seconds": med("duration"),
+    }
 
 
 def formula_rows_bytes(backend: str, tree: str, steps: int, max_bs: int, topk: int, ctx: int) -> int:
     """kv_indices_memory.py's bytes of the draft CUDA-graph rows (all ``steps`` rows)."""
     dtype_bytes, unpatched_width = BACKENDS[backend]
-    width = unpatched_width(max_bs, topk, ctx) if tree == "unpatched" else \
-        draft_kv_indices_buffer_width(max_bs, topk, ctx)
+    width = (
+        unpatched_width(max_bs, topk, ctx) if tree == "unpatched" else draft_kv_indices_buffer_width(max_bs, topk, ctx)
+    )
     return steps * width * dtype_bytes
 
 
@@ -240,7 +270,16 @@ def memory_check(record: dict, backend: str, tree: str) -> dict:
     max_bs (the first int argument of init_cuda_graph_state), topk, steps and context."""
     max_bs = record["args"][0]
     want = formula_rows_bytes(backend, tree, record["steps"], max_bs, record["topk"], record["max_context_len"])
-    return {"tree": tree, "backend": backend, "max_bs": max_bs, "topk": record["topk"], "steps": record["steps"],
-            "ctx": record["max_context_len"], "formula_bytes": want, "rows_bytes": record.get("rows_bytes"),
-            "allocated_diff": record["allocated_diff"], "rows_equal_formula": record.get("rows_bytes") == want,
-            "allocation_covers_rows": record["allocated_diff"] >= want}
+    return {
+        "tree": tree,
+        "backend": backend,
+        "max_bs": max_bs,
+        "topk": record["topk"],
+        "steps": record["steps"],
+        "ctx": record["max_context_len"],
+        "formula_bytes": want,
+        "rows_bytes": record.get("rows_bytes"),
+        "allocated_diff": record["allocated_diff"],
+        "rows_equal_formula": record.get("rows_bytes") == want,
+        "allocation_covers_rows": record["allocated_diff"] >= want,
+    }

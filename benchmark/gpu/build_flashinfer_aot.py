@@ -71,13 +71,41 @@ def prepare_stubs(site, tmp, curand_include):
     lib = os.path.join(tmp, "lib")
     os.makedirs(lib)
     open(os.path.join(lib, "e.c"), "w").write("\n")
-    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", os.path.join(lib, "libcuda.so"),
-                    os.path.join(lib, "e.c")], check=True)
+    subprocess.run(
+        [
+            "gcc",
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libcuda.so.1",
+            "-o",
+            os.path.join(lib, "libcuda.so"),
+            os.path.join(lib, "e.c"),
+        ],
+        check=True,
+    )
     if curand_include is None:
         dl = os.path.join(tmp, "curand")
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                        "--python-version", "3.12", "--platform", "manylinux_2_27_x86_64",
-                        "--platform", "manylinux_2_28_x86_64", "-d", dl, "nvidia-curand==10.4.*"], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--python-version",
+                "3.12",
+                "--platform",
+                "manylinux_2_27_x86_64",
+                "--platform",
+                "manylinux_2_28_x86_64",
+                "-d",
+                dl,
+                "nvidia-curand==10.4.*",
+            ],
+            check=True,
+        )
         whl = [f for f in os.listdir(dl) if f.endswith(".whl")][0]
         subprocess.run(["unzip", "-q", "-o", os.path.join(dl, whl), "nvidia/*/include/*", "-d", dl], check=True)
         curand_include = [os.path.join(r) for r, _, fs in os.walk(dl) if "curand_kernel.h" in fs][0]
@@ -94,23 +122,33 @@ def main():
     ap.add_argument("modules", nargs="*", default=["mla", "prefill", "dsv3"])
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="fiaot_")
-    stubs, inc, lib, curand = prepare_stubs(a.site, tmp, None if a.list else (a.curand_include or None)) \
-        if not a.list else (None, None, None, None)
+    stubs, inc, lib, curand = (
+        prepare_stubs(a.site, tmp, None if a.list else (a.curand_include or None))
+        if not a.list
+        else (None, None, None, None)
+    )
     if a.list:
         stubs = os.path.join(tmp, "stubs")
         os.makedirs(os.path.join(stubs, "tvm_ffi"))
         shutil.copy(os.path.join(a.site, "tvm_ffi", "libinfo.py"), os.path.join(stubs, "tvm_ffi"))
         open(os.path.join(stubs, "tvm_ffi", "__init__.py"), "w").write("from . import libinfo\n")
     cuda_home = os.environ.get("CUDA_HOME") or ("/usr/local/cuda" if os.path.isdir("/usr/local/cuda") else None)
-    env = {"FLASHINFER_CUDA_ARCH_LIST": "9.0a",
-           "FLASHINFER_WORKSPACE_BASE": a.workspace or os.path.join(tmp, "ws"),
-           "MAX_JOBS": os.environ.get("MAX_JOBS", str(os.cpu_count() or 2))}
+    env = {
+        "FLASHINFER_CUDA_ARCH_LIST": "9.0a",
+        "FLASHINFER_WORKSPACE_BASE": a.workspace or os.path.join(tmp, "ws"),
+        "MAX_JOBS": os.environ.get("MAX_JOBS", str(os.cpu_count() or 2)),
+    }
     if cuda_home:
         env["CUDA_HOME"] = cuda_home
     if not a.list:
         flags = f"-I{inc} -I{curand}"
-        env.update({"FLASHINFER_EXTRA_CFLAGS": flags, "FLASHINFER_EXTRA_CUDAFLAGS": flags,
-                    "FLASHINFER_EXTRA_LDFLAGS": f"-L{lib}" + (f" -L{cuda_home}/lib64" if cuda_home else "")})
+        env.update(
+            {
+                "FLASHINFER_EXTRA_CFLAGS": flags,
+                "FLASHINFER_EXTRA_CUDAFLAGS": flags,
+                "FLASHINFER_EXTRA_LDFLAGS": f"-L{lib}" + (f" -L{cuda_home}/lib64" if cuda_home else ""),
+            }
+        )
     os.environ.update(env)
     sys.path.insert(0, stubs)
     pkg = types.ModuleType("flashinfer")
@@ -118,6 +156,7 @@ def main():
     sys.modules["flashinfer"] = pkg
     import torch
     from flashinfer.jit import gen_batch_mla_module, gen_batch_prefill_module, gen_dsv3_fused_routing_module
+
     bf = torch.bfloat16
     make = {
         "mla": lambda: gen_batch_mla_module("fa3", bf, bf, bf, torch.int32, 512, 64, False),
@@ -141,8 +180,10 @@ def main():
         d = os.path.join(a.out, spec.name)
         os.makedirs(d, exist_ok=True)
         shutil.copy(spec.jit_library_path, d)
-        print(f"[build] built {spec.name} in {time.time() - t:.0f} s, {os.path.getsize(spec.jit_library_path)} bytes",
-              flush=True)
+        print(
+            f"[build] built {spec.name} in {time.time() - t:.0f} s, {os.path.getsize(spec.jit_library_path)} bytes",
+            flush=True,
+        )
     shutil.rmtree(tmp, ignore_errors=True) if not a.workspace else None
     return 1 if failed else 0
 

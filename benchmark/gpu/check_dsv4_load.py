@@ -135,7 +135,10 @@ def init_sglang(model_config):
     sa = ServerArgs(model_path=MODEL_DIR, device="cpu")
     set_global_server_args_for_scheduler(sa)
     init_distributed_environment(
-        backend="gloo", world_size=1, rank=0, local_rank=0,
+        backend="gloo",
+        world_size=1,
+        rank=0,
+        local_rank=0,
         distributed_init_method=f"tcp://127.0.0.1:{free_port()}",
     )
     initialize_model_parallel(tensor_model_parallel_size=1)
@@ -176,9 +179,9 @@ def expected_for(pname, is_nextn, nh, ck: Ckpt):
     if is_nextn:
         base = f"model.layers.{nh}."
         if pname.startswith("model.decoder."):
-            cname = base + pname[len("model.decoder."):]
+            cname = base + pname[len("model.decoder.") :]
         elif pname.startswith("model."):
-            cname = base + pname[len("model."):]
+            cname = base + pname[len("model.") :]
         else:
             cname = pname
     else:
@@ -229,8 +232,19 @@ def ape_hotfix(t, ratio):
 # ---------------------------------------------------------------- one model
 def check_model(is_nextn, ck: Ckpt):
     tag = "draft  DeepseekV4ForCausalLMNextN" if is_nextn else "target DeepseekV4ForCausalLM"
-    res = {"tag": tag, "errors": [], "notfound": [], "uninit": [], "nan": [],
-           "shape": [], "dtype": [], "value": [], "nockpt": [], "ok": 0, "ignored": []}
+    res = {
+        "tag": tag,
+        "errors": [],
+        "notfound": [],
+        "uninit": [],
+        "nan": [],
+        "shape": [],
+        "dtype": [],
+        "value": [],
+        "nockpt": [],
+        "ok": 0,
+        "ignored": [],
+    }
     mc = ModelConfig(MODEL_DIR, is_draft_model=is_nextn)
     hc = mc.hf_config
     print(f"\n=== {tag}: arch={hc.architectures} dtype={mc.dtype}")
@@ -245,8 +259,7 @@ def check_model(is_nextn, ck: Ckpt):
         res["errors"].append(("construct", "".join(traceback.format_exception(e))))
         return res
     params = dict(model.named_parameters())
-    print(f"  constructed: {len(params)} params, "
-          f"{sum(p.numel() for p in params.values()) / 1e6:.1f} M elements")
+    print(f"  constructed: {len(params)} params, " f"{sum(p.numel() for p in params.values()) / 1e6:.1f} M elements")
     with torch.no_grad():
         for p in params.values():
             if p.dtype.is_floating_point:
@@ -283,8 +296,9 @@ def check_model(is_nextn, ck: Ckpt):
         try:
             exp, srcs = expected_for(pname, is_nextn, nh, ck)
         except KeyError as e:
-            res["nockpt"].append(f"{pname}: model expects {tuple(got.shape)} {got.dtype}; "
-                                 f"checkpoint lacks {e.args[0]}")
+            res["nockpt"].append(
+                f"{pname}: model expects {tuple(got.shape)} {got.dtype}; " f"checkpoint lacks {e.args[0]}"
+            )
             continue
         # ape hotfix (post_load_weights, target only, overlap compressors)
         if pname.endswith("compressor.ape"):
@@ -292,8 +306,10 @@ def check_model(is_nextn, ck: Ckpt):
             if comp.ape_converted and comp.overlap:
                 exp = ape_hotfix(exp.float(), comp.ratio)
         if tuple(exp.shape) != tuple(got.shape):
-            res["shape"].append(f"{pname}: model {tuple(got.shape)} {got.dtype}, checkpoint "
-                                f"{tuple(exp.shape)} from {srcs[:2]}{'...' if len(srcs) > 2 else ''}")
+            res["shape"].append(
+                f"{pname}: model {tuple(got.shape)} {got.dtype}, checkpoint "
+                f"{tuple(exp.shape)} from {srcs[:2]}{'...' if len(srcs) > 2 else ''}"
+            )
             continue
         if exp.dtype != got.dtype:
             res["dtype"].append(f"{pname}: model {got.dtype}, checkpoint {exp.dtype} ({srcs[0]})")
@@ -303,8 +319,10 @@ def check_model(is_nextn, ck: Ckpt):
         else:
             res["ok"] += 1
         if "--list" in FLAGS:
-            print(f"    {pname:58s} {str(tuple(got.shape)):22s} {str(got.dtype):15s} <- "
-                  f"{srcs[0]}{f' (+{len(srcs) - 1} more)' if len(srcs) > 1 else ''}")
+            print(
+                f"    {pname:58s} {str(tuple(got.shape)):22s} {str(got.dtype):15s} <- "
+                f"{srcs[0]}{f' (+{len(srcs) - 1} more)' if len(srcs) > 1 else ''}"
+            )
 
     if "--list" in FLAGS:
         for bname, b in model.named_buffers():
@@ -327,23 +345,46 @@ def check_model(is_nextn, ck: Ckpt):
     spots = []
     if not is_nextn:
         w = params["model.layers.0.self_attn.wqkv_a.weight"]
-        spots.append(("model.layers.0.self_attn.wqkv_a.weight == cat(wq_a, wkv)", torch.equal(
-            w.data, torch.cat([ck.get("model.layers.0.self_attn.wq_a.weight"),
-                               ck.get("model.layers.0.self_attn.wkv.weight")], 0))))
-        spots.append(("lm_head.weight == checkpoint", torch.equal(
-            params["lm_head.weight"].data, ck.get("lm_head.weight"))))
+        spots.append(
+            (
+                "model.layers.0.self_attn.wqkv_a.weight == cat(wq_a, wkv)",
+                torch.equal(
+                    w.data,
+                    torch.cat(
+                        [ck.get("model.layers.0.self_attn.wq_a.weight"), ck.get("model.layers.0.self_attn.wkv.weight")],
+                        0,
+                    ),
+                ),
+            )
+        )
+        spots.append(
+            ("lm_head.weight == checkpoint", torch.equal(params["lm_head.weight"].data, ck.get("lm_head.weight")))
+        )
     else:
         e = params["model.e_proj.weight"].data
         spots.append(("model.e_proj.weight == I", torch.equal(e, torch.eye(e.shape[0], dtype=e.dtype))))
         spots.append(("model.h_proj.weight == 0", bool((params["model.h_proj.weight"].data == 0).all())))
-        spots.append((f"model.decoder.self_attn.wq_b.weight == model.layers.{nh}.self_attn.wq_b.weight",
-                      torch.equal(params["model.decoder.self_attn.wq_b.weight"].data,
-                                  ck.get(f"model.layers.{nh}.self_attn.wq_b.weight"))))
-        spots.append(("model.decoder.mlp.experts.w2_weight all 0",
-                      bool((params["model.decoder.mlp.experts.w2_weight"].data == 0).all())))
-        spots.append(("decoder compress_ratio == 0 (no compressor)",
-                      model.model.decoder.self_attn.compress_ratio == 0
-                      and model.model.decoder.self_attn.compressor is None))
+        spots.append(
+            (
+                f"model.decoder.self_attn.wq_b.weight == model.layers.{nh}.self_attn.wq_b.weight",
+                torch.equal(
+                    params["model.decoder.self_attn.wq_b.weight"].data,
+                    ck.get(f"model.layers.{nh}.self_attn.wq_b.weight"),
+                ),
+            )
+        )
+        spots.append(
+            (
+                "model.decoder.mlp.experts.w2_weight all 0",
+                bool((params["model.decoder.mlp.experts.w2_weight"].data == 0).all()),
+            )
+        )
+        spots.append(
+            (
+                "decoder compress_ratio == 0 (no compressor)",
+                model.model.decoder.self_attn.compress_ratio == 0 and model.model.decoder.self_attn.compressor is None,
+            )
+        )
     res["spots"] = spots
     del model
     return res
@@ -352,13 +393,17 @@ def check_model(is_nextn, ck: Ckpt):
 def report(res):
     print(f"\n--- summary: {res['tag']}")
     bad = False
-    for k, title in [("errors", "EXCEPTIONS"), ("notfound", "sglang 'not found in params_dict'"),
-                     ("uninit", "sglang 'Some weights are not initialized'"),
-                     ("nan", "params never written (still NaN)"),
-                     ("nockpt", "params with no checkpoint source"),
-                     ("shape", "SHAPE mismatches"), ("value", "VALUE mismatches"),
-                     ("ignored", "checkpoint tensors ignored"),
-                     ("dtype", "dtype differences (cast silently by the loader)")]:
+    for k, title in [
+        ("errors", "EXCEPTIONS"),
+        ("notfound", "sglang 'not found in params_dict'"),
+        ("uninit", "sglang 'Some weights are not initialized'"),
+        ("nan", "params never written (still NaN)"),
+        ("nockpt", "params with no checkpoint source"),
+        ("shape", "SHAPE mismatches"),
+        ("value", "VALUE mismatches"),
+        ("ignored", "checkpoint tensors ignored"),
+        ("dtype", "dtype differences (cast silently by the loader)"),
+    ]:
         items = res[k]
         if not items:
             print(f"  {title}: none")
@@ -383,9 +428,11 @@ def report(res):
 
 def main():
     print(f"checkpoint {CKPT}")
-    print(f"env SGLANG_OPT_FP8_WO_A_GEMM={envs.SGLANG_OPT_FP8_WO_A_GEMM.get()} "
-          f"SGLANG_DSV4_FP4_EXPERTS={os.environ.get('SGLANG_DSV4_FP4_EXPERTS')} "
-          f"SGLANG_OPT_FUSE_WQA_WKV={envs.SGLANG_OPT_FUSE_WQA_WKV.get()}")
+    print(
+        f"env SGLANG_OPT_FP8_WO_A_GEMM={envs.SGLANG_OPT_FP8_WO_A_GEMM.get()} "
+        f"SGLANG_DSV4_FP4_EXPERTS={os.environ.get('SGLANG_DSV4_FP4_EXPERTS')} "
+        f"SGLANG_OPT_FUSE_WQA_WKV={envs.SGLANG_OPT_FUSE_WQA_WKV.get()}"
+    )
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     init_sglang(ModelConfig(MODEL_DIR))
     ck = Ckpt(CKPT)

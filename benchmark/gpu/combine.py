@@ -27,8 +27,12 @@ def acc_text(r):
     low = [c for c in r["checks"] if c.get("accept_len") is not None and c["accept_len"] < r["steps"] + 1]
     text = f"{r['accept_min']:.3f} min, {r['accept_mean']:.3f} mean"
     if low:
-        text += f"; {len(low)}/{len(r['checks'])} requests < {r['steps'] + 1} (" + ", ".join(
-            f"{c['tag']} {c['accept_len']:.3f}" for c in low[:3]) + (", ..." if len(low) > 3 else "") + ")"
+        text += (
+            f"; {len(low)}/{len(r['checks'])} requests < {r['steps'] + 1} ("
+            + ", ".join(f"{c['tag']} {c['accept_len']:.3f}" for c in low[:3])
+            + (", ..." if len(low) > 3 else "")
+            + ")"
+        )
     else:
         text += f"; all {len(r['checks'])} requests = {r['steps'] + 1}"
     return text
@@ -53,15 +57,19 @@ def main():
     for r in results:
         key = r["config"].rsplit("_", 1)[0] if r.get("topk") is not None else r["config"]
         groups.setdefault(key, {})[r["tree"] if r.get("topk") is not None else "nonspec"] = r
-    lines = ["| configuration | worker | run | unpatched: accept length per request | patched: accept length per request "
-             "| outputs = rule (unpatched / patched) | outputs = non-spec (reference) "
-             "| tokens/s single, unpatched / patched | tokens/s batch of 8, unpatched / patched | startup s (u / p) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| configuration | worker | run | unpatched: accept length per request | patched: accept length per request "
+        "| outputs = rule (unpatched / patched) | outputs = non-spec (reference) "
+        "| tokens/s single, unpatched / patched | tokens/s batch of 8, unpatched / patched | startup s (u / p) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for key, g in groups.items():
         if "nonspec" in g:
             r = g["nonspec"]
-            lines.append(f"| {key} | - | {r['run']} | - | - | {r.get('all_match_rule')} (unpatched tree) | reference "
-                         f"| {r.get('single_stream_tokens_per_s')} | {r.get('batch8_tokens_per_s')} | {r.get('startup_s')} |")
+            lines.append(
+                f"| {key} | - | {r['run']} | - | - | {r.get('all_match_rule')} (unpatched tree) | reference "
+                f"| {r.get('single_stream_tokens_per_s')} | {r.get('batch8_tokens_per_s')} | {r.get('startup_s')} |"
+            )
             continue
         u, p = g.get("unpatched"), g.get("patched")
         any_r = u or p
@@ -69,12 +77,15 @@ def main():
 
         def f(r, k):
             return "-" if r is None else r.get(k)
+
         eq = f"{f(u, 'equal_nonspec')} / {f(p, 'equal_nonspec')} ({any_r.get('equal_nonspec_ref')})"
-        lines.append(f"| {key} | {worker} | {any_r['run']} | {acc_text(u)} | {acc_text(p)} | "
-                     f"{f(u, 'all_match_rule')} / {f(p, 'all_match_rule')} | {eq} | "
-                     f"{f(u, 'single_stream_tokens_per_s')} / {f(p, 'single_stream_tokens_per_s')} | "
-                     f"{f(u, 'batch8_tokens_per_s')} / {f(p, 'batch8_tokens_per_s')} | "
-                     f"{f(u, 'startup_s')} / {f(p, 'startup_s')} |")
+        lines.append(
+            f"| {key} | {worker} | {any_r['run']} | {acc_text(u)} | {acc_text(p)} | "
+            f"{f(u, 'all_match_rule')} / {f(p, 'all_match_rule')} | {eq} | "
+            f"{f(u, 'single_stream_tokens_per_s')} / {f(p, 'single_stream_tokens_per_s')} | "
+            f"{f(u, 'batch8_tokens_per_s')} / {f(p, 'batch8_tokens_per_s')} | "
+            f"{f(u, 'startup_s')} / {f(p, 'startup_s')} |"
+        )
     table = "\n".join(lines)
     print(table)
     if a.md:

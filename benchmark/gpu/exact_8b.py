@@ -41,7 +41,11 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
 from sglang_draft_layout.tiny_models import (  # noqa: E402
-    EXPECTED_NEW, SEED, build_tokenizer, make_prompts, rule_continuation,
+    EXPECTED_NEW,
+    SEED,
+    build_tokenizer,
+    make_prompts,
+    rule_continuation,
 )
 
 V, H, I, LAYERS, NH, NKV, HD = 32000, 4096, 14336, 32, 32, 8, 128
@@ -88,21 +92,37 @@ def rule_weights(g: torch.Generator, device: str) -> tuple[torch.Tensor, torch.T
         ln_in = torch.ones(H, device=device)
         if li == 1:
             ln_in[H - 1] = (1 + C0 * C0) ** 0.5  # undo the rms shrink of the constant dim
-        layers.append(dict(q=q, k=k, v=v, o=o, ln_in=ln_in,
-                           gate=torch.randn(I, H, generator=g, device=device) * ZERO_LAYER_STD,
-                           up=torch.randn(I, H, generator=g, device=device) * ZERO_LAYER_STD,
-                           down=torch.zeros(H, I, device=device)))
+        layers.append(
+            dict(
+                q=q,
+                k=k,
+                v=v,
+                o=o,
+                ln_in=ln_in,
+                gate=torch.randn(I, H, generator=g, device=device) * ZERO_LAYER_STD,
+                up=torch.randn(I, H, generator=g, device=device) * ZERO_LAYER_STD,
+                down=torch.zeros(H, I, device=device),
+            )
+        )
     return E, sigma, layers
 
 
 def zero_layer(g: torch.Generator, device: str) -> dict:
     """A layer that computes real attention and MLP work and adds exactly zero to the residual."""
+
     def rnd(*shape):
         return torch.randn(*shape, generator=g, device=device, dtype=torch.float32) * ZERO_LAYER_STD
 
-    return dict(q=rnd(NH * HD, H), k=rnd(NKV * HD, H), v=rnd(NKV * HD, H),
-                o=torch.zeros(H, NH * HD, device=device), gate=rnd(I, H), up=rnd(I, H),
-                down=torch.zeros(H, I, device=device), ln_in=torch.ones(H, device=device))
+    return dict(
+        q=rnd(NH * HD, H),
+        k=rnd(NKV * HD, H),
+        v=rnd(NKV * HD, H),
+        o=torch.zeros(H, NH * HD, device=device),
+        gate=rnd(I, H),
+        up=rnd(I, H),
+        down=torch.zeros(H, I, device=device),
+        ln_in=torch.ones(H, device=device),
+    )
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -147,18 +167,37 @@ def check_rule(E: torch.Tensor, sigma: torch.Tensor, layers: list[dict], n: int 
 def save_config(path: str, architecture: str, num_layers: int) -> None:
     from transformers import LlamaConfig
 
-    cfg = LlamaConfig(vocab_size=V, hidden_size=H, intermediate_size=I, num_hidden_layers=num_layers,
-                      num_attention_heads=NH, num_key_value_heads=NKV, head_dim=HD,
-                      max_position_embeddings=CTX, rms_norm_eps=1e-6, rope_theta=THETA,
-                      tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, hidden_act="silu",
-                      torch_dtype="bfloat16")
+    cfg = LlamaConfig(
+        vocab_size=V,
+        hidden_size=H,
+        intermediate_size=I,
+        num_hidden_layers=num_layers,
+        num_attention_heads=NH,
+        num_key_value_heads=NKV,
+        head_dim=HD,
+        max_position_embeddings=CTX,
+        rms_norm_eps=1e-6,
+        rope_theta=THETA,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        hidden_act="silu",
+        torch_dtype="bfloat16",
+    )
     cfg.architectures = [architecture]
     cfg.save_pretrained(path)
 
 
 def layer_tensors(prefix: str, L: dict, with_input_norm: bool = True) -> dict[str, torch.Tensor]:
-    names = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
-             "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
+    names = {
+        "q": "self_attn.q_proj",
+        "k": "self_attn.k_proj",
+        "v": "self_attn.v_proj",
+        "o": "self_attn.o_proj",
+        "gate": "mlp.gate_proj",
+        "up": "mlp.up_proj",
+        "down": "mlp.down_proj",
+    }
     out = {f"{prefix}{n}.weight": L[k] for k, n in names.items()}
     out[f"{prefix}post_attention_layernorm.weight"] = torch.ones(H, device=L["q"].device)
     if with_input_norm:
@@ -181,8 +220,13 @@ def save_target(path: str, E: torch.Tensor, sigma: torch.Tensor, layers: list[di
         for si, idx in enumerate(shards):
             sd = {}
             if si == 0:
-                sd.update({"model.embed_tokens.weight": E, "lm_head.weight": E[sigma],
-                           "model.norm.weight": torch.ones(H, device=E.device)})
+                sd.update(
+                    {
+                        "model.embed_tokens.weight": E,
+                        "lm_head.weight": E[sigma],
+                        "model.norm.weight": torch.ones(H, device=E.device),
+                    }
+                )
             for li in idx:
                 L = layers[li] if li < RULE_LAYERS else zero_layer(g, E.device.type)
                 sd.update(layer_tensors(f"model.layers.{li}.", L))
@@ -204,8 +248,12 @@ def save_draft(path: str, E: torch.Tensor, layer0: dict) -> None:
     save_config(path, "LlamaForCausalLMEagle", 1)
     fc = torch.zeros(H, 2 * H, device=E.device)
     fc[:, :H] = torch.eye(H, device=E.device)
-    sd = {"embed_tokens.weight": E, "fc.weight": fc, "fc.bias": torch.zeros(H, device=E.device),
-          **layer_tensors("layers.0.", layer0, with_input_norm=False)}
+    sd = {
+        "embed_tokens.weight": E,
+        "fc.weight": fc,
+        "fc.bias": torch.zeros(H, device=E.device),
+        **layer_tensors("layers.0.", layer0, with_input_norm=False),
+    }
     save_file(_to_cpu_bf16(sd), os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
 
 
@@ -230,13 +278,25 @@ def build(out: str, device: str = "cuda") -> tuple[object, dict]:
     prompts = make_prompts(tok, torch.Generator().manual_seed(7))
     prompts["expected_rule"] = {
         name: [rule_continuation(tok(p)["input_ids"], sigma_inv, EXPECTED_NEW) for p in ps]
-        for name, ps in [("short", prompts["short"]), ("long_1k", [prompts["long_1k"]]),
-                         ("long_1900", [prompts["long_1900"]])]
+        for name, ps in [
+            ("short", prompts["short"]),
+            ("long_1k", [prompts["long_1k"]]),
+            ("long_1900", [prompts["long_1900"]]),
+        ]
     }
     prompts["positional_softmax_gap"] = gap
     prompts["rule_check_wrong_positions"] = wrong
-    prompts["shape"] = dict(hidden=H, layers=LAYERS, heads=NH, kv_heads=NKV, head_dim=HD, intermediate=I,
-                            vocab=V, context=CTX, rule_layers=RULE_LAYERS)
+    prompts["shape"] = dict(
+        hidden=H,
+        layers=LAYERS,
+        heads=NH,
+        kv_heads=NKV,
+        head_dim=HD,
+        intermediate=I,
+        vocab=V,
+        context=CTX,
+        rule_layers=RULE_LAYERS,
+    )
     with open(os.path.join(out, "prompts.json"), "w") as f:
         json.dump(prompts, f)
     return tok, prompts

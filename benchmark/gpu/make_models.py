@@ -20,9 +20,31 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
 from sglang_draft_layout.tiny_models import (  # noqa: E402,F401  (re-exported)
-    A_QK, C0, C1, CTX, EXPECTED_NEW, HD, H, I, M_FREQ, NH, NKV, SEED, THETA, V, build_models,
-    build_tokenizer, check_positional_pattern, make_prompts, make_weights, rope_freqs,
-    rule_continuation, rule_embeddings, save_checkpoint, save_draft, save_target,
+    A_QK,
+    C0,
+    C1,
+    CTX,
+    EXPECTED_NEW,
+    HD,
+    H,
+    I,
+    M_FREQ,
+    NH,
+    NKV,
+    SEED,
+    THETA,
+    V,
+    build_models,
+    build_tokenizer,
+    check_positional_pattern,
+    make_prompts,
+    make_weights,
+    rope_freqs,
+    rule_continuation,
+    rule_embeddings,
+    save_checkpoint,
+    save_draft,
+    save_target,
 )
 
 
@@ -40,8 +62,13 @@ def main():
         print("8b shape:", prompts["shape"], "rule check wrong positions:", prompts["rule_check_wrong_positions"])
     else:
         tok, prompts = build_models(a.out)
-    print("tokenizer:", type(tok).__name__, len(tok), "roundtrip:",
-          repr(tok.decode(tok("Hello world 123")["input_ids"], skip_special_tokens=True)))
+    print(
+        "tokenizer:",
+        type(tok).__name__,
+        len(tok),
+        "roundtrip:",
+        repr(tok.decode(tok("Hello world 123")["input_ids"], skip_special_tokens=True)),
+    )
     print("positional softmax gap (want >= 20):", round(prompts["positional_softmax_gap"], 2))
     print("long prompt tokens:", prompts["n_tokens"])
 

@@ -68,15 +68,23 @@ CONFIGS = [
 FORMULA_BACKEND = {"flashinfer": "flashinfer", "fimla": "flashinfer_mla"}
 
 # SGLang 0.5.12's log lines (the f-strings are in the wheel: test_memory_cost.py checks them)
-KV_CACHE = re.compile(r"KV Cache is allocated\. #tokens: (\d+), (?:K size: ([\d.]+) GB, V size: ([\d.]+) GB|"
-                      r"KV size: ([\d.]+) GB)")
-SCHEDULER = re.compile(r"max_total_num_tokens=(\d+), chunked_prefill_size=(-?\d+|None), max_prefill_tokens=(\d+), "
-                       r"max_running_requests=(\d+), context_len=(\d+), available_gpu_mem=(-?[\d.]+) GB")
+KV_CACHE = re.compile(
+    r"KV Cache is allocated\. #tokens: (\d+), (?:K size: ([\d.]+) GB, V size: ([\d.]+) GB|" r"KV size: ([\d.]+) GB)"
+)
+SCHEDULER = re.compile(
+    r"max_total_num_tokens=(\d+), chunked_prefill_size=(-?\d+|None), max_prefill_tokens=(\d+), "
+    r"max_running_requests=(\d+), context_len=(\d+), available_gpu_mem=(-?[\d.]+) GB"
+)
 CAPTURE_BS = re.compile(r"Capture cuda graph bs \[([\d, ]*)\]")
-CAPTURE = re.compile(r"Capture (cuda graph|draft cuda graph|draft extend cuda graph) (begin|end)\."
-                     r"(?: Time elapsed: ([\d.]+) s\. mem usage=(-?[\d.]+) GB\.)? .*?avail mem=(-?[\d.]+) GB")
-CAPTURE_NAMES = {"cuda graph": "target_graph", "draft cuda graph": "draft_graph",
-                 "draft extend cuda graph": "draft_extend_graph"}
+CAPTURE = re.compile(
+    r"Capture (cuda graph|draft cuda graph|draft extend cuda graph) (begin|end)\."
+    r"(?: Time elapsed: ([\d.]+) s\. mem usage=(-?[\d.]+) GB\.)? .*?avail mem=(-?[\d.]+) GB"
+)
+CAPTURE_NAMES = {
+    "cuda graph": "target_graph",
+    "draft cuda graph": "draft_graph",
+    "draft extend cuda graph": "draft_extend_graph",
+}
 
 
 def parse_server_log(text: str) -> dict:
@@ -88,12 +96,21 @@ def parse_server_log(text: str) -> dict:
     out: dict = {"kv_cache": [], "captures_not_ended": []}
     for m in KV_CACHE.finditer(text):
         k, v, kv = (float(x) if x else None for x in m.groups()[1:])
-        out["kv_cache"].append({"tokens": int(m.group(1)), "gb": kv if kv is not None else k + v,
-                                **({"k_gb": k, "v_gb": v} if kv is None else {})})
+        out["kv_cache"].append(
+            {
+                "tokens": int(m.group(1)),
+                "gb": kv if kv is not None else k + v,
+                **({"k_gb": k, "v_gb": v} if kv is None else {}),
+            }
+        )
     m = SCHEDULER.search(text)
     if m:
-        out.update(max_total_num_tokens=int(m.group(1)), max_running_requests=int(m.group(4)),
-                   context_len=int(m.group(5)), available_gpu_mem_gb=float(m.group(6)))
+        out.update(
+            max_total_num_tokens=int(m.group(1)),
+            max_running_requests=int(m.group(4)),
+            context_len=int(m.group(5)),
+            available_gpu_mem_gb=float(m.group(6)),
+        )
     m = CAPTURE_BS.search(text)
     if m:
         out["target_graph_bs"] = [int(x) for x in m.group(1).split(",") if x.strip()]
@@ -105,8 +122,11 @@ def parse_server_log(text: str) -> dict:
             continue
         if name in open_captures:
             open_captures.remove(name)
-        out[name] = {"seconds": float(m.group(3)), "mem_usage_gb": float(m.group(4)),
-                     "avail_after_gb": float(m.group(5))}
+        out[name] = {
+            "seconds": float(m.group(3)),
+            "mem_usage_gb": float(m.group(4)),
+            "avail_after_gb": float(m.group(5)),
+        }
     out["captures_not_ended"] = open_captures
     return out
 
@@ -117,21 +137,30 @@ def formulas(backend: str, probe: dict | None, topk: int, steps: int, ctx: int =
     if not probe or not probe.get("args"):
         return None
     max_bs = probe["args"][0]
-    return {"max_bs": max_bs, "topk": topk, "steps": steps, "ctx": ctx,
-            **{f"{tree}_bytes": ab_stats.formula_rows_bytes(FORMULA_BACKEND[backend], tree, steps, max_bs, topk, ctx)
-               for tree in TREES}}
+    return {
+        "max_bs": max_bs,
+        "topk": topk,
+        "steps": steps,
+        "ctx": ctx,
+        **{
+            f"{tree}_bytes": ab_stats.formula_rows_bytes(FORMULA_BACKEND[backend], tree, steps, max_bs, topk, ctx)
+            for tree in TREES
+        },
+    }
 
 
-def measure(config: str, models: str, extra: str, tree: str, port: int, a: argparse.Namespace,
-            deadline: ab_bench.Deadline) -> dict:
+def measure(
+    config: str, models: str, extra: str, tree: str, port: int, a: argparse.Namespace, deadline: ab_bench.Deadline
+) -> dict:
     """Start one server of ``tree``, wait until it is healthy (or exits, or the deadline), stop it,
     read its log and its probe."""
     name = f"{config}_{tree}"
     cfg = serve_checks.parse(name)
     tag = f"{name}_{'bs256' if '256' in extra else 'bsdefault'}"  # its logs' names
     server_a = argparse.Namespace(**{**vars(a), "models": models, "logdir": a.logdir})
-    extra_args = " ".join(x for x in ("--disable-piecewise-cuda-graph", f"--context-length {CONTEXT}", extra,
-                                      a.extra_args) if x)
+    extra_args = " ".join(
+        x for x in ("--disable-piecewise-cuda-graph", f"--context-length {CONTEXT}", extra, a.extra_args) if x
+    )
     t0 = time.time()
     proc = ab_bench.start_server(name, port, server_a, extra_args)
     errors = ab_bench.wait_healthy({name: (proc, port)}, t0 + min(deadline.left() - 10, a.startup_timeout))
@@ -145,10 +174,17 @@ def measure(config: str, models: str, extra: str, tree: str, port: int, a: argpa
     with open(log_path, errors="replace") as f:
         log = parse_server_log(f.read())
     probes = ab_bench.read_memprobe(os.path.join(a.logdir, f"memprobe_{tag}.jsonl"))
-    return {"config": config, "tree": tree, "extra_args": extra_args, "startup_s": startup,
-            "healthy": not errors, "errors": list(errors.values()) + (serve_checks.error_lines(log_path) if errors else []),
-            "log": log, "probe": probes, "formula": formulas(cfg["backend"], probes[0] if probes else None,
-                                                            cfg["topk"], cfg["steps"])}
+    return {
+        "config": config,
+        "tree": tree,
+        "extra_args": extra_args,
+        "startup_s": startup,
+        "healthy": not errors,
+        "errors": list(errors.values()) + (serve_checks.error_lines(log_path) if errors else []),
+        "log": log,
+        "probe": probes,
+        "formula": formulas(cfg["backend"], probes[0] if probes else None, cfg["topk"], cfg["steps"]),
+    }
 
 
 def compare(servers: list[dict]) -> list[dict]:
@@ -167,17 +203,20 @@ def compare(servers: list[dict]) -> list[dict]:
             except (KeyError, IndexError, TypeError):
                 return None
 
-        row = {"config": key[0], "extra_args": key[1],
-               "kv_pool_tokens": both(lambda s: s["log"]["kv_cache"][0]["tokens"]),
-               "max_running_requests": both(lambda s: s["log"]["max_running_requests"]),
-               "draft_graph_mem_gb": both(lambda s: s["log"]["draft_graph"]["mem_usage_gb"]),
-               "avail_after_draft_graph_gb": both(lambda s: s["log"]["draft_graph"]["avail_after_gb"]),
-               "available_gpu_mem_gb": both(lambda s: s["log"]["available_gpu_mem_gb"]),
-               "rows_bytes": both(lambda s: s["probe"][0]["rows_bytes"]),
-               "formula_bytes": both(lambda s: s["formula"][f"{s['tree']}_bytes"])}
+        row = {
+            "config": key[0],
+            "extra_args": key[1],
+            "kv_pool_tokens": both(lambda s: s["log"]["kv_cache"][0]["tokens"]),
+            "max_running_requests": both(lambda s: s["log"]["max_running_requests"]),
+            "draft_graph_mem_gb": both(lambda s: s["log"]["draft_graph"]["mem_usage_gb"]),
+            "avail_after_draft_graph_gb": both(lambda s: s["log"]["draft_graph"]["avail_after_gb"]),
+            "available_gpu_mem_gb": both(lambda s: s["log"]["available_gpu_mem_gb"]),
+            "rows_bytes": both(lambda s: s["probe"][0]["rows_bytes"]),
+            "formula_bytes": both(lambda s: s["formula"][f"{s['tree']}_bytes"]),
+        }
         if row["draft_graph_mem_gb"] and row["formula_bytes"]:
             row["draft_graph_mem_diff_gb"] = round(row["draft_graph_mem_gb"][1] - row["draft_graph_mem_gb"][0], 2)
-            row["formula_diff_gb"] = round((row["formula_bytes"][1] - row["formula_bytes"][0]) / 2 ** 30, 3)
+            row["formula_diff_gb"] = round((row["formula_bytes"][1] - row["formula_bytes"][0]) / 2**30, 3)
         rows.append(row)
     return rows
 
@@ -186,15 +225,19 @@ def markdown(rows: list[dict]) -> str:
     def pair(x, spec=""):
         return "-" if not x else " / ".join("-" if v is None else format(v, spec) for v in x)
 
-    out = ["| config | flags | KV pool tokens A / B | max running A / B | draft graph capture GB A / B (diff) | "
-           "formula rows bytes A / B (diff GiB) | rows measured bytes A / B | free after capture GB A / B |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    out = [
+        "| config | flags | KV pool tokens A / B | max running A / B | draft graph capture GB A / B (diff) | "
+        "formula rows bytes A / B (diff GiB) | rows measured bytes A / B | free after capture GB A / B |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in rows:
-        out.append(f"| {r['config']} | {r['extra_args']} | {pair(r['kv_pool_tokens'], ',')} | "
-                   f"{pair(r['max_running_requests'])} | {pair(r['draft_graph_mem_gb'], '.2f')} "
-                   f"({r.get('draft_graph_mem_diff_gb', '-')}) | {pair(r['formula_bytes'], ',')} "
-                   f"({r.get('formula_diff_gb', '-')}) | {pair(r['rows_bytes'], ',')} | "
-                   f"{pair(r['avail_after_draft_graph_gb'], '.2f')} |")
+        out.append(
+            f"| {r['config']} | {r['extra_args']} | {pair(r['kv_pool_tokens'], ',')} | "
+            f"{pair(r['max_running_requests'])} | {pair(r['draft_graph_mem_gb'], '.2f')} "
+            f"({r.get('draft_graph_mem_diff_gb', '-')}) | {pair(r['formula_bytes'], ',')} "
+            f"({r.get('formula_diff_gb', '-')}) | {pair(r['rows_bytes'], ',')} | "
+            f"{pair(r['avail_after_draft_graph_gb'], '.2f')} |"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -203,16 +246,24 @@ def mla_models(a: argparse.Namespace) -> str | None:
     the path, as run_deepseek_on_h200.sh builds them); None when that fails."""
     if not os.path.exists(os.path.join(a.mla_models, "prompts.json")):
         env = dict(os.environ, PYTHONPATH=a.site)
-        subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                     "make_deepseek_models.py"), a.mla_models], env=env)
+        subprocess.run(
+            [
+                sys.executable,
+                os.path.join(os.path.dirname(os.path.abspath(__file__)), "make_deepseek_models.py"),
+                a.mla_models,
+            ],
+            env=env,
+        )
     return a.mla_models if os.path.exists(os.path.join(a.mla_models, "prompts.json")) else None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", required=True, help="the exact 8B-shaped models (make_models.py --shape 8b)")
-    ap.add_argument("--mla-models", help="the MLA models (make_deepseek_models.py; built when missing; default: "
-                    "ds_models beside --models)")
+    ap.add_argument(
+        "--mla-models",
+        help="the MLA models (make_deepseek_models.py; built when missing; default: " "ds_models beside --models)",
+    )
     ap.add_argument("--site", required=True)
     ap.add_argument("--patched", required=True)
     ap.add_argument("--out", required=True)
@@ -253,13 +304,28 @@ def main(argv: list[str] | None = None) -> int:
                 servers.append(measure(config, models, extra, tree, a.base_port + 10 * (2 * index + j), a, deadline))
                 rows = compare(servers)
                 with open(os.path.join(a.out, "memory_cost.json"), "w") as f:
-                    json.dump({"settings": {"mem_fraction": a.mem_fraction, "context": CONTEXT,
-                                            "extra_args": a.extra_args, "elapsed_s": round(time.time() - t_start, 1)},
-                               "comparison": rows, "servers": servers, "notes": notes}, f, indent=1)
+                    json.dump(
+                        {
+                            "settings": {
+                                "mem_fraction": a.mem_fraction,
+                                "context": CONTEXT,
+                                "extra_args": a.extra_args,
+                                "elapsed_s": round(time.time() - t_start, 1),
+                            },
+                            "comparison": rows,
+                            "servers": servers,
+                            "notes": notes,
+                        },
+                        f,
+                        indent=1,
+                    )
                 with open(os.path.join(a.out, "memory_cost.md"), "w") as f:
                     f.write(markdown(rows) + "".join(f"\n- {n}" for n in notes))
-                print(f"[{time.time() - t_start:.0f}s] {config}_{tree} {extra}: healthy={servers[-1]['healthy']} "
-                      f"startup {servers[-1]['startup_s']} s", flush=True)
+                print(
+                    f"[{time.time() - t_start:.0f}s] {config}_{tree} {extra}: healthy={servers[-1]['healthy']} "
+                    f"startup {servers[-1]['startup_s']} s",
+                    flush=True,
+                )
     finally:
         serve_checks.kill_all()
     print(markdown(compare(servers)))

@@ -58,8 +58,11 @@ def load(paths: list[str], plan: dict | None = None) -> tuple[list[dict], list[d
 
 
 def memory_table(summaries: list[dict]) -> str:
-    rows = ["| config | tree | max_bs | topk | steps | ctx | rows measured (bytes) | formula (bytes) | equal | "
-            "allocation diff of init_cuda_graph_state (bytes) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = [
+        "| config | tree | max_bs | topk | steps | ctx | rows measured (bytes) | formula (bytes) | equal | "
+        "allocation diff of init_cuda_graph_state (bytes) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     seen = set()
     for s in summaries:
         for m in s.get("memory", []):
@@ -67,36 +70,47 @@ def memory_table(summaries: list[dict]) -> str:
             if key in seen:
                 continue
             seen.add(key)
-            rows.append(f"| {s['config']} | {m['tree']} | {m['max_bs']} | {m['topk']} | {m['steps']} | {m['ctx']} | "
-                        f"{m['rows_bytes']:,} | {m['formula_bytes']:,} | {m['rows_equal_formula']} | "
-                        f"{m['allocated_diff']:,} |")
+            rows.append(
+                f"| {s['config']} | {m['tree']} | {m['max_bs']} | {m['topk']} | {m['steps']} | {m['ctx']} | "
+                f"{m['rows_bytes']:,} | {m['formula_bytes']:,} | {m['rows_equal_formula']} | "
+                f"{m['allocated_diff']:,} |"
+            )
     return "\n".join(rows) + "\n"
 
 
 def exactness_table(summaries: list[dict]) -> str:
-    rows = ["| config | tree | outputs = rule | accept length min / mean / max | every request num_steps + 1 |",
-            "| --- | --- | --- | --- | --- |"]
+    rows = [
+        "| config | tree | outputs = rule | accept length min / mean / max | every request num_steps + 1 |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     seen = set()
     for s in summaries:
         for tree, e in s.get("exactness", {}).items():
             if (s["config"], tree) in seen:
                 continue
             seen.add((s["config"], tree))
-            rows.append(f"| {s['config']} | {tree} | {e.get('all_match_rule')} | {e.get('accept_min')} / "
-                        f"{e.get('accept_mean')} / {e.get('accept_max')} | {e.get('accept_all_exact')} |")
+            rows.append(
+                f"| {s['config']} | {tree} | {e.get('all_match_rule')} | {e.get('accept_min')} / "
+                f"{e.get('accept_mean')} / {e.get('accept_max')} | {e.get('accept_all_exact')} |"
+            )
     return "\n".join(rows) + "\n"
 
 
 def need_table(summaries: list[dict]) -> str:
     """Per measured cell: its sd of log ratio and the pairs a TOST at ±2% with 80% power would need
     at that sd (ab_stats.tost_pairs; needs scipy, as the report does on a CPU)."""
-    rows = ["| config | mode | conc | pairs measured | round s (min) | sd of log ratio | pairs for a TOST at ±2%, "
-            "80% power, at this sd |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    rows = [
+        "| config | mode | conc | pairs measured | round s (min) | sd of log ratio | pairs for a TOST at ±2%, "
+        "80% power, at this sd |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for s in summaries:
         if s.get("sd_log_ratio"):
-            rows.append(f"| {s['config']} | {s['mode']} | {s['concurrency']} | {s['pairs']} | "
-                        f"{ab_bench.fmt(s.get('round_seconds'), '.1f')} | {s['sd_log_ratio']:.4f} | "
-                        f"{ab_stats.tost_pairs(s['sd_log_ratio'])} |")
+            rows.append(
+                f"| {s['config']} | {s['mode']} | {s['concurrency']} | {s['pairs']} | "
+                f"{ab_bench.fmt(s.get('round_seconds'), '.1f')} | {s['sd_log_ratio']:.4f} | "
+                f"{ab_stats.tost_pairs(s['sd_log_ratio'])} |"
+            )
     return "\n".join(rows) + "\n"
 
 
@@ -112,18 +126,26 @@ def plot_ratio(summaries: list[dict], path: str) -> None:
     ax.axvspan(1 - band, 1 + band, color="tab:green", alpha=0.15, label="±2% parity band")
     ax.axvline(1.0, color="gray", lw=0.8)
     for y, s in enumerate(rows):
-        ax.scatter(s["ratios"], [y] * len(s["ratios"]), color="black", s=14, zorder=3,
-                   label="one pair (patched / unpatched)" if y == 0 else None)
+        ax.scatter(
+            s["ratios"],
+            [y] * len(s["ratios"]),
+            color="black",
+            s=14,
+            zorder=3,
+            label="one pair (patched / unpatched)" if y == 0 else None,
+        )
         if "ci_low" in s:
             lo, hi, style, label = s["ci_low"], s["ci_high"], "-", "95% bootstrap interval of the median"
         else:
             lo, hi, style, label = s["ratio_min"], s["ratio_max"], "--", "min-max (too few pairs for an interval)"
         ax.plot([lo, hi], [y, y], style, color="tab:blue", lw=2, label=label)
-        ax.scatter([s["ratio_median"]], [y], marker="D", color="tab:blue", s=40, zorder=4,
-                   label="median" if y == 0 else None)
+        ax.scatter(
+            [s["ratio_median"]], [y], marker="D", color="tab:blue", s=40, zorder=4, label="median" if y == 0 else None
+        )
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([f"{s['config']} ({s['mode']})\nconcurrency {s['concurrency']}, {s['pairs']} pairs"
-                        for s in rows])
+    ax.set_yticklabels(
+        [f"{s['config']} ({s['mode']})\nconcurrency {s['concurrency']}, {s['pairs']} pairs" for s in rows]
+    )
     ax.set_ylim(-0.6, len(rows) - 0.4)
     ax.set_xlabel("output tokens/s, patched / unpatched")
     handles, labels = ax.get_legend_handles_labels()
@@ -162,8 +184,10 @@ def plot_tokens(records: list[dict], path: str) -> None:
         ax.set_xlabel("concurrency")
         ax.set_ylabel("output tokens/s")
         measured = sorted({r["concurrency"] for r in record["rounds"]})
-        ax.set_title(f"{record['config']}, {ab_bench.mode_label(record)}\n(measured at "
-                     f"{', '.join(map(str, measured))})", fontsize=9)
+        ax.set_title(
+            f"{record['config']}, {ab_bench.mode_label(record)}\n(measured at " f"{', '.join(map(str, measured))})",
+            fontsize=9,
+        )
         ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -195,13 +219,20 @@ def plot_drift(records: list[dict], path: str) -> None:
         starts = run_times(record)
         for tree, color in TREE_COLORS.items():
             for measured, marker in ((False, "o"), (True, "s")):
-                points = [(t, r["output_throughput"]) for t, r in zip(starts, record["runs"])
-                          if r["tree"] == tree and r["tag"].startswith("pair") == measured
-                          and r.get("output_throughput")]
+                points = [
+                    (t, r["output_throughput"])
+                    for t, r in zip(starts, record["runs"])
+                    if r["tree"] == tree and r["tag"].startswith("pair") == measured and r.get("output_throughput")
+                ]
                 if points:
-                    ax.scatter(*zip(*points), color=color, marker=marker, s=22,
-                               facecolors=color if measured else "none",
-                               label=f"{tree}, {'measured round' if measured else 'warm-up / calibration'}")
+                    ax.scatter(
+                        *zip(*points),
+                        color=color,
+                        marker=marker,
+                        s=22,
+                        facecolors=color if measured else "none",
+                        label=f"{tree}, {'measured round' if measured else 'warm-up / calibration'}",
+                    )
         ax.set_ylim(bottom=0)
         ax.set_xlabel("run start, s from the first run")
         ax.set_ylabel("output tokens/s")
@@ -217,15 +248,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("results", nargs="+", help="ab_results.json files")
     ap.add_argument("--out", required=True)
     ap.add_argument("--no-plots", action="store_true")
-    ap.add_argument("--plan", help="a plan (benchmark/gpu/plans/*.json) to judge records that ran under none "
-                    "by, marked post hoc; a record run with ab_bench --plan is judged by the cells it ran under")
+    ap.add_argument(
+        "--plan",
+        help="a plan (benchmark/gpu/plans/*.json) to judge records that ran under none "
+        "by, marked post hoc; a record run with ab_bench --plan is judged by the cells it ran under",
+    )
     a = ap.parse_args(argv)
     records, summaries = load(a.results, ab_stats.load_plan(a.plan) if a.plan else None)
     os.makedirs(a.out, exist_ok=True)
-    text = ("## A/B\n\n" + ab_bench.markdown_table(summaries) + "\n## Pairs a TOST at ±2% would need\n\n"
-            + need_table(summaries) + "\n## Exactness (serve_checks.py's requests on each server)\n\n"
-            + exactness_table(summaries) + "\n## Draft kv_indices CUDA-graph rows, measured in the server\n\n"
-            + memory_table(summaries))
+    text = (
+        "## A/B\n\n"
+        + ab_bench.markdown_table(summaries)
+        + "\n## Pairs a TOST at ±2% would need\n\n"
+        + need_table(summaries)
+        + "\n## Exactness (serve_checks.py's requests on each server)\n\n"
+        + exactness_table(summaries)
+        + "\n## Draft kv_indices CUDA-graph rows, measured in the server\n\n"
+        + memory_table(summaries)
+    )
     with open(os.path.join(a.out, "summary.md"), "w") as f:
         f.write(text)
     with open(os.path.join(a.out, "summary.json"), "w") as f:

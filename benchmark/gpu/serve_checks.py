@@ -38,27 +38,52 @@ _SERVERS = []  # every Popen started; all are killed on exit (they run in their 
 SETS = {
     # the case the patch exists for in CUDA-graph mode: flashinfer's graph kv_indices row
     "key": ["flashinfer_cg_k4s3_unpatched", "flashinfer_cg_k4s3_patched", "flashinfer_cg_nonspec"],
-    "triton_nocg": ["triton_nocg_k1s3_unpatched", "triton_nocg_k1s3_patched",
-                    "triton_nocg_k4s3_unpatched", "triton_nocg_k4s3_patched", "triton_nocg_nonspec"],
-    "flashinfer_nocg": ["flashinfer_nocg_k1s3_unpatched", "flashinfer_nocg_k1s3_patched",
-                        "flashinfer_nocg_k4s3_unpatched", "flashinfer_nocg_k4s3_patched",
-                        "flashinfer_nocg_nonspec"],
-    "steps": ["triton_nocg_k1s1_unpatched", "triton_nocg_k1s1_patched",
-              "flashinfer_cg_k4s5_unpatched", "flashinfer_cg_k4s5_patched",
-              "triton_nocg_k4s5_unpatched", "triton_nocg_k4s5_patched"],
+    "triton_nocg": [
+        "triton_nocg_k1s3_unpatched",
+        "triton_nocg_k1s3_patched",
+        "triton_nocg_k4s3_unpatched",
+        "triton_nocg_k4s3_patched",
+        "triton_nocg_nonspec",
+    ],
+    "flashinfer_nocg": [
+        "flashinfer_nocg_k1s3_unpatched",
+        "flashinfer_nocg_k1s3_patched",
+        "flashinfer_nocg_k4s3_unpatched",
+        "flashinfer_nocg_k4s3_patched",
+        "flashinfer_nocg_nonspec",
+    ],
+    "steps": [
+        "triton_nocg_k1s1_unpatched",
+        "triton_nocg_k1s1_patched",
+        "flashinfer_cg_k4s5_unpatched",
+        "flashinfer_cg_k4s5_patched",
+        "triton_nocg_k4s5_unpatched",
+        "triton_nocg_k4s5_patched",
+    ],
 }
 # DeepSeek (run_deepseek_on_h200.sh, --models from make_deepseek_models.py): FlashInfer-MLA, topk 1
 # (0.5.12 refuses topk > 1 for MLA drafts), 3 steps, NextN draft. Not part of "all".
 DEEPSEEK_SETS = {
-    "dsmla": ["fimla_nocg_k1s3_unpatched", "fimla_nocg_k1s3_patched",
-              "fimla_cg_k1s3_unpatched", "fimla_cg_k1s3_patched", "fimla_nocg_nonspec"],
+    "dsmla": [
+        "fimla_nocg_k1s3_unpatched",
+        "fimla_nocg_k1s3_patched",
+        "fimla_cg_k1s3_unpatched",
+        "fimla_cg_k1s3_patched",
+        "fimla_nocg_nonspec",
+    ],
     # DeepSeek-V4 (0.5.12 allows topk 1 only): the --disable-cuda-graph case of change A first
     "dsv4_nocg": ["dsv4_nocg_k1s3_unpatched", "dsv4_nocg_k1s3_patched", "dsv4_nocg_nonspec"],
     "dsv4_cg": ["dsv4_cg_k1s3_unpatched", "dsv4_cg_k1s3_patched"],
     # control: one draft step has one out_cache_loc slot per request, so unpatched must serve there
-    "dsv4_steps": ["dsv4_nocg_k1s1_unpatched", "dsv4_nocg_k1s1_patched", "dsv4_nocg_k1s5_unpatched",
-                   "dsv4_nocg_k1s5_patched", "dsv4_cg_k1s5_unpatched", "dsv4_cg_k1s5_patched",
-                   "dsv4_nocg_nonspec"],
+    "dsv4_steps": [
+        "dsv4_nocg_k1s1_unpatched",
+        "dsv4_nocg_k1s1_patched",
+        "dsv4_nocg_k1s5_unpatched",
+        "dsv4_nocg_k1s5_patched",
+        "dsv4_cg_k1s5_unpatched",
+        "dsv4_cg_k1s5_patched",
+        "dsv4_nocg_nonspec",
+    ],
 }
 DEEPSEEK_SETS["dsv4"] = DEEPSEEK_SETS["dsv4_nocg"] + DEEPSEEK_SETS["dsv4_cg"]
 SETS["first"] = SETS["key"] + SETS["triton_nocg"]
@@ -71,8 +96,9 @@ ATTENTION_BACKEND = {"triton": "triton", "flashinfer": "flashinfer", "fimla": "f
 # fp8 scale on wo_a unless SGLANG_OPT_FP8_WO_A_GEMM is off; its experts default to mxfp4.
 # SGL_DL_FLASHMLA_LEGACY: see trace/sitecustomize.py (sgl-flash-mla 1.0.0 keeps V4 and SM90 on its
 # legacy kernels).
-BACKEND_ENV = {"dsv4": {"SGLANG_OPT_FP8_WO_A_GEMM": "0", "SGLANG_DSV4_FP4_EXPERTS": "0",
-                        "SGL_DL_FLASHMLA_LEGACY": "V4"}}
+BACKEND_ENV = {
+    "dsv4": {"SGLANG_OPT_FP8_WO_A_GEMM": "0", "SGLANG_DSV4_FP4_EXPERTS": "0", "SGL_DL_FLASHMLA_LEGACY": "V4"}
+}
 
 
 def parse(name):
@@ -107,22 +133,52 @@ def draft_tokens(topk, steps):
 
 
 def server_cmd(cfg, models, port, a):
-    cmd = [sys.executable, "-m", "sglang.launch_server",
-           "--model-path", f"{models}/target", "--host", "127.0.0.1", "--port", str(port),
-           "--tp", "1", "--mem-fraction-static", str(a.mem_fraction),
-           "--skip-server-warmup", "--grammar-backend", "none", "--attention-backend", ATTENTION_BACKEND[cfg["backend"]],
-           "--log-level", "info"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        f"{models}/target",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--tp",
+        "1",
+        "--mem-fraction-static",
+        str(a.mem_fraction),
+        "--skip-server-warmup",
+        "--grammar-backend",
+        "none",
+        "--attention-backend",
+        ATTENTION_BACKEND[cfg["backend"]],
+        "--log-level",
+        "info",
+    ]
     # a token cap and a request cap, unless the caller leaves them to SGLang (None: memory_cost.py)
     if a.max_total_tokens is not None:
         cmd += ["--max-total-tokens", str(a.max_total_tokens)]
     if getattr(a, "max_running_requests", 8) is not None:
         cmd += ["--max-running-requests", str(getattr(a, "max_running_requests", 8))]
     if cfg["topk"] is not None:
-        cmd += ["--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", f"{models}/draft",
-                "--speculative-num-steps", str(cfg["steps"]), "--speculative-eagle-topk", str(cfg["topk"]),
-                "--speculative-num-draft-tokens", str(draft_tokens(cfg["topk"], cfg["steps"]))]
-    cmd += {"nocg": ["--disable-cuda-graph"], "cg": ["--cuda-graph-max-bs", "8"],
-            "cgbs1": ["--cuda-graph-max-bs", "1"], "cgdef": []}[cfg["cg"]]
+        cmd += [
+            "--speculative-algorithm",
+            "EAGLE",
+            "--speculative-draft-model-path",
+            f"{models}/draft",
+            "--speculative-num-steps",
+            str(cfg["steps"]),
+            "--speculative-eagle-topk",
+            str(cfg["topk"]),
+            "--speculative-num-draft-tokens",
+            str(draft_tokens(cfg["topk"], cfg["steps"])),
+        ]
+    cmd += {
+        "nocg": ["--disable-cuda-graph"],
+        "cg": ["--cuda-graph-max-bs", "8"],
+        "cgbs1": ["--cuda-graph-max-bs", "1"],
+        "cgdef": [],
+    }[cfg["cg"]]
     cmd += a.extra_args.split()
     return cmd
 
@@ -147,8 +203,9 @@ def server_env(cfg, a, trace_file):
 
 def http(port, path, payload=None, timeout=180):
     data = None if payload is None else json.dumps(payload).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", data=data, headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=timeout) as r:
         return r.status, json.loads(r.read().decode() or "null")
 
@@ -187,8 +244,13 @@ def request_plan(prompts, stress):
     plan.append(("batch5", prompts["short"], exp["short"]))
     plan.append(("long1k", prompts["long_1k"], exp["long_1k"][0]))
     plan.append(("long1900", prompts["long_1900"], exp["long_1900"][0]))
-    plan.append(("batch_long", [prompts["long_1900"]] * 4 + [prompts["long_1k"]],
-                 [exp["long_1900"][0]] * 4 + [exp["long_1k"][0]]))
+    plan.append(
+        (
+            "batch_long",
+            [prompts["long_1900"]] * 4 + [prompts["long_1k"]],
+            [exp["long_1900"][0]] * 4 + [exp["long_1k"][0]],
+        )
+    )
     for rep in range(stress):
         plan.append((f"stress8x1900_{rep}", [prompts["long_1900"]] * 8, [exp["long_1900"][0]] * 8))
     return plan
@@ -290,20 +352,34 @@ class Runner:
                 ids = o.get("output_ids") or []
                 e = e[:n]
                 mi = o.get("meta_info", {})
-                diff = None if ids == e else next(
-                    (k for k, (x, y) in enumerate(zip(ids, e)) if x != y), min(len(ids), len(e)))
-                checks.append({"tag": f"{tag}[{j}]", "match_rule": ids == e, "first_diff": diff,
-                               "n_out": len(ids), "accept_len": mi.get("spec_accept_length"),
-                               "verify_ct": mi.get("spec_verify_ct"), "batch_secs": round(dt, 3),
-                               "batch_size": len(outs), "output_ids": ids})
+                diff = (
+                    None
+                    if ids == e
+                    else next((k for k, (x, y) in enumerate(zip(ids, e)) if x != y), min(len(ids), len(e)))
+                )
+                checks.append(
+                    {
+                        "tag": f"{tag}[{j}]",
+                        "match_rule": ids == e,
+                        "first_diff": diff,
+                        "n_out": len(ids),
+                        "accept_len": mi.get("spec_accept_length"),
+                        "verify_ct": mi.get("spec_verify_ct"),
+                        "batch_secs": round(dt, 3),
+                        "batch_size": len(outs),
+                        "output_ids": ids,
+                    }
+                )
         res["requests_s"] = round(time.time() - t_all, 2)
         res["checks"] = checks
         res["max_new_tokens"] = n
         try:
             _, info = http(port, "/get_server_info", timeout=30)
             st = info.get("internal_states", [{}])
-            res["internal_states"] = [{k: v for k, v in s.items() if "spec" in k or "accept" in k}
-                                      for s in (st if isinstance(st, list) else [st])]
+            res["internal_states"] = [
+                {k: v for k, v in s.items() if "spec" in k or "accept" in k}
+                for s in (st if isinstance(st, list) else [st])
+            ]
         except Exception as e:
             res["server_info_error"] = repr(e)
         res["ok"] = bool(checks) and "error" not in res
@@ -330,15 +406,23 @@ def summarize(res, cfg):
             seen.add(base)
             secs += c["batch_secs"]
     res["tokens_per_s"] = round(tok / secs, 1) if secs else None
-    single = [c["n_out"] / c["batch_secs"] for c in checks
-              if c["tag"].startswith("short") and not c["tag"].startswith("short0")
-              and c.get("batch_size") == 1 and c.get("batch_secs")]
+    single = [
+        c["n_out"] / c["batch_secs"]
+        for c in checks
+        if c["tag"].startswith("short")
+        and not c["tag"].startswith("short0")
+        and c.get("batch_size") == 1
+        and c.get("batch_secs")
+    ]
     res["single_stream_tokens_per_s"] = round(statistics.median(single), 1) if single else None
     stress = sorted({c["tag"].split("[")[0] for c in checks if c["tag"].startswith("stress")})
     if stress:
         last = [c for c in checks if c["tag"].split("[")[0] == stress[-1]]
-        res["batch8_tokens_per_s"] = round(sum(c.get("n_out", 0) for c in last) / last[0]["batch_secs"], 1) \
-            if last and last[0].get("batch_secs") else None
+        res["batch8_tokens_per_s"] = (
+            round(sum(c.get("n_out", 0) for c in last) / last[0]["batch_secs"], 1)
+            if last and last[0].get("batch_secs")
+            else None
+        )
 
 
 def compare_with_nonspec(results):
@@ -353,8 +437,11 @@ def compare_with_nonspec(results):
             r["equal_nonspec"] = None
             continue
         ref = {c["tag"]: c["output_ids"] for c in nonspec[ref_name]["checks"] if "output_ids" in c}
-        eq = [c["output_ids"] == ref[c["tag"]][:len(c["output_ids"])]
-              for c in r["checks"] if c["tag"] in ref and "output_ids" in c]
+        eq = [
+            c["output_ids"] == ref[c["tag"]][: len(c["output_ids"])]
+            for c in r["checks"]
+            if c["tag"] in ref and "output_ids" in c
+        ]
         r["equal_nonspec"] = bool(eq) and all(eq)
         r["equal_nonspec_ref"] = ref_name
         r["equal_nonspec_n"] = len(eq)
@@ -367,17 +454,21 @@ def origin_note(r):
 
 
 def write_summary(results, path, a):
-    rows = ["| config | tree | startup s | requests | outputs = rule | = non-spec | accept len min / max "
-            "(expected) | tokens/s single | tokens/s batch of 8 | tokens/s all | alive | sglang.srt from | status |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = [
+        "| config | tree | startup s | requests | outputs = rule | = non-spec | accept len min / max "
+        "(expected) | tokens/s single | tokens/s batch of 8 | tokens/s all | alive | sglang.srt from | status |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in results:
         n = len(r.get("checks", []))
         exp = "-" if r.get("topk") is None else f"{r['steps'] + 1}"
         acc = "-" if "accept_min" not in r else f"{r['accept_min']:.3f} / {r['accept_max']:.3f} ({exp})"
-        rows.append(f"| {r['config']} | {r['tree']} | {r.get('startup_s')} | {n} | {r.get('all_match_rule')} | "
-                    f"{r.get('equal_nonspec', '-')} | {acc} | {r.get('single_stream_tokens_per_s')} | "
-                    f"{r.get('batch8_tokens_per_s')} | {r.get('tokens_per_s')} | {r.get('alive_after')} | {origin_note(r)} | "
-                    f"{r.get('status')}{' ' + r['error'] if r.get('error') else ''} |")
+        rows.append(
+            f"| {r['config']} | {r['tree']} | {r.get('startup_s')} | {n} | {r.get('all_match_rule')} | "
+            f"{r.get('equal_nonspec', '-')} | {acc} | {r.get('single_stream_tokens_per_s')} | "
+            f"{r.get('batch8_tokens_per_s')} | {r.get('tokens_per_s')} | {r.get('alive_after')} | {origin_note(r)} | "
+            f"{r.get('status')}{' ' + r['error'] if r.get('error') else ''} |"
+        )
     with open(path, "w") as f:
         f.write("\n".join(rows) + "\n")
     return "\n".join(rows)

@@ -89,9 +89,20 @@ class Item:
     proof: Optional[dict[str, Any]] = field(default=None, compare=False, hash=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {"file": self.file, "line": self.line, "class_method": self.scope, "kind": self.kind,
-                "site": self.site, "state": self.state, "detail": self.detail, "upstream": self.upstream,
-                "rule": self.rule, "needs_action": self.needs_action, "error": self.error, "proof": self.proof}
+        return {
+            "file": self.file,
+            "line": self.line,
+            "class_method": self.scope,
+            "kind": self.kind,
+            "site": self.site,
+            "state": self.state,
+            "detail": self.detail,
+            "upstream": self.upstream,
+            "rule": self.rule,
+            "needs_action": self.needs_action,
+            "error": self.error,
+            "proof": self.proof,
+        }
 
 
 @dataclass(frozen=True)
@@ -144,9 +155,14 @@ class Report:
             "schema_version": SCHEMA_VERSION,
             "tool": {"name": "sglang-draft-layout", "version": __version__},
             "command": self.command,
-            "target": {"root": str(target.root), "package": str(target.package), "release": target.version,
-                       "release_source": target.release_source, "release_note": target.version_source,
-                       "git_describe": target.git_describe},
+            "target": {
+                "root": str(target.root),
+                "package": str(target.package),
+                "release": target.version,
+                "release_source": target.release_source,
+                "release_note": target.version_source,
+                "git_describe": target.git_describe,
+            },
             "exit_code": self.exit_code,
             "summary": {"total": len(self.items), "kinds": self.kinds(), "states": self.states()},
             "sites": [item.to_json() for item in self.items],
@@ -178,17 +194,33 @@ def _finding_item(finding: Finding, target: Target, applied: bool) -> Item:
         file=_relative(target.package / rule.file, target),
         line=finding.line if finding.state is not State.ABSENT else None,
         scope=rule.site.removeprefix("def ") if helper else rule.scope,
-        site="helper definition" if helper and rule.site.startswith("def ") else rule.site, state=state, detail=finding.detail, upstream=rule.upstream, rule=rule.id,
-        needs_action=needs_action, error=error, proof=finding.proof.to_json() if finding.proof else None,
+        site="helper definition" if helper and rule.site.startswith("def ") else rule.site,
+        state=state,
+        detail=finding.detail,
+        upstream=rule.upstream,
+        rule=rule.id,
+        needs_action=needs_action,
+        error=error,
+        proof=finding.proof.to_json() if finding.proof else None,
     )
 
 
 def _test_item(generated: GeneratedFile, target: Target, applied: bool) -> Item:
     needs_action = generated.state is not FileState.PRESENT
     state = done(generated.state.value) if applied and needs_action else generated.state.value
-    return Item(kind=TEST, file=_relative(generated.path, target), line=None, scope=generated.what,
-                site="", state=state, detail="", upstream="", rule=generated.path.name,
-                needs_action=needs_action, error=False)
+    return Item(
+        kind=TEST,
+        file=_relative(generated.path, target),
+        line=None,
+        scope=generated.what,
+        site="",
+        state=state,
+        detail="",
+        upstream="",
+        rule=generated.path.name,
+        needs_action=needs_action,
+        error=False,
+    )
 
 
 def _leftover_item(leftover: Path, plan: Plan, applied: bool) -> Item:
@@ -197,17 +229,31 @@ def _leftover_item(leftover: Path, plan: Plan, applied: bool) -> Item:
     kept = applied and leftover not in plan.removed
     state = "kept" if kept else done("to remove") if applied else "to remove"
     detail = "not a version of the file beside it; remove it yourself" if kept else "left by an interrupted apply"
-    return Item(kind=TEMP_FILE, file=_relative(leftover, plan.target), line=None, scope="leftover temp file",
-                site="", state=state, detail=detail, upstream="", rule="leftover", needs_action=not kept,
-                error=False)
+    return Item(
+        kind=TEMP_FILE,
+        file=_relative(leftover, plan.target),
+        line=None,
+        scope="leftover temp file",
+        site="",
+        state=state,
+        detail=detail,
+        upstream="",
+        rule="leftover",
+        needs_action=not kept,
+        error=False,
+    )
 
 
 def report(command: str, plan: Plan, options: Options, applied: bool = False) -> Report:
     """The report of ``plan`` (``applied``: its changes were just written)."""
     target = plan.target
-    items = tuple([*(_finding_item(f, target, applied) for f in plan.findings),
-                   *(_test_item(g, target, applied) for g in plan.generated),
-                   *(_leftover_item(leftover, plan, applied) for leftover in plan.leftovers)])
+    items = tuple(
+        [
+            *(_finding_item(f, target, applied) for f in plan.findings),
+            *(_test_item(g, target, applied) for g in plan.generated),
+            *(_leftover_item(leftover, plan, applied) for leftover in plan.leftovers),
+        ]
+    )
     files = tuple(WrittenFile(_relative(c.path, target), c.old is None) for c in plan.changes)
     patch = plan.diff() if command == "diff" and not any(i.error for i in items) else ""
     return Report(command, target, options, items, files, patch, plan.notes, plan)

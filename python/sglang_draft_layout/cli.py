@@ -61,7 +61,7 @@ class Printer:
         whole = fit("".join(text for text, _code in parts), self.width)
         shown, position = [], 0
         for text, code in parts:
-            piece = whole[position: position + len(text)]
+            piece = whole[position : position + len(text)]
             position += len(text)
             shown.append(self.paint(piece, code) if code else piece)
         print("".join(shown) + whole[position:], file=self.stream)
@@ -70,8 +70,14 @@ class Printer:
         """A line never cut (a summary, an error): wrapped at spaces to the width, continued indented;
         a `quoted` span (a comment or flag to copy) is never broken."""
         whole_spans = re.sub(r"`[^`]*`", lambda span: span.group(0).replace(" ", _UNBROKEN), text)
-        for part in textwrap.wrap(whole_spans, self.width, initial_indent=indent, subsequent_indent=indent + "  ",
-                                  break_long_words=False, break_on_hyphens=False):
+        for part in textwrap.wrap(
+            whole_spans,
+            self.width,
+            initial_indent=indent,
+            subsequent_indent=indent + "  ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        ):
             print(self.paint(part.replace(_UNBROKEN, " "), code), file=self.stream)
 
     def command(self, text: str) -> None:
@@ -86,7 +92,7 @@ def fit(text: str, width: int) -> str:
 
 def fit_left(text: str, width: int) -> str:
     """``text`` cut from the left (a path keeps its file name), starting with an ellipsis when cut."""
-    return text if len(text) <= width else "…" + text[len(text) - width + 1:]
+    return text if len(text) <= width else "…" + text[len(text) - width + 1 :]
 
 
 def wrap_command(command: str, width: int, indent: str = "  ") -> str:
@@ -151,8 +157,11 @@ def print_header(report: Report, verbose: bool, out: Printer) -> None:
     if verbose:
         target = report.target
         described = f"; git describe: {target.git_describe}" if target.git_describe else ""
-        out.wrapped(f"  release read from {target.version_source}{described}" if target.version else
-                    f"  no release stated ({target.version_source}): every site is judged by its code")
+        out.wrapped(
+            f"  release read from {target.version_source}{described}"
+            if target.version
+            else f"  no release stated ({target.version_source}): every site is judged by its code"
+        )
 
 
 def _state_code(item: Item, applied: bool) -> str:
@@ -253,8 +262,11 @@ def command_line(command: str, report: Report, argv_target: Optional[str]) -> st
 def print_check(report: Report, argv_target: Optional[str], verbosity: int, out: Printer) -> None:
     if verbosity >= 0:
         print_header(report, verbosity > 0, out)
-        print_items(out, report.items if verbosity > 0 else [i for i in report.items if shown_by_default(i)],
-                    verbose=verbosity > 0)
+        print_items(
+            out,
+            report.items if verbosity > 0 else [i for i in report.items if shown_by_default(i)],
+            verbose=verbosity > 0,
+        )
     out.wrapped(summary(report), _BOLD)
     for note in report.notes:
         out.wrapped(note)
@@ -290,8 +302,10 @@ def print_github(report: Report, argv_target: Optional[str]) -> None:
     ``apply`` refuses it, not to run it), then the summary and next step."""
     fix = command_line("apply", report, argv_target)
     refused = [item.file + (f":{item.line}" if item.line else "") for item in report.errors]
-    blocked = (f"; `{fix}` refuses the tree until the {plural(len(refused), 'site')} no rule knows "
-               f"({', '.join(refused)}) are kept or rewritten")
+    blocked = (
+        f"; `{fix}` refuses the tree until the {plural(len(refused), 'site')} no rule knows "
+        f"({', '.join(refused)}) are kept or rewritten"
+    )
     for item in report.items:
         if not (item.needs_action or item.error):
             continue
@@ -358,8 +372,11 @@ def run(command: str, argv_target: Optional[str], options: api.Options, args: ar
     out = Printer(sys.stdout, terminal_width(), color_wanted(sys.stdout))
     if command == "check":
         report = api.check(argv_target, options)
-        {"json": lambda: print_json(report, argv_target), "github": lambda: print_github(report, argv_target),
-         "text": lambda: print_check(report, argv_target, verbosity, out)}[fmt]()
+        {
+            "json": lambda: print_json(report, argv_target),
+            "github": lambda: print_github(report, argv_target),
+            "text": lambda: print_check(report, argv_target, verbosity, out),
+        }[fmt]()
         if fmt != "text":
             print_errors(report)
         return report.exit_code
@@ -404,22 +421,48 @@ def demo(release: str, verbosity: int) -> int:
 
 
 def _add_target(command: argparse.ArgumentParser) -> None:
-    command.add_argument("target", nargs="?", help="any folder inside a fork checkout or an SGLang tree, or the "
-                                                   "sglang package (default: the SGLang installed in this Python)")
+    command.add_argument(
+        "target",
+        nargs="?",
+        help="any folder inside a fork checkout or an SGLang tree, or the "
+        "sglang package (default: the SGLang installed in this Python)",
+    )
     tests = command.add_mutually_exclusive_group()
-    tests.add_argument("--tests", dest="tests", action="store_const", const=True,
-                       help="write the fork's tests even where no site is left to patch (an up-to-date fork)")
-    tests.add_argument("--no-tests", dest="tests", action="store_const", const=False,
-                       help="leave out the test files written into a fork checkout's test/registered/")
-    command.add_argument("--cpu-suite", metavar="NAME",
-                         help="register the CPU test to this suite (default: chosen from test/run_suite.py)")
-    command.add_argument("--cuda-suite", metavar="NAME",
-                         help="write the GPU test, registered to this suite (default: chosen from test/run_suite.py)")
-    command.add_argument("--gpu-test", action="store_true",
-                         help="also write the GPU test (about 240 s of per-commit GPU CI in the fork)")
-    command.add_argument("--keep", metavar="FILE:Class.method", action="append", type=str, default=[],
-                         help="keep this site as the fork wrote it, like a `# sglang-draft-layout: keep` "
-                              "comment on it (repeatable)")
+    tests.add_argument(
+        "--tests",
+        dest="tests",
+        action="store_const",
+        const=True,
+        help="write the fork's tests even where no site is left to patch (an up-to-date fork)",
+    )
+    tests.add_argument(
+        "--no-tests",
+        dest="tests",
+        action="store_const",
+        const=False,
+        help="leave out the test files written into a fork checkout's test/registered/",
+    )
+    command.add_argument(
+        "--cpu-suite",
+        metavar="NAME",
+        help="register the CPU test to this suite (default: chosen from test/run_suite.py)",
+    )
+    command.add_argument(
+        "--cuda-suite",
+        metavar="NAME",
+        help="write the GPU test, registered to this suite (default: chosen from test/run_suite.py)",
+    )
+    command.add_argument(
+        "--gpu-test", action="store_true", help="also write the GPU test (about 240 s of per-commit GPU CI in the fork)"
+    )
+    command.add_argument(
+        "--keep",
+        metavar="FILE:Class.method",
+        action="append",
+        type=str,
+        default=[],
+        help="keep this site as the fork wrote it, like a `# sglang-draft-layout: keep` " "comment on it (repeatable)",
+    )
 
 
 def _add_verbosity(command: argparse.ArgumentParser) -> None:
@@ -429,28 +472,45 @@ def _add_verbosity(command: argparse.ArgumentParser) -> None:
 
 def parser() -> argparse.ArgumentParser:
     main_parser = argparse.ArgumentParser(
-        prog=PROG, description="Bring an SGLang tree to upstream's multi-step EAGLE draft layout helpers.",
+        prog=PROG,
+        description="Bring an SGLang tree to upstream's multi-step EAGLE draft layout helpers.",
     )
     main_parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     commands = main_parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser(
-        "check", help="report what is left to patch; exit 0 nothing, 1 something (the next command is printed), "
-                      "2 a site no rule knows", description="Report every site's state; write nothing.")
+        "check",
+        help="report what is left to patch; exit 0 nothing, 1 something (the next command is printed), "
+        "2 a site no rule knows",
+        description="Report every site's state; write nothing.",
+    )
     _add_target(check)
     _add_verbosity(check)
-    check.add_argument("--format", choices=("text", "json", "github"), default="text",
-                       help="json: docs/json.md's schema; github: workflow annotations (::error file=...,line=...)")
-    diff = commands.add_parser("diff", help="print the patch as a git diff (paths from the tree's root); write "
-                                            "nothing; exit 0", description="Print the patch; write nothing.")
+    check.add_argument(
+        "--format",
+        choices=("text", "json", "github"),
+        default="text",
+        help="json: docs/json.md's schema; github: workflow annotations (::error file=...,line=...)",
+    )
+    diff = commands.add_parser(
+        "diff",
+        help="print the patch as a git diff (paths from the tree's root); write " "nothing; exit 0",
+        description="Print the patch; write nothing.",
+    )
     _add_target(diff)
-    diff.add_argument("--exit-code", action="store_true", help="exit 1 when there is a patch, like git diff --exit-code")
-    apply = commands.add_parser("apply", help="patch the tree: every file or none",
-                                description="Patch the tree: every file or none.")
+    diff.add_argument(
+        "--exit-code", action="store_true", help="exit 1 when there is a patch, like git diff --exit-code"
+    )
+    apply = commands.add_parser(
+        "apply", help="patch the tree: every file or none", description="Patch the tree: every file or none."
+    )
     _add_target(apply)
     _add_verbosity(apply)
     apply.add_argument("--format", choices=("text", "json"), default="text", help="json: docs/json.md's schema")
-    apply.add_argument("--exit-non-zero-on-fix", action="store_true",
-                       help="exit 1 when files were written (the fixing pre-commit hook)")
+    apply.add_argument(
+        "--exit-non-zero-on-fix",
+        action="store_true",
+        help="exit 1 when files were written (the fixing pre-commit hook)",
+    )
     demo_parser = commands.add_parser("demo", help=f"patch a scratch copy of sglang=={DEMO_RELEASE} from PyPI")
     demo_parser.add_argument("--release", default=DEMO_RELEASE)
     _add_verbosity(demo_parser)
@@ -460,8 +520,13 @@ def parser() -> argparse.ArgumentParser:
 def _options(args: argparse.Namespace) -> api.Options:
     """The api Options named by the command's flags (a flag's dest is the field's name)."""
     names = {f.name for f in dataclasses.fields(api.Options)}
-    return api.Options(**{name: tuple(value) if isinstance(value, list) else value
-                          for name, value in vars(args).items() if name in names})
+    return api.Options(
+        **{
+            name: tuple(value) if isinstance(value, list) else value
+            for name, value in vars(args).items()
+            if name in names
+        }
+    )
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -51,8 +51,11 @@ def keep_matches(spec: str, rule: Rule) -> bool:
     fork root, absolute, or the file name alone)."""
     file, _, scope = spec.rpartition(":")
     file = file.replace("\\", "/")
-    return scope == rule.scope and bool(file) and (
-        file == rule.file or file.endswith("/" + rule.file) or f"sglang/{rule.file}".endswith("/" + file))
+    return (
+        scope == rule.scope
+        and bool(file)
+        and (file == rule.file or file.endswith("/" + rule.file) or f"sglang/{rule.file}".endswith("/" + file))
+    )
 
 
 def _kept(finding: Finding, source: Optional[Source], keep: Collection[str]) -> Finding:
@@ -110,8 +113,9 @@ class Plan:
 
     def diff(self) -> str:
         """The changes as a git diff, paths relative to the target as named (``git apply`` there)."""
-        return "".join(_git_diff(change, change.path.relative_to(self.target.root).as_posix())
-                       for change in self.changes)
+        return "".join(
+            _git_diff(change, change.path.relative_to(self.target.root).as_posix()) for change in self.changes
+        )
 
 
 def _git_diff(change: FileChange, path: str) -> str:
@@ -121,10 +125,14 @@ def _git_diff(change: FileChange, path: str) -> str:
     header = f"diff --git a/{path} b/{path}\n"
     if old is None:
         header += "new file mode 100644\n"
-    body = "".join(difflib.unified_diff(
-        lines(old or ""), lines(new),
-        "/dev/null" if old is None else f"a/{path}", f"b/{path}",
-    ))
+    body = "".join(
+        difflib.unified_diff(
+            lines(old or ""),
+            lines(new),
+            "/dev/null" if old is None else f"a/{path}",
+            f"b/{path}",
+        )
+    )
     return header + body
 
 
@@ -143,16 +151,20 @@ def render(path: Path, source: Source, findings: Sequence[Finding], line_length:
     try:
         code = apply_edits(source, [e for f in to_patch for e in f.edits])
     except AnchorError as error:
-        raise PatchError(f"{path}:{error.node.lineno}: an edit's anchor maps to no libcst node (a rule bug); "
-                         "nothing written") from None
+        raise PatchError(
+            f"{path}:{error.node.lineno}: an edit's anchor maps to no libcst node (a rule bug); " "nothing written"
+        ) from None
     except cst.ParserSyntaxError as error:
-        raise TargetError(f"{path}:{error.raw_line}: not valid Python ({error.message.splitlines()[0]}); "
-                          "nothing written") from None
+        raise TargetError(
+            f"{path}:{error.raw_line}: not valid Python ({error.message.splitlines()[0]}); " "nothing written"
+        ) from None
     return add_imports(code, sorted({i for f in to_patch for i in f.imports}), line_length)
 
 
 #: why a site whose statement shares its line is unrecognised (libcst keeps such a line whole)
-SHARED_LINE = "more than one statement on this line (`;` or a one-line block): put each on a line of its own, as black does"
+SHARED_LINE = (
+    "more than one statement on this line (`;` or a one-line block): put each on a line of its own, as black does"
+)
 
 
 def _own_lines(finding: Finding, source: Optional[Source]) -> Finding:
@@ -165,7 +177,9 @@ def _own_lines(finding: Finding, source: Optional[Source]) -> Finding:
         return finding
     starts = [s.lineno for s in ast.walk(source.tree) if isinstance(s, ast.stmt)]
     shared = sorted(node.lineno for node in touched if starts.count(node.lineno) > 1)
-    return replace(finding, state=State.UNRECOGNISED, line=shared[0], detail=SHARED_LINE, edits=()) if shared else finding
+    return (
+        replace(finding, state=State.UNRECOGNISED, line=shared[0], detail=SHARED_LINE, edits=()) if shared else finding
+    )
 
 
 def _proven(findings: Sequence[Finding], sources: dict[str, Source]) -> list[Finding]:
@@ -185,10 +199,20 @@ def _proven(findings: Sequence[Finding], sources: dict[str, Source]) -> list[Fin
         new = Source.class_blocks(relative, code, lambda block: any(f"class {name}" in block for name in classes))
         for finding in (f for f in to_patch if f.rule.file == relative):
             proven[id(finding)] = prove(finding.rule.scope, source, new.code, finding.edits, source.package, new)
-    return [f if id(f) not in proven else _by_hand(f, proven[id(f)]) if proven[id(f)].proven
-            else replace(f, state=State.UNRECOGNISED, line=proven[id(f)].line or f.line, detail=proven[id(f)].why,
-                         edits=())
-            for f in findings]
+    return [
+        (
+            f
+            if id(f) not in proven
+            else (
+                _by_hand(f, proven[id(f)])
+                if proven[id(f)].proven
+                else replace(
+                    f, state=State.UNRECOGNISED, line=proven[id(f)].line or f.line, detail=proven[id(f)].why, edits=()
+                )
+            )
+        )
+        for f in findings
+    ]
 
 
 #: (file, class) of the callers the rules read (``Rule.reads``): their layouts are brought to upstream's form too
@@ -200,15 +224,26 @@ def _by_hand(finding: Finding, proof: Proof) -> Finding:
     already computes upstream's values on every probe (no "fixes the fork's bug", and the runs saw the layout
     there: ``Proof.fork_seen_everywhere``), correct by hand: left as it is."""
     rule = finding.rule
-    if rule.id.startswith("guard:") and (rule.file, rule.scope.split(".")[0]) not in _READ_CLASSES \
-            and not any("fixes" in verdict for _probe, verdict in proof.probes) and proof.fork_seen_everywhere:
-        return replace(finding, state=State.BY_HAND, edits=(), imports=(), proof=proof,
-                       detail=f"its own layout gives upstream's values ({proof.summary()}): left as it is")
+    if (
+        rule.id.startswith("guard:")
+        and (rule.file, rule.scope.split(".")[0]) not in _READ_CLASSES
+        and not any("fixes" in verdict for _probe, verdict in proof.probes)
+        and proof.fork_seen_everywhere
+    ):
+        return replace(
+            finding,
+            state=State.BY_HAND,
+            edits=(),
+            imports=(),
+            proof=proof,
+            detail=f"its own layout gives upstream's values ({proof.summary()}): left as it is",
+        )
     return replace(finding, proof=proof)
 
 
 def _parse(path: Path, relative: str, code: str, classes: Optional[Collection[str]] = None) -> Source:
     """The file whole, or (``classes`` given) only its class blocks that name a draft layout or one of ``classes``."""
+
     def wanted(block: str) -> bool:
         return may_hold_draft_layout(block) or any(f"class {name}" in block for name in classes)
 
@@ -225,8 +260,9 @@ def _rules_by_file(rules: Sequence[Rule]) -> dict[str, list[Rule]]:
     return grouped
 
 
-def _sources(target: Target, rules: Sequence[Rule],
-             gate: transaction.SignalGate) -> tuple[dict[str, Source], dict[str, StoredText]]:
+def _sources(
+    target: Target, rules: Sequence[Rule], gate: transaction.SignalGate
+) -> tuple[dict[str, Source], dict[str, StoredText]]:
     """Each file the rules read, and each other file of the structural guard's folders whose
     text names a draft layout, each read and parsed once: whole where a rule judges
     module-level definitions, else by the class blocks that matter (``_parse``); and each
@@ -238,7 +274,9 @@ def _sources(target: Target, rules: Sequence[Rule],
         if path.is_file():
             whole = any(rule.scope == MODULE_SCOPE for rule in file_rules)
             stored[relative] = StoredText.read(path)
-            sources[relative] = _parse(path, relative, stored[relative].text, None if whole else _read_classes(relative))
+            sources[relative] = _parse(
+                path, relative, stored[relative].text, None if whole else _read_classes(relative)
+            )
     for folder in GUARDED_FOLDERS:
         for path in sorted((target.package / folder).rglob("*.py")):
             relative = path.relative_to(target.package).as_posix()
@@ -269,26 +307,45 @@ def _module_file(module: str) -> Optional[str]:
 def _modules_to_create(findings: Sequence[Finding], target: Target) -> set[str]:
     """The helper modules (files relative to the package) that sites to patch import but the tree lacks."""
     needed = {_module_file(module) for f in findings if f.state is State.TO_PATCH for module, _name in f.imports}
-    return {relative for relative in needed if relative in helper_definitions.MODULES
-            and not (target.package / relative).exists() and not (target.package / relative[:-3]).exists()}
+    return {
+        relative
+        for relative in needed
+        if relative in helper_definitions.MODULES
+        and not (target.package / relative).exists()
+        and not (target.package / relative[:-3]).exists()
+    }
 
 
 def _helper_module_missing(finding: Finding, target: Target, created: Collection[str]) -> Finding:
     """A site to patch whose helper's module file is absent (and not created) is unrecognised."""
     for module, _name in finding.imports:
         relative = _module_file(module)
-        if finding.state is State.TO_PATCH and relative and relative not in created \
-                and not (target.package / relative).is_file():
+        if (
+            finding.state is State.TO_PATCH
+            and relative
+            and relative not in created
+            and not (target.package / relative).is_file()
+        ):
             package = target.package / relative[:-3]
-            why = f"is the package {package}, which no rule edits" if package.is_dir() \
+            why = (
+                f"is the package {package}, which no rule edits"
+                if package.is_dir()
                 else f"{target.package / relative} is absent and no rule creates it"
+            )
             return replace(finding, state=State.UNRECOGNISED, edits=(), detail=f"its helper's module {why}")
     return finding
 
 
-def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = True, tests: Optional[bool] = None,
-         cpu_suite: Optional[str] = None, cuda_suite: Optional[str] = None, gpu_test: bool = False,
-         keep: Collection[str] = ()) -> Plan:
+def plan(
+    target: Target,
+    rules: Sequence[Rule] = RULES,
+    render_changes: bool = True,
+    tests: Optional[bool] = None,
+    cpu_suite: Optional[str] = None,
+    cuda_suite: Optional[str] = None,
+    gpu_test: bool = False,
+    keep: Collection[str] = (),
+) -> Plan:
     """Every rule's finding and (with ``render_changes``) the new text of every file that changes; writes nothing.
 
     Besides ``rules``, the structural guard's rules for classes no rule names
@@ -306,31 +363,52 @@ def plan(target: Target, rules: Sequence[Rule] = RULES, render_changes: bool = T
     """
     with transaction.signal_gate() as gate:
         gate.holding = True  # and on after planning: the command's output is not cut short
-        test_options = None if tests is False else fork_tests.TestOptions(cpu_suite, cuda_suite, gpu_test,
-                                                                          tests is True)
+        test_options = (
+            None if tests is False else fork_tests.TestOptions(cpu_suite, cuda_suite, gpu_test, tests is True)
+        )
         return _plan(target, rules, render_changes, test_options, keep, gate)
 
 
-def _plan(target: Target, rules: Sequence[Rule], render_changes: bool,
-          test_options: Optional[fork_tests.TestOptions], keep: Collection[str], gate: transaction.SignalGate) -> Plan:
+def _plan(
+    target: Target,
+    rules: Sequence[Rule],
+    render_changes: bool,
+    test_options: Optional[fork_tests.TestOptions],
+    keep: Collection[str],
+    gate: transaction.SignalGate,
+) -> Plan:
     changes: list[FileChange] = []
     sources, stored = _sources(target, rules, gate)
     for source in sources.values():
         source.others = sources  # the callers a rule looks at (``Rule.reads``)
         source.line_length = target.line_length
         source.package = target.package
-    guarded = [rule for relative, source in sources.items()
-               for rule in guard_rules(relative, source, _named_classes(relative))]
+    guarded = [
+        rule for relative, source in sources.items() for rule in guard_rules(relative, source, _named_classes(relative))
+    ]
     by_file = _rules_by_file([*rules, *guarded])
-    findings = one_parameter_frame([
-        rule.find(rule, sources[relative]) if relative in sources else rule.report(State.ABSENT, detail=f"no {relative}")
-        for relative, file_rules in by_file.items() for rule in file_rules
-    ])
+    findings = one_parameter_frame(
+        [
+            (
+                rule.find(rule, sources[relative])
+                if relative in sources
+                else rule.report(State.ABSENT, detail=f"no {relative}")
+            )
+            for relative, file_rules in by_file.items()
+            for rule in file_rules
+        ]
+    )
     created = _modules_to_create(findings, target)
     findings = [
-        replace(f, state=State.TO_PATCH, detail=helper_definitions.TO_CREATE.format(file=f.rule.file))
-        if f.rule.file in created else _kept(_own_lines(_helper_module_missing(f, target, created), sources.get(f.rule.file)),
-                                             sources.get(f.rule.file), keep)
+        (
+            replace(f, state=State.TO_PATCH, detail=helper_definitions.TO_CREATE.format(file=f.rule.file))
+            if f.rule.file in created
+            else _kept(
+                _own_lines(_helper_module_missing(f, target, created), sources.get(f.rule.file)),
+                sources.get(f.rule.file),
+                keep,
+            )
+        )
         for f in findings
     ]
     findings = _proven(findings, sources)
@@ -338,8 +416,10 @@ def _plan(target: Target, rules: Sequence[Rule], render_changes: bool,
         gate.check()
         path = target.package / relative
         file_findings = [f for f in findings if f.rule.file == relative]
-        if not render_changes or any(f.state is State.UNRECOGNISED for f in file_findings) or not any(
-            f.state is State.TO_PATCH for f in file_findings
+        if (
+            not render_changes
+            or any(f.state is State.UNRECOGNISED for f in file_findings)
+            or not any(f.state is State.TO_PATCH for f in file_findings)
         ):
             continue
         if relative in created:
@@ -347,25 +427,52 @@ def _plan(target: Target, rules: Sequence[Rule], render_changes: bool,
             _check_rendered(path, relative, new, file_rules)
             changes.append(FileChange.of(path, None, new))
             continue
-        changes.append(_file_change(path, relative, stored[relative], sources[relative], file_findings, file_rules,
-                                    target.line_length, keep, sources))
+        changes.append(
+            _file_change(
+                path,
+                relative,
+                stored[relative],
+                sources[relative],
+                file_findings,
+                file_rules,
+                target.line_length,
+                keep,
+                sources,
+            )
+        )
     unknown = [spec for spec in keep if not any(keep_matches(spec, f.rule) for f in findings)]
     if unknown:
-        raise TargetError(f"--keep {unknown[0]}: no site of {target.package} is FILE:Class.method "
-                          "(check lists each site's file and Class.method)")
+        raise TargetError(
+            f"--keep {unknown[0]}: no site of {target.package} is FILE:Class.method "
+            "(check lists each site's file and Class.method)"
+        )
     up_to_date = not any(f.state in (State.TO_PATCH, State.UNRECOGNISED) for f in findings)
     generated, notes = fork_tests.generated_files(target, test_options, up_to_date) if test_options else ([], [])
     if render_changes:
         changes += [_generated_change(g) for g in generated if g.state is not fork_tests.FileState.PRESENT]
         _refuse_links_out_of_tree(target, changes)
     folders = [text.path.resolve().parent for text in stored.values()] + [g.path.parent for g in generated]
-    return Plan(target, tuple(findings), tuple(changes), tuple(generated), tuple(transaction.leftovers(folders)),
-                notes=tuple(notes))
+    return Plan(
+        target,
+        tuple(findings),
+        tuple(changes),
+        tuple(generated),
+        tuple(transaction.leftovers(folders)),
+        notes=tuple(notes),
+    )
 
 
-def _file_change(path: Path, relative: str, stored: StoredText, source: Source, findings: Sequence[Finding],
-                 file_rules: Sequence[Rule], line_length: int, keep: Collection[str] = (),
-                 others: Optional[dict[str, Source]] = None) -> FileChange:
+def _file_change(
+    path: Path,
+    relative: str,
+    stored: StoredText,
+    source: Source,
+    findings: Sequence[Finding],
+    file_rules: Sequence[Rule],
+    line_length: int,
+    keep: Collection[str] = (),
+    others: Optional[dict[str, Source]] = None,
+) -> FileChange:
     """The change of one file with sites to patch and none unrecognised (``keep``, ``others``: as for ``_check_rendered``)."""
     _parse(path, relative, stored.text)  # a file written must be valid Python as a whole, not only its classes
     new = render(path, source, findings, line_length)
@@ -386,8 +493,10 @@ def _prove_rendered(path: Path, source: Source, new: str, findings: Sequence[Fin
             rendered = rendered or Source(source.path, new)
             proof = prove(finding.rule.scope, source, new, finding.edits, source.package, rendered)
             if not proof.proven:
-                raise PatchError(f"{path}: {finding.rule.scope}: {finding.rule.site}: the rendered rewrite: "
-                                 f"{proof.why} (a rule bug); nothing written")
+                raise PatchError(
+                    f"{path}: {finding.rule.scope}: {finding.rule.site}: the rendered rewrite: "
+                    f"{proof.why} (a rule bug); nothing written"
+                )
 
 
 def _generated_change(generated: fork_tests.GeneratedFile) -> FileChange:
@@ -409,20 +518,29 @@ def _refuse_links_out_of_tree(target: Target, changes: Sequence[FileChange]) -> 
         seen[real] = change.path
 
 
-def _check_rendered(path: Path, relative: str, new: str, rules: Sequence[Rule], keep: Collection[str] = (),
-                    others: Optional[dict[str, Source]] = None) -> None:
+def _check_rendered(
+    path: Path,
+    relative: str,
+    new: str,
+    rules: Sequence[Rule],
+    keep: Collection[str] = (),
+    others: Optional[dict[str, Source]] = None,
+) -> None:
     """The rewritten text compiles and every rule now finds its site in upstream's form."""
     try:
         compile(new, str(path), "exec")
     except SyntaxError as error:
-        raise PatchError(f"{path}:{error.lineno}: rewriting made invalid Python ({error.msg}; a rule bug); "
-                         "nothing written") from None
+        raise PatchError(
+            f"{path}:{error.lineno}: rewriting made invalid Python ({error.msg}; a rule bug); " "nothing written"
+        ) from None
     source = _parse(path, relative, new)
     source.others = others or {}
     for rule in rules:
         finding = _kept(rule.find(rule, source), source, keep)
         if finding.state not in (State.PATCHED, State.ABSENT, State.BY_CALLER, State.BY_HAND, State.KEPT):
-            raise PatchError(f"{path}: {rule.scope}: {rule.site} is {finding.state.value} after rewriting (a rule bug); nothing written")
+            raise PatchError(
+                f"{path}: {rule.scope}: {rule.site} is {finding.state.value} after rewriting (a rule bug); nothing written"
+            )
 
 
 def describe(finding: Finding, target: Target) -> str:
@@ -472,8 +590,13 @@ def _is_a_version(leftover: Path, plan_: Plan) -> bool:
         data = leftover.read_bytes()
     except OSError:
         return False
-    versions = [version for change in plan_.changes if (change.real or change.path) == beside.resolve()
-                for version in (change.before, change.after) if version is not None]
+    versions = [
+        version
+        for change in plan_.changes
+        if (change.real or change.path) == beside.resolve()
+        for version in (change.before, change.after)
+        if version is not None
+    ]
     try:
         current: Optional[bytes] = beside.read_bytes()
     except OSError:
@@ -519,8 +642,14 @@ def _remove_leftovers(plan_: Plan) -> Plan:
     return replace(plan_, removed=tuple(removed))
 
 
-def apply(target: Target, tests: Optional[bool] = None, cpu_suite: Optional[str] = None,
-          cuda_suite: Optional[str] = None, gpu_test: bool = False, keep: Collection[str] = ()) -> Plan:
+def apply(
+    target: Target,
+    tests: Optional[bool] = None,
+    cpu_suite: Optional[str] = None,
+    cuda_suite: Optional[str] = None,
+    gpu_test: bool = False,
+    keep: Collection[str] = (),
+) -> Plan:
     """Patch the tree: plan, refuse on anything unrecognised, remove the tool's own leftovers,
     write all files or none (``tests``: with a fork checkout's own test files; ``keep``: sites
     kept as the fork wrote them; the rest as ``plan`` takes them). SIGINT, SIGTERM
@@ -529,8 +658,7 @@ def apply(target: Target, tests: Optional[bool] = None, cpu_suite: Optional[str]
         gate.holding = False  # waiting for another apply's lock: a signal ends the wait at once
         with tree_lock(target):
             gate.holding = True
-            result = plan(target, tests=tests, cpu_suite=cpu_suite, cuda_suite=cuda_suite, gpu_test=gpu_test,
-                          keep=keep)
+            result = plan(target, tests=tests, cpu_suite=cpu_suite, cuda_suite=cuda_suite, gpu_test=gpu_test, keep=keep)
             if result.unrecognised:
                 raise Refused(result)
             result = _remove_leftovers(result)

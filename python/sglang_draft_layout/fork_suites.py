@@ -35,13 +35,51 @@ from .target import TargetError
 RUN_SUITE = Path("test") / "run_suite.py"
 SUITE_DICTS = ("PER_COMMIT_SUITES", "NIGHTLY_SUITES", "OTHER_SUITES")
 #: tokens of a suite name that mean a special runner, cadence or kind of test
-SPECIAL_TOKENS = frozenset({
-    "amd", "npu", "xpu", "musa", "mlx", "mps", "mlu", "dcu", "ppu", "arm64", "intel", "tp",
-    "nightly", "weekly", "stress", "full", "extra", "kernel", "benchmark", "diffusion",
-    "deepep", "disaggregation", "nondeterministic", "perf", "eval", "acc", "accuracy",
-    "bcg", "component", "py312", "mi35x", "h100", "h200", "h20", "b200", "b300", "gb200",
-    "gb300", "5090", "dsv4", "large",
-})
+SPECIAL_TOKENS = frozenset(
+    {
+        "amd",
+        "npu",
+        "xpu",
+        "musa",
+        "mlx",
+        "mps",
+        "mlu",
+        "dcu",
+        "ppu",
+        "arm64",
+        "intel",
+        "tp",
+        "nightly",
+        "weekly",
+        "stress",
+        "full",
+        "extra",
+        "kernel",
+        "benchmark",
+        "diffusion",
+        "deepep",
+        "disaggregation",
+        "nondeterministic",
+        "perf",
+        "eval",
+        "acc",
+        "accuracy",
+        "bcg",
+        "component",
+        "py312",
+        "mi35x",
+        "h100",
+        "h200",
+        "h20",
+        "b200",
+        "b300",
+        "gb200",
+        "gb300",
+        "5090",
+        "dsv4",
+        "large",
+    }
+)
 _GPU_COUNT = re.compile(r"(?:^|-)(\d+)-?gpus?(?:-|$)")
 _STAGE = re.compile(r"^[a-z]+-([a-z])-")
 
@@ -95,8 +133,10 @@ def read_suites(root: Path) -> Optional[ForkSuites]:
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     except SyntaxError as error:
-        raise TargetError(f"{path}:{error.lineno}: not valid Python ({error.msg}), so the fork's CI suites are "
-                          "unknown (--no-tests leaves the tests out); nothing written") from None
+        raise TargetError(
+            f"{path}:{error.lineno}: not valid Python ({error.msg}), so the fork's CI suites are "
+            "unknown (--no-tests leaves the tests out); nothing written"
+        ) from None
     per_commit: dict[str, tuple[str, ...]] = {}
     known: dict[str, set[str]] = {}
     for dict_name in SUITE_DICTS:
@@ -116,8 +156,13 @@ def read_suites(root: Path) -> Optional[ForkSuites]:
     checked = None
     if isinstance(checked_node, (ast.Set, ast.List, ast.Tuple)):
         checked = frozenset(b for b in map(_backend, checked_node.elts) if b)
-    return ForkSuites(path, per_commit, {b: frozenset(s) for b, s in known.items()},
-                      "validate_all_suites" in defined & called, checked)
+    return ForkSuites(
+        path,
+        per_commit,
+        {b: frozenset(s) for b, s in known.items()},
+        "validate_all_suites" in defined & called,
+        checked,
+    )
 
 
 def _tokens(suite: str) -> list[str]:
@@ -148,6 +193,5 @@ def _cuda_key(index: int, suite: str) -> Optional[tuple]:
 def choose_suite(suites: ForkSuites, backend: str) -> Optional[str]:
     """The per-commit suite of backend (``CPU`` or ``CUDA``) a written test goes to, by role; None if none fits."""
     key = {"CPU": _cpu_key, "CUDA": _cuda_key}[backend]
-    ranked = sorted((k, s) for i, s in enumerate(suites.per_commit.get(backend, ()))
-                    if (k := key(i, s)) is not None)
+    ranked = sorted((k, s) for i, s in enumerate(suites.per_commit.get(backend, ())) if (k := key(i, s)) is not None)
     return ranked[0][1] if ranked else None

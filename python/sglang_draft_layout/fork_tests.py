@@ -121,8 +121,11 @@ def _bound(tree: ast.Module, module: str, name: str, alias: Optional[str]) -> bo
             if any((a.name, a.asname) == (module, alias) for a in stmt.names):
                 return True
         if isinstance(stmt, ast.ImportFrom) and name and stmt.level == 0 and stmt.module is not None:
-            same = stmt.module == module if relative is None else \
-                (not relative or stmt.module == relative or stmt.module.endswith("." + relative))
+            same = (
+                stmt.module == module
+                if relative is None
+                else (not relative or stmt.module == relative or stmt.module.endswith("." + relative))
+            )
             if same and any((a.name, a.asname) == (name, alias) for a in stmt.names):
                 return True
     return False
@@ -166,8 +169,11 @@ def embed(text: str, template: str) -> str:
     A name that two embedded modules, or one and the template, define is an error too.
     """
     template_names = _defined(text) | {
-        (a.asname or a.name).split(".")[0] for s in ast.parse(text).body if isinstance(s, (ast.Import, ast.ImportFrom))
-        for a in s.names}
+        (a.asname or a.name).split(".")[0]
+        for s in ast.parse(text).body
+        if isinstance(s, (ast.Import, ast.ImportFrom))
+        for a in s.names
+    }
     embedded: dict[str, set[str]] = {}  # module -> the names it binds (defined or imported)
     whole_modules: set[str] = set()  # the names bound to this file for `from . import NAME`
     for marker in list(_EMBED.finditer(text)):
@@ -182,8 +188,9 @@ def embed(text: str, template: str) -> str:
             line += f" as {alias}" if alias else ""
             if imported.startswith(".") and f"{absolute}.{name}" in embedded and alias is None:
                 if not _bound(tree, "sys", "", None):
-                    raise ValueError(f"{template}: the embedded {module} needs `import sys` in the template "
-                                     f"(for `{line}`)")
+                    raise ValueError(
+                        f"{template}: the embedded {module} needs `import sys` in the template " f"(for `{line}`)"
+                    )
                 if name in template_names:
                     raise ValueError(f"{template}: the embedded {module} imports {name}, which the template binds")
                 if name not in whole_modules:  # a module embedded above, imported whole: this file
@@ -199,8 +206,11 @@ def embed(text: str, template: str) -> str:
             clash = sorted(own & names)
             if clash:
                 raise ValueError(f"{template}: the embedded {module} and {other} both define {', '.join(clash)}")
-        embedded[module] = embedded.get(module, set()) | own | {alias or name or imported.split(".")[0]
-                                                              for imported, name, alias in imports}
+        embedded[module] = (
+            embedded.get(module, set())
+            | own
+            | {alias or name or imported.split(".")[0] for imported, name, alias in imports}
+        )
         bound = "".join(bindings) + ("\n\n" if bindings else "")
         embedded_text = f"# {module} (sglang-draft-layout), verbatim\n{bound}{body}\n\n"
         text = text.replace(marker.group(0), embedded_text, 1)
@@ -239,13 +249,17 @@ def with_suite(text: str, suite: str, line_length: int = 88) -> str:
     arguments = f'est_time={est_time}, suite="{suite}"'
     line = f"{function}({arguments})"
     if len(line) > line_length:
-        line = (f"{function}(\n    {arguments}\n)" if len(arguments) + 4 <= line_length else
-                f"{function}(\n    est_time={est_time},\n    suite=\"{suite}\",\n)")
-    return text[:found.start()] + line + text[found.end():]
+        line = (
+            f"{function}(\n    {arguments}\n)"
+            if len(arguments) + 4 <= line_length
+            else f'{function}(\n    est_time={est_time},\n    suite="{suite}",\n)'
+        )
+    return text[: found.start()] + line + text[found.end() :]
 
 
-def _suite(template: str, options: TestOptions, suites: Optional[ForkSuites], kept: Optional[str],
-           run_suite: Path) -> tuple[Optional[str], Optional[str]]:
+def _suite(
+    template: str, options: TestOptions, suites: Optional[ForkSuites], kept: Optional[str], run_suite: Path
+) -> tuple[Optional[str], Optional[str]]:
     """(the suite to register the test to, or None with why not) for one template; ``kept``:
     the suite the file already there registers to."""
     backend, option = BACKENDS[template]
@@ -253,9 +267,11 @@ def _suite(template: str, options: TestOptions, suites: Optional[ForkSuites], ke
     if asked is not None:
         if suites is not None and suites.rejects(backend, asked):
             known = ", ".join(sorted(suites.known.get(backend, ()))) or "none"
-            raise TargetError(f"{run_suite}: {option} {asked}: not a {backend} suite of this fork, so its "
-                              f"validate_all_suites would fail every CI job (its {backend} suites: {known}); "
-                              "nothing written")
+            raise TargetError(
+                f"{run_suite}: {option} {asked}: not a {backend} suite of this fork, so its "
+                f"validate_all_suites would fail every CI job (its {backend} suites: {known}); "
+                "nothing written"
+            )
         return asked, None
     if suites is None:
         if kept is not None:
@@ -267,13 +283,16 @@ def _suite(template: str, options: TestOptions, suites: Optional[ForkSuites], ke
     if chosen is None:
         per_commit = ", ".join(suites.per_commit.get(backend, ())) or "none"
         written = f"; the file there registers to {kept}, not one of them" if kept is not None else ""
-        return None, (f"{run_suite} has no per-commit {backend} suite that fits (its per-commit {backend} "
-                      f"suites: {per_commit}{written}; name one with {option} NAME)")
+        return None, (
+            f"{run_suite} has no per-commit {backend} suite that fits (its per-commit {backend} "
+            f"suites: {per_commit}{written}; name one with {option} NAME)"
+        )
     return chosen, None
 
 
-def generated_files(target: Target, options: TestOptions = TestOptions(),
-                    up_to_date: bool = False) -> tuple[list[GeneratedFile], list[str]]:
+def generated_files(
+    target: Target, options: TestOptions = TestOptions(), up_to_date: bool = False
+) -> tuple[list[GeneratedFile], list[str]]:
     """The test files a fork checkout gets, each with its current text, and one line for
     each test not written and why; ([], []) for trees that are not fork checkouts.
     ``up_to_date``: no site is left to patch, so a test not there yet is written only when
@@ -283,8 +302,11 @@ def generated_files(target: Target, options: TestOptions = TestOptions(),
     root = fork_root(target)
     if root is None:
         return [], []
-    tests = [(root / relative, template, what) for relative, template, what in FORK_TESTS
-             if options.asks or not up_to_date or (root / relative).is_file()]
+    tests = [
+        (root / relative, template, what)
+        for relative, template, what in FORK_TESTS
+        if options.asks or not up_to_date or (root / relative).is_file()
+    ]
     if not tests:
         return [], []  # an up-to-date fork without the tests: nothing to write, nothing to say
     register = target.package / "test" / "ci" / "ci_register.py"

@@ -43,8 +43,10 @@ def add_imports(code: str, imports: Sequence[tuple[str, str]], line_length: int 
 
 def _add_straight_import(code: str, module: str) -> str:
     tree = ast.parse(code)
-    if any(isinstance(stmt, ast.Import) and any(a.name == module and not a.asname for a in stmt.names)
-           for stmt in tree.body):
+    if any(
+        isinstance(stmt, ast.Import) and any(a.name == module and not a.asname for a in stmt.names)
+        for stmt in tree.body
+    ):
         return code
     import libcst as cst
 
@@ -54,8 +56,9 @@ def _add_straight_import(code: str, module: str) -> str:
 
 def _add_from_import(code: str, module: str, names: list[str], line_length: int) -> str:
     tree = ast.parse(code)
-    from_imports = [stmt for stmt in tree.body
-                    if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module == module]
+    from_imports = [
+        stmt for stmt in tree.body if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module == module
+    ]
     bound = {alias.name for stmt in from_imports for alias in stmt.names if alias.asname in (None, alias.name)}
     missing = [name for name in names if name not in bound]
     if not missing:
@@ -63,12 +66,15 @@ def _add_from_import(code: str, module: str, names: list[str], line_length: int)
     import libcst as cst
 
     lines = _lines(code)
-    extendable = next((stmt for stmt in from_imports
-                       if all(alias.name != "*" and not alias.asname for alias in stmt.names)), None)
+    extendable = next(
+        (stmt for stmt in from_imports if all(alias.name != "*" and not alias.asname for alias in stmt.names)), None
+    )
     if extendable is None:
         aliases = [cst.ImportAlias(cst.Name(name)) for name in sorted(missing, key=_name_key)]
         new = cst.ImportFrom(module=_dotted(module), names=aliases)
-        return _insert(code, tree, module, is_from=True, statement=_formatted(cst.SimpleStatementLine([new]), line_length))
+        return _insert(
+            code, tree, module, is_from=True, statement=_formatted(cst.SimpleStatementLine([new]), line_length)
+        )
     start, end = extendable.lineno - 1, extendable.end_lineno
     statement = cst.parse_statement("".join(lines[start:end]))
     old = next(node for node in statement.body if isinstance(node, cst.ImportFrom))
@@ -80,7 +86,9 @@ def _add_from_import(code: str, module: str, names: list[str], line_length: int)
     return "".join([*lines[:start], rendered, *lines[end:]])
 
 
-def _formatted(statement: "cst.SimpleStatementLine", line_length: int, exploded: bool = False) -> "cst.SimpleStatementLine":
+def _formatted(
+    statement: "cst.SimpleStatementLine", line_length: int, exploded: bool = False
+) -> "cst.SimpleStatementLine":
     """The from-import statement on one line if it fits (and holds no comment), else one name per line.
 
     ``exploded`` keeps it one name per line anyway (black's magic trailing comma).
@@ -89,11 +97,17 @@ def _formatted(statement: "cst.SimpleStatementLine", line_length: int, exploded:
 
     node = next(node for node in statement.body if isinstance(node, cst.ImportFrom))
     names = list(node.names)
-    one_line = statement.deep_replace(node, node.with_changes(
-        lpar=None, rpar=None,
-        names=[alias.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for alias in names[:-1]]
-        + [names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)],
-    ))
+    one_line = statement.deep_replace(
+        node,
+        node.with_changes(
+            lpar=None,
+            rpar=None,
+            names=[
+                alias.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for alias in names[:-1]
+            ]
+            + [names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)],
+        ),
+    )
     has_inner_comment = "#" in _render(node, "\n")
     if not exploded and not has_inner_comment and len(_render(one_line, "\n").rstrip("\n")) <= line_length:
         return one_line
@@ -120,8 +134,9 @@ def _formatted(statement: "cst.SimpleStatementLine", line_length: int, exploded:
 def _newline_then(indent: str, first_line: Optional["cst.TrailingWhitespace"] = None) -> "cst.ParenthesizedWhitespace":
     import libcst as cst
 
-    return cst.ParenthesizedWhitespace(first_line=first_line or cst.TrailingWhitespace(), indent=True,
-                                       last_line=cst.SimpleWhitespace(indent))
+    return cst.ParenthesizedWhitespace(
+        first_line=first_line or cst.TrailingWhitespace(), indent=True, last_line=cst.SimpleWhitespace(indent)
+    )
 
 
 def _insert(code: str, tree: ast.Module, module: str, is_from: bool, statement: "cst.SimpleStatementLine") -> str:
@@ -140,8 +155,14 @@ def _insert(code: str, tree: ast.Module, module: str, is_from: bool, statement: 
     key = _statement_key(is_from, module)
     body = tree.body
     first = _first_after_opening_string(body)
-    end = next((index for index, stmt in enumerate(body) if index >= first and isinstance(
-        stmt, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))), len(body))
+    end = next(
+        (
+            index
+            for index, stmt in enumerate(body)
+            if index >= first and isinstance(stmt, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        ),
+        len(body),
+    )
     runs = _import_runs(body[first:end])
     sections = [in_section for run in runs if (in_section := [s for s in run if _section_of(s) == section])]
     if sections:

@@ -102,15 +102,9 @@ def used_len_operands(expr: ast.AST) -> Optional[Tuple[ast.expr, ast.expr, ast.e
         steps = [
             f
             for f in appended_factors
-            if isinstance(f, ast.BinOp)
-            and isinstance(f.op, ast.Add)
-            or is_self_attr(f, "speculative_num_steps")
+            if isinstance(f, ast.BinOp) and isinstance(f.op, ast.Add) or is_self_attr(f, "speculative_num_steps")
         ]
-        if (
-            len(prefix_factors) == len(appended_factors) == 2
-            and topk
-            and len(steps) == 1
-        ):
+        if len(prefix_factors) == len(appended_factors) == 2 and topk and len(steps) == 1:
             seq_lens_sum = next(f for f in prefix_factors if f is not topk[0])
             bs = next(f for f in appended_factors if f is not steps[0])
             return seq_lens_sum, bs, steps[0]
@@ -284,22 +278,14 @@ class Locals:
                 return self.key(self.values[node.id], depth + 1)
             return node.id
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-            return (
-                "("
-                + "*".join(sorted(self.key(f, depth + 1) for f in factors(node)))
-                + ")"
-            )
+            return "(" + "*".join(sorted(self.key(f, depth + 1) for f in factors(node))) + ")"
         parts = [type(node).__name__]
         for name in node._fields:
             if name == "ctx":
                 continue
             value = getattr(node, name, None)
             for item in value if isinstance(value, list) else [value]:
-                parts.append(
-                    self.key(item, depth + 1)
-                    if isinstance(item, ast.AST)
-                    else repr(item)
-                )
+                parts.append(self.key(item, depth + 1) if isinstance(item, ast.AST) else repr(item))
         return "(" + " ".join(parts) + ")"
 
     def same(self, a: ast.AST, b: ast.AST) -> bool:
@@ -377,9 +363,7 @@ def _steps_first(
     return current, steps, width
 
 
-def _split_of(
-    node: ast.AST, names: Locals, three_d: Optional[ast.Call] = None
-) -> Optional[Split]:
+def _split_of(node: ast.AST, names: Locals, three_d: Optional[ast.Call] = None) -> Optional[Split]:
     """The split ``node`` computes: its steps-first receiver is the 3-d view (or ``three_d``'s
     result), the steps are the view's, the width ``-1`` or the view's ``bs * topk``."""
     found = _steps_first(node)
@@ -392,9 +376,7 @@ def _split_of(
     bs, topk, num_steps = _args(split)
     if steps is not None:
         steps_ok = _int(steps) == -1 or names.same(steps, num_steps)
-        width_ok = _int(width) == -1 or names.same(
-            width, ast.BinOp(bs, ast.Mult(), topk)
-        )
+        width_ok = _int(width) == -1 or names.same(width, ast.BinOp(bs, ast.Mult(), topk))
         if not (steps_ok and width_ok) or _int(steps) == _int(width) == -1:
             return None
     return Split(node, [], split.func.value, bs, topk, num_steps)
@@ -440,11 +422,7 @@ def _block_moves(stmt: ast.stmt, name: str) -> Iterator[ast.Call]:
 def _views_anew(stmt: ast.stmt, name: str, names: Locals) -> bool:
     """``stmt`` binds ``name`` to a 3-d view of its own: the moves after it are that view's."""
     bound = _assigned(stmt)
-    return (
-        bound is not None
-        and bound.targets[0].id == name
-        and _split_3d(bound.value, names) is not None
-    )
+    return bound is not None and bound.targets[0].id == name and _split_3d(bound.value, names) is not None
 
 
 def out_cache_loc_layouts(func: ast.AST) -> List[Split]:
@@ -496,19 +474,10 @@ def out_cache_loc_layouts(func: ast.AST) -> List[Split]:
                     between = tuple(body[index + 1 : end])
                     inner.add(id(call))
                     two = _assigned(second)
-                    if (
-                        not between
-                        and two is not None
-                        and two.value is call
-                        and two.targets[0].id == view
-                    ):
-                        found.append(
-                            layout._replace(node=one.value, statements=[first, second])
-                        )
+                    if not between and two is not None and two.value is call and two.targets[0].id == view:
+                        found.append(layout._replace(node=one.value, statements=[first, second]))
                     else:
-                        found.append(
-                            layout._replace(view=first, between=between, block=block)
-                        )
+                        found.append(layout._replace(view=first, between=between, block=block))
     for call in nodes_of(func, ast.Call):
         if id(call) not in inner:
             layout = _split_of(call, names)
@@ -548,14 +517,8 @@ def view_reads(func: ast.AST, split: Split) -> List[ast.Name]:
     name = view.targets[0].id  # type: ignore[attr-defined]
     receiver = _steps_first(split.node)[0]  # type: ignore[index]
     holder = holding_statement(func, split.node)
-    rebinds = isinstance(holder, ast.Assign) and any(
-        isinstance(t, ast.Name) and t.id == name for t in holder.targets
-    )
-    loops = [
-        loop
-        for loop in [*nodes_of(func, ast.For), *nodes_of(func, ast.While)]
-        if inside(view, loop)
-    ]
+    rebinds = isinstance(holder, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in holder.targets)
+    loops = [loop for loop in [*nodes_of(func, ast.For), *nodes_of(func, ast.While)] if inside(view, loop)]
     deferring = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.GeneratorExp)
     later = [n for k in deferring for n in nodes_of(func, k) if n is not func]
     reads = []
@@ -569,9 +532,7 @@ def view_reads(func: ast.AST, split: Split) -> List[ast.Name]:
         elif rebinds:
             seen = _end(view) <= _start(read) and _end(read) <= _end(holder)
         else:
-            seen = _end(view) <= _start(read) or any(
-                inside(read, loop) for loop in loops
-            )
+            seen = _end(view) <= _start(read) or any(inside(read, loop) for loop in loops)
         if seen:
             reads.append(read)
     return reads
@@ -588,9 +549,7 @@ def comprehension_targets(node: ast.AST) -> FrozenSet[int]:
     )
 
 
-def _bindings(
-    stmt: ast.stmt, until: Optional[ast.stmt] = None
-) -> Iterator[Tuple[str, int]]:
+def _bindings(stmt: ast.stmt, until: Optional[ast.stmt] = None) -> Iterator[Tuple[str, int]]:
     """(what, line) of each name, attribute or item ``stmt`` binds or deletes, anywhere in it:
     targets (assignments, ``for``, ``with ... as``, walrus, ``del``), definitions, imports,
     ``global`` / ``nonlocal``, ``except ... as`` and ``match`` captures; not a comprehension's
@@ -622,11 +581,7 @@ def _bound_by(node: ast.AST) -> List[str]:
         "MatchStar",
         "MatchMapping",
     ):
-        return [
-            getattr(node, field)
-            for field in ("name", "rest")
-            if isinstance(getattr(node, field, None), str)
-        ]
+        return [getattr(node, field) for field in ("name", "rest") if isinstance(getattr(node, field, None), str)]
     return []
 
 
@@ -646,9 +601,7 @@ def _bound_ahead(holder: ast.stmt, node: ast.AST) -> Iterator[Tuple[str, int]]:
                 yield name, each.lineno
 
 
-def view_rebinds(
-    split: Split, holder: Optional[ast.stmt] = None
-) -> List[Tuple[str, int]]:
+def view_rebinds(split: Split, holder: Optional[ast.stmt] = None) -> List[Tuple[str, int]]:
     """(what, line) of each binding, in the statements between ``split``'s bound 3-d view
     and its move (in the ``Split.block`` holding the move, everything written before the
     move's statement: headers, earlier statements and branches; with ``holder``, the move's
@@ -665,17 +618,13 @@ def view_rebinds(
         for node in in_order(split.view.value)
         if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript))
     }
-    scanned: List[Tuple[ast.stmt, Optional[ast.stmt]]] = [
-        (stmt, None) for stmt in split.between
-    ]
+    scanned: List[Tuple[ast.stmt, Optional[ast.stmt]]] = [(stmt, None) for stmt in split.between]
     if split.block is not None:
         scanned.append((split.block, holding_statement(split.block, split.node)))
     bound = [b for stmt, until in scanned for b in _bindings(stmt, until)]
     bound += _bound_ahead(holder, split.node) if holder is not None else []
     return [
-        (name, line)
-        for name, line in bound
-        if any(r == name or r.startswith((name + ".", name + "[")) for r in read)
+        (name, line) for name, line in bound if any(r == name or r.startswith((name + ".", name + "[")) for r in read)
     ]
 
 
@@ -686,11 +635,7 @@ def helper_calls(func: ast.AST) -> List[ast.Call]:
 
 def self_called(cls: ast.ClassDef, func: ast.AST) -> List[ast.FunctionDef]:
     """The methods of ``cls`` that ``func`` calls as ``self.<name>(...)``."""
-    called = {
-        n.func.attr
-        for n in nodes_of(func, ast.Call)
-        if is_self_attr(n.func, getattr(n.func, "attr", ""))
-    }
+    called = {n.func.attr for n in nodes_of(func, ast.Call) if is_self_attr(n.func, getattr(n.func, "attr", ""))}
     return [m for m in methods(cls) if m.name in called and m is not func]
 
 
@@ -727,15 +672,9 @@ def has_keep_pragma(
     (the outermost one there, looked up in ``scope``, default ``func``)."""
     numbers: List[int] = _header_lines(func) if isinstance(func, ast.stmt) else []
     within = scope if scope is not None else func
-    if isinstance(
-        within, ast.Module
-    ):  # only the top-level definition holding the line is walked
+    if isinstance(within, ast.Module):  # only the top-level definition holding the line is walked
         within = next(
-            (
-                d
-                for d in within.body
-                if line and d.lineno <= line <= (d.end_lineno or 0)
-            ),
+            (d for d in within.body if line and d.lineno <= line <= (d.end_lineno or 0)),
             None,
         )
     if line and within is not None:
@@ -759,9 +698,7 @@ def _inline_forms(func: ast.AST) -> Iterator[Tuple[int, str]]:
 
 def methods(cls: ast.ClassDef) -> List[ast.FunctionDef]:
     """The functions defined in the class body."""
-    return [
-        s for s in cls.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
-    ]
+    return [s for s in cls.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
 def method_named(cls: ast.ClassDef, name: str) -> Optional[ast.FunctionDef]:
@@ -773,9 +710,7 @@ def _classes(tree: ast.Module) -> List[ast.ClassDef]:
     return [n for n in in_order(tree) if isinstance(n, ast.ClassDef)]
 
 
-def inline_draft_layout(
-    tree: ast.Module, lines: Optional[List[str]] = None
-) -> List[Tuple[str, str, int, str]]:
+def inline_draft_layout(tree: ast.Module, lines: Optional[List[str]] = None) -> List[Tuple[str, str, int, str]]:
     """(class, method, line, what) for every draft layout computed inline in a class; with the
     file's ``lines``, none that the fork keeps (KEEP_PRAGMA on the def line or the statement).
     """
@@ -848,10 +783,7 @@ RULE_CLASSES = frozenset(
 
 
 def _has_topk(product: ast.expr) -> bool:
-    return any(
-        is_self_attr(f, "topk") or isinstance(f, ast.Name) and f.id == "topk"
-        for f in factors(product)
-    )
+    return any(is_self_attr(f, "topk") or isinstance(f, ast.Name) and f.id == "topk" for f in factors(product))
 
 
 def _narrow_rows(func: ast.AST) -> FrozenSet[int]:
@@ -866,9 +798,7 @@ def _narrow_rows(func: ast.AST) -> FrozenSet[int]:
     return frozenset(found)
 
 
-def wrong_draft_layout(
-    tree: ast.Module, lines: Optional[List[str]] = None
-) -> List[Tuple[str, str, int, str]]:
+def wrong_draft_layout(tree: ast.Module, lines: Optional[List[str]] = None) -> List[Tuple[str, str, int, str]]:
     """The entries of ``inline_draft_layout`` a patched tree must not hold: every one in a
     class of RULE_CLASSES, and in any other class only a layout that does not give
     upstream's values (a kv_indices row without the topk factor). A correct hand layout

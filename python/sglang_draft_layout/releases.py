@@ -22,8 +22,18 @@ def release_wheel(version: str) -> Path:
     if not found:
         wheels.mkdir(parents=True, exist_ok=True)
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-             "--disable-pip-version-check", f"sglang=={version}", "-d", str(wheels)],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--quiet",
+                "--disable-pip-version-check",
+                f"sglang=={version}",
+                "-d",
+                str(wheels),
+            ],
             check=True,
         )
         found = sorted(wheels.glob(f"sglang-{version}-*.whl"))

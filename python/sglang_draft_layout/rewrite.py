@@ -44,7 +44,7 @@ class Segment:
 
     def text(self, module: cst.Module) -> str:
         """The lines of ``module`` (this segment, possibly rewritten) without the prefix."""
-        return module.code[len(self.prefix):]
+        return module.code[len(self.prefix) :]
 
 
 def definition_start(source: Source, stmt: ast.stmt) -> int:
@@ -58,6 +58,7 @@ def definition_start(source: Source, stmt: ast.stmt) -> int:
 
 def _holder(source: Source, node: ast.AST) -> tuple[ast.stmt, str]:
     """The piece of the file parsed for ``node``: a method of a top-level class, or a top-level statement."""
+
     def holds(stmt: ast.stmt) -> bool:
         return definition_start(source, stmt) < node.lineno and node.end_lineno <= stmt.end_lineno
 
@@ -65,7 +66,9 @@ def _holder(source: Source, node: ast.AST) -> tuple[ast.stmt, str]:
     if top is None:
         raise AnchorError(node)
     if isinstance(top, ast.ClassDef) and top is not node:
-        method = next((s for s in top.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and holds(s)), None)
+        method = next(
+            (s for s in top.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and holds(s)), None
+        )
         if method is not None:
             return method, METHOD_PREFIX
     return top, ""
@@ -73,11 +76,12 @@ def _holder(source: Source, node: ast.AST) -> tuple[ast.stmt, str]:
 
 def _parse(source: Source, stmt: ast.stmt, prefix: str) -> Segment:
     start = definition_start(source, stmt)
-    module = cst.parse_module(prefix + "".join(source.lines[start:stmt.end_lineno]))
+    module = cst.parse_module(prefix + "".join(source.lines[start : stmt.end_lineno]))
     if not prefix and module.header:  # libcst puts comments above the first statement in the module header
         first = module.body[0]
         module = module.with_changes(
-            header=[], body=[first.with_changes(leading_lines=[*module.header, *first.leading_lines]), *module.body[1:]])
+            header=[], body=[first.with_changes(leading_lines=[*module.header, *first.leading_lines]), *module.body[1:]]
+        )
     return Segment(start, stmt.end_lineno, module, prefix)
 
 
@@ -116,8 +120,10 @@ def _match(anchor: ast.AST, start: tuple[int, int], end: tuple[int, int], resolv
         raise AnchorError(anchor)
     ranges = resolved[WhitespaceInclusivePositionProvider if isinstance(anchor, ast.Tuple) else PositionProvider]
     for node, position in ranges.items():
-        if isinstance(node, cst.BaseExpression) and at(position) == start and (
-            (position.end.line, position.end.column) == end
+        if (
+            isinstance(node, cst.BaseExpression)
+            and at(position) == start
+            and ((position.end.line, position.end.column) == end)
         ):
             return node
     raise AnchorError(anchor)
@@ -134,8 +140,9 @@ class _ApplyEdits(cst.CSTTransformer):
     own (after the taker's blank lines).
     """
 
-    def __init__(self, edits: Sequence[tuple[Edit, cst.CSTNode]],
-                 absorbed: Sequence[tuple[cst.CSTNode, cst.CSTNode, bool]]) -> None:
+    def __init__(
+        self, edits: Sequence[tuple[Edit, cst.CSTNode]], absorbed: Sequence[tuple[cst.CSTNode, cst.CSTNode, bool]]
+    ) -> None:
         super().__init__()
         self.edits: dict[int, list[Edit]] = defaultdict(list)
         for edit, node in edits:
@@ -235,8 +242,9 @@ def apply_edits(source: Source, edits: Sequence[Edit]) -> str:
         segment = _parse(source, holders[key], key[1])
         anchors = [e.node for e in piece_edits] + [s for e in piece_edits for s in e.absorb]
         nodes = _locate(source, segment, anchors)
-        absorbed = [(nodes[id(stmt)], nodes[id(e.node)], stmt.lineno < e.node.lineno)
-                    for e in piece_edits for stmt in e.absorb]
+        absorbed = [
+            (nodes[id(stmt)], nodes[id(e.node)], stmt.lineno < e.node.lineno) for e in piece_edits for stmt in e.absorb
+        ]
         transformer = _ApplyEdits([(e, nodes[id(e.node)]) for e in piece_edits], absorbed)
         replacements[segment.start, segment.end] = segment.text(segment.module.visit(transformer))
     lines = list(source.lines)

@@ -61,7 +61,9 @@ class StoredText:
             decoded = raw.decode(encoding)
         except UnicodeDecodeError as error:
             line = raw[: error.start].count(b"\n") + 1
-            raise TargetError(f"{path}:{line}: not valid {encoding} (byte 0x{raw[error.start]:02x}); nothing written") from None
+            raise TargetError(
+                f"{path}:{line}: not valid {encoding} (byte 0x{raw[error.start]:02x}); nothing written"
+            ) from None
         if "\r" not in decoded:  # every line ends "\n" (most files): nothing to map
             return cls(path, raw, encoding, decoded, ())
         text_lines = lines(decoded)
@@ -84,8 +86,10 @@ class StoredText:
         try:
             return codecs.encode(with_ends, self.encoding)
         except UnicodeEncodeError as error:
-            raise TargetError(f"{self.path}: the new text has {error.object[error.start]!r}, which {self.encoding} "
-                              "cannot encode; nothing written") from None
+            raise TargetError(
+                f"{self.path}: the new text has {error.object[error.start]!r}, which {self.encoding} "
+                "cannot encode; nothing written"
+            ) from None
 
     def _mixed_ends(self, new_text: str) -> str:
         """Lines kept from the old text keep their own ends; the others get ``newline``."""

@@ -81,8 +81,10 @@ def find_package(path: Optional[str]) -> tuple[Path, Path]:
         raise TargetError(f"{path}: no such path")
     start = named.resolve()
     if not start.is_dir():
-        raise TargetError(f"{path}: a file, not a folder (TARGET names the tree, which is patched whole: "
-                          f"e.g. {shlex.quote(str(named.parent))})")
+        raise TargetError(
+            f"{path}: a file, not a folder (TARGET names the tree, which is patched whole: "
+            f"e.g. {shlex.quote(str(named.parent))})"
+        )
     folders = [start, *start.parents]
     for folder in folders:
         if (folder / "python" / "sglang" / "srt" / "speculative").is_dir():
@@ -106,8 +108,9 @@ class TreeBelow(TargetError):
     def __init__(self, start: Path, below: list[Path]) -> None:
         self.start, self.below = start, below
         named = ", ".join(str(root) for root in below)
-        super().__init__(f"{start}: not in an SGLang tree; {'one is' if len(below) == 1 else 'these are'} "
-                         f"below it: {named}")
+        super().__init__(
+            f"{start}: not in an SGLang tree; {'one is' if len(below) == 1 else 'these are'} " f"below it: {named}"
+        )
 
 
 def trees_below(folder: Path, depth: int = 2) -> list[Path]:
@@ -118,8 +121,11 @@ def trees_below(folder: Path, depth: int = 2) -> list[Path]:
         children = []
         for parent in level:
             try:
-                children += sorted(child for child in parent.iterdir() if child.is_dir() and not child.is_symlink()
-                                   and not child.name.startswith("."))
+                children += sorted(
+                    child
+                    for child in parent.iterdir()
+                    if child.is_dir() and not child.is_symlink() and not child.name.startswith(".")
+                )
             except OSError:
                 continue
         for child in children:
@@ -163,8 +169,9 @@ def _dist_info_version(site: Path) -> Optional[str]:
 def _git_describe(folder: Path) -> Optional[str]:
     """The nearest ``v*`` tag of a git checkout, as ``git describe`` says it."""
     try:
-        result = subprocess.run(["git", "describe", "--tags", "--match", "v*"], cwd=folder,
-                                capture_output=True, text=True, timeout=10)
+        result = subprocess.run(
+            ["git", "describe", "--tags", "--match", "v*"], cwd=folder, capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if result.returncode != 0:

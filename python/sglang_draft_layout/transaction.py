@@ -77,8 +77,11 @@ def leftovers(folders: Sequence[Path]) -> list[Path]:
     found = []
     for folder in dict.fromkeys(folders):
         with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-            found += [Path(entry.path) for entry in os.scandir(folder)
-                      if TEMP_NAME.match(entry.name) and entry.is_file(follow_symlinks=False)]
+            found += [
+                Path(entry.path)
+                for entry in os.scandir(folder)
+                if TEMP_NAME.match(entry.name) and entry.is_file(follow_symlinks=False)
+            ]
     return sorted(found)
 
 
@@ -195,8 +198,7 @@ def _create(path: Path, data: bytes, created_folders: list[Path]) -> None:
     _write_through_temp(path, data, 0o666 & ~umask)
 
 
-def _write_through_temp(path: Path, data: bytes, mode: int,
-                        finish: Optional[Callable[[Path], None]] = None) -> None:
+def _write_through_temp(path: Path, data: bytes, mode: int, finish: Optional[Callable[[Path], None]] = None) -> None:
     """``data`` into a new temp file beside ``path`` (created with ``mode``, flushed to disk,
     then ``finish``-ed), renamed onto ``path``; the temp file never outlives a failure."""
     temp = temp_path(path)
@@ -286,8 +288,10 @@ class _Transaction:
                 with contextlib.suppress(OSError):
                     folder.rmdir()
         except _Failed as failed:
-            return f"then {failed.path}: restoring: {failed.error.strerror or failed.error}: the tree is mixed; " \
-                   "fix that and re-run apply"
+            return (
+                f"then {failed.path}: restoring: {failed.error.strerror or failed.error}: the tree is mixed; "
+                "fix that and re-run apply"
+            )
         if not restored:
             return unchanged
         return f"{restored} file{'s' if restored > 1 else ''} restored, nothing changed"

@@ -17,10 +17,22 @@ from sglang.srt.server_args import ServerArgs
 
 #: ServerArgs fields the test's commands set
 FIELDS = (
-    "model_path", "port", "host", "tensor_parallel_size", "mem_fraction_static", "max_total_tokens",
-    "skip_server_warmup", "grammar_backend", "max_running_requests", "attention_backend",
-    "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
-    "speculative_eagle_topk", "speculative_num_draft_tokens", "disable_cuda_graph",
+    "model_path",
+    "port",
+    "host",
+    "tensor_parallel_size",
+    "mem_fraction_static",
+    "max_total_tokens",
+    "skip_server_warmup",
+    "grammar_backend",
+    "max_running_requests",
+    "attention_backend",
+    "speculative_algorithm",
+    "speculative_draft_model_path",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "disable_cuda_graph",
     "cuda_graph_max_bs",
 )
 
@@ -37,16 +49,21 @@ def main(generated: str, models: str) -> None:
         args = parser.parse_args(command[3:])
         commands[name] = {"argv0": command[:3], **{f: getattr(args, f) for f in FIELDS}}
     _tokenizer, prompts = test.build_models(models)
-    plan = [
-        {"tag": tag, "texts": texts, "rules": rules}
-        for tag, texts, rules in test.request_plan(prompts)
-    ]
+    plan = [{"tag": tag, "texts": texts, "rules": rules} for tag, texts, rules in test.request_plan(prompts)]
     new_tokens = {name: test.new_tokens(config[3]) for name, config in test.CONFIGS.items()}
-    print("GPU-TEST-PROBE " + json.dumps({
-        "configs": {name: list(config) for name, config in test.CONFIGS.items()},
-        "commands": commands, "plan": plan, "new_tokens": new_tokens,
-        "near_context_tokens": prompts["n_tokens"]["long_1900"], "context": test.CTX,
-    }))
+    print(
+        "GPU-TEST-PROBE "
+        + json.dumps(
+            {
+                "configs": {name: list(config) for name, config in test.CONFIGS.items()},
+                "commands": commands,
+                "plan": plan,
+                "new_tokens": new_tokens,
+                "near_context_tokens": prompts["n_tokens"]["long_1900"],
+                "context": test.CTX,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

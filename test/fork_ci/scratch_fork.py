@@ -27,12 +27,18 @@ GPU_TEST = "test/registered/spec/eagle/test_draft_layout_exact.py"
 
 
 def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.name=fork", "-c", "user.email=fork@example.com", *args],
-                          cwd=cwd, check=True, capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", "-c", "user.name=fork", "-c", "user.email=fork@example.com", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
 
 
-def make_fork(root: Path, version: str = VERSION, run_suite: Optional[str] = "v0.5.12",
-              ci_register: Optional[str] = None) -> Path:
+def make_fork(
+    root: Path, version: str = VERSION, run_suite: Optional[str] = "v0.5.12", ci_register: Optional[str] = None
+) -> Path:
     """The fork checkout at root (a git repository with one commit) of sglang==version, with
     fixtures/run_suite/<run_suite>.py as test/run_suite.py (None: the fork has none) and
     fixtures/run_suite/<ci_register>.py over its python/sglang/test/ci/ci_register.py."""
@@ -54,8 +60,7 @@ def make_fork(root: Path, version: str = VERSION, run_suite: Optional[str] = "v0
 
 def ci_register(fork: Path):
     """0.5.12's own sglang/test/ci/ci_register.py (stdlib only), loaded by path."""
-    spec = importlib.util.spec_from_file_location(
-        "ci_register_0512", fork / "python/sglang/test/ci/ci_register.py")
+    spec = importlib.util.spec_from_file_location("ci_register_0512", fork / "python/sglang/test/ci/ci_register.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

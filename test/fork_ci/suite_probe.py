@@ -32,8 +32,10 @@ def load(name, path):
 def main(fork, hw, suite, ci_register=None):
     for package in ("sglang", "sglang.test", "sglang.test.ci"):
         sys.modules[package] = types.ModuleType(package)
-    load("sglang.test.ci.ci_register",
-         ci_register or os.path.join(fork, "python", "sglang", "test", "ci", "ci_register.py"))
+    load(
+        "sglang.test.ci.ci_register",
+        ci_register or os.path.join(fork, "python", "sglang", "test", "ci", "ci_register.py"),
+    )
     stand_ins = {"tabulate": ("tabulate",), "sglang.test.ci.ci_utils": ("run_unittest_files", "TestFile")}
     for name, attributes in stand_ins.items():
         module = types.ModuleType(name)
@@ -43,7 +45,8 @@ def main(fork, hw, suite, ci_register=None):
     path = os.path.join(fork, "test", "run_suite.py")
     run_suite = load("fork_run_suite", path)
     files = sorted(
-        f for f in glob.glob(os.path.join(fork, "test", "registered", "**", "*.py"), recursive=True)
+        f
+        for f in glob.glob(os.path.join(fork, "test", "registered", "**", "*.py"), recursive=True)
         if os.path.basename(f) not in ("conftest.py", "__init__.py")
     )
     with open(path) as source:

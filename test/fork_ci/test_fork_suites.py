@@ -39,8 +39,9 @@ ERAS = {
 
 def probe(fork: Path, hw: str, suite: str, ci_register=None) -> subprocess.CompletedProcess:
     extra = [str(RUN_SUITES / f"{ci_register}.py")] if ci_register else []
-    return subprocess.run([sys.executable, str(PROBE), str(fork), hw, suite, *extra],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(PROBE), str(fork), hw, suite, *extra], capture_output=True, text=True, timeout=120
+    )
 
 
 def selected(fork: Path, hw: str, suite: str, ci_register=None) -> dict:
@@ -81,8 +82,11 @@ PER_COMMIT_SUITES = {
 
 def test_unseen_naming_schemes(tmp_path):
     suites = read_suites(write_run_suite(tmp_path, UNSEEN))
-    assert (choose_suite(suites, "CPU"), choose_suite(suites, "CUDA"), suites.validates) == \
-        ("pr-test-cpu", "per-commit-1gpu", False)
+    assert (choose_suite(suites, "CPU"), choose_suite(suites, "CUDA"), suites.validates) == (
+        "pr-test-cpu",
+        "per-commit-1gpu",
+        False,
+    )
 
 
 def test_no_fitting_suite(tmp_path):
@@ -102,8 +106,10 @@ def test_the_forks_own_run_suite_accepts_and_selects_the_written_tests(era, tmp_
     version, register, cpu, cuda, validates = ERAS[era]
     fork = make_fork(tmp_path / "fork", version, era, register)
     assert cli.main(["apply", "--gpu-test", "--format", "json", str(fork)]) == 0
-    assert written_tests(capsys) == {CPU_TEST: (f"registered CPU test (suite {cpu})", "written now"),
-                                     GPU_TEST: (f"registered GPU test (suite {cuda})", "written now")}
+    assert written_tests(capsys) == {
+        CPU_TEST: (f"registered CPU test (suite {cpu})", "written now"),
+        GPU_TEST: (f"registered GPU test (suite {cuda})", "written now"),
+    }
     assert selected(fork, "cpu", cpu, register) == {"selected": [CPU_TEST], "validated": validates}
     assert selected(fork, "cuda", cuda, register) == {"selected": [GPU_TEST], "validated": validates}
     assert cli.main(["check", str(fork)]) == 0
@@ -157,8 +163,10 @@ def test_no_run_suite_no_test_and_one_line(tmp_path, capsys):
     fork = make_fork(tmp_path / "fork", run_suite=None)
     assert cli.main(["check", "--gpu-test", "--format", "json", str(fork)]) == 1  # the sites, as without tests
     lines = json.loads(capsys.readouterr().out)["notes"]
-    assert [line.split(":")[0] for line in lines] == ["no registered CPU test written",
-                                                      "no registered GPU test written"]
+    assert [line.split(":")[0] for line in lines] == [
+        "no registered CPU test written",
+        "no registered GPU test written",
+    ]
     assert all("test/run_suite.py" in line and "-suite NAME" in line for line in lines)
     assert cli.main(["apply", "--gpu-test", str(fork)]) == 0
     assert "no registered CPU test written" in capsys.readouterr().out
@@ -180,8 +188,9 @@ def test_a_run_suite_that_is_not_python_is_refused(tmp_path, capsys):
 def test_registration_line_is_black_clean(tmp_path, suite):
     path = tmp_path / "test_written.py"
     path.write_text(with_suite(render("registered_gpu"), suite))
-    result = subprocess.run([sys.executable, "-m", "black", "--check", "-q", "-l", "88", str(path)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "black", "--check", "-q", "-l", "88", str(path)], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
     assert f'suite="{suite}"' in path.read_text()
 
@@ -192,8 +201,9 @@ def test_a_fork_without_ci_register_gets_no_test_and_one_line(tmp_path, capsys):
     (fork / "python/sglang/test/ci/ci_register.py").unlink()
     assert cli.main(["check", "--gpu-test", "--format", "json", str(fork)]) == 1  # the sites
     report = json.loads(capsys.readouterr().out)
-    assert report["notes"] == ["no tests written: the fork has no python/sglang/test/ci/ci_register.py to "
-                               "register them with"]
+    assert report["notes"] == [
+        "no tests written: the fork has no python/sglang/test/ci/ci_register.py to " "register them with"
+    ]
     assert "test" not in report["summary"]["kinds"]
     assert cli.main(["apply", "--gpu-test", str(fork)]) == 0
     assert not (fork / CPU_TEST).exists() and not (fork / GPU_TEST).exists()

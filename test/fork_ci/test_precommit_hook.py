@@ -35,8 +35,9 @@ def test_manifest_is_valid():
 
 def pre_commit(fork: Path, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PRE_COMMIT_HOME=str(cache_dir() / "pre-commit"), NO_COLOR="1")
-    return subprocess.run([sys.executable, "-m", "pre_commit", *args], cwd=fork, env=env, capture_output=True,
-                          text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "pre_commit", *args], cwd=fork, env=env, capture_output=True, text=True, timeout=900
+    )
 
 
 def try_repo(fork: Path, hook: str = HOOK, repo: Path = REPO) -> subprocess.CompletedProcess:
@@ -46,8 +47,8 @@ def try_repo(fork: Path, hook: str = HOOK, repo: Path = REPO) -> subprocess.Comp
 def readme_snippet() -> str:
     """The README's ``.pre-commit-config.yaml`` entry, as written."""
     readme = (REPO / "README.md").read_text()
-    snippet = readme[readme.index("```yaml\n- repo:") + len("```yaml\n"):]
-    return snippet[:snippet.index("```")]
+    snippet = readme[readme.index("```yaml\n- repo:") + len("```yaml\n") :]
+    return snippet[: snippet.index("```")]
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +56,9 @@ def clone(tmp_path_factory) -> tuple[Path, str]:
     """A fresh clone of this repository (what it has committed) and its commit, as the README says."""
     path = tmp_path_factory.mktemp("clone") / "sglang-draft-layout"
     subprocess.run(["git", "clone", "-q", str(REPO), str(path)], check=True)
-    rev = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
-                         check=True).stdout.strip()
+    rev = subprocess.run(
+        ["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     return path, rev
 
 
@@ -69,7 +71,7 @@ def filled(snippet: str, repo: Path, rev: str, hook: str) -> str:
     for line in snippet.splitlines():
         stripped = line.lstrip().removeprefix("# ")
         if stripped.startswith("- id: "):
-            indent = line[:len(line) - len(line.lstrip())]
+            indent = line[: len(line) - len(line.lstrip())]
             line = indent + ("" if stripped.split()[2] == hook else "# ") + stripped
         lines.append(line)
     return "repos:\n" + "".join(f"  {line}\n" for line in lines)

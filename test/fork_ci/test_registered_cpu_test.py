@@ -46,8 +46,16 @@ def run_generated(python: Path, *forks: Path) -> list[subprocess.CompletedProces
     for fork in forks:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
         env["PYTHONPATH"] = str(fork / "python")
-        runs.append(subprocess.Popen([str(python), str(RUNNER), str(fork / CPU_TEST)], cwd=fork, env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        runs.append(
+            subprocess.Popen(
+                [str(python), str(RUNNER), str(fork / CPU_TEST)],
+                cwd=fork,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     results = []
     for run in runs:
         stdout, stderr = run.communicate(timeout=600)
@@ -115,8 +123,7 @@ def test_collected_by_the_forks_own_collector(fork):
     registries, has_main = registry.ut_parse_one_file(str(fork / CPU_TEST))
     assert has_main
     [collected] = registry.collect_tests([str(fork / CPU_TEST)])
-    assert (collected.backend.name, collected.effective_suite, collected.disabled) == \
-        ("CPU", "stage-a-test-cpu", None)
+    assert (collected.backend.name, collected.effective_suite, collected.disabled) == ("CPU", "stage-a-test-cpu", None)
     assert collected.est_time > 0
 
 
@@ -127,8 +134,10 @@ def test_passes_patched_fails_unpatched(fork, proof_python, tmp_path):
     assert cli.main(["apply", str(patched_fork)]) == 0
     unpatched, patched = run_generated(proof_python, fork, patched_fork)
     assert unpatched.returncode != 0, unpatched.stdout + unpatched.stderr
-    assert ("ImportError: sglang.srt.speculative has no draft_kv_indices_buffer_width, draft_kv_indices_used_len, "
-            "per_step_draft_out_cache_loc: run apply") in unpatched.stderr
+    assert (
+        "ImportError: sglang.srt.speculative has no draft_kv_indices_buffer_width, draft_kv_indices_used_len, "
+        "per_step_draft_out_cache_loc: run apply"
+    ) in unpatched.stderr
     assert patched.returncode == 0, patched.stdout + patched.stderr
     assert f"Ran {TESTS} tests" in patched.stderr and "\nOK" in patched.stderr
 
@@ -158,9 +167,15 @@ def test_fails_with_one_site_reverted(proof_python, tmp_path):
         assert reverted.returncode != 0, (form, reverted.stdout + reverted.stderr)
         # CustomTestCase reports a failed assert as an error; only the call-site test fails
         failures = re.split(r"(?:FAIL|ERROR): test_draft_layout_calls_the_helpers", reverted.stderr)[1]
-        line = backend.read_text().splitlines().index("    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int):")
-        assert (f"sglang/srt/layers/attention/flashinfer_backend.py: FlashInferMultiStepDraftBackend.init_cuda_graph_state "
-                f"(line {line + 1}): not draft_kv_indices_buffer_width") in failures, form
+        line = (
+            backend.read_text()
+            .splitlines()
+            .index("    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int):")
+        )
+        assert (
+            f"sglang/srt/layers/attention/flashinfer_backend.py: FlashInferMultiStepDraftBackend.init_cuda_graph_state "
+            f"(line {line + 1}): not draft_kv_indices_buffer_width"
+        ) in failures, form
         assert f"Ran {TESTS} tests" in reverted.stderr
         assert re.search(r"FAILED \((errors|failures)=1\)", reverted.stderr), (form, reverted.stderr[-2000:])
 
@@ -184,17 +199,27 @@ def dsv4_init_line(fork: Path) -> int:
 
 def kept_fork(fork: Path) -> None:
     """Two sites the fork keeps: DSv4 passes a strided slice (no rule proves it), the V2 worker its own split."""
-    fork_edits.edit(fork / "python", fork_edits.DSV4, fork_edits.DSV4_DECODE, (
-        "        if forward_batch.forward_mode.is_decode_or_idle():\n"
-        "            step, steps = self.speculative_step_id, self.speculative_num_steps\n"
-        f"            metadata = self.init_forward_metadata_decode({KEEP}\n"
-        "                max_seq_len=max_seq_len,\n"
-        "                req_pool_indices=req_pool_indices,\n"
-        "                seq_lens=seq_lens,\n"
-        "                out_cache_loc=forward_batch.out_cache_loc[step::steps],\n"
-        "            )\n"))
-    fork_edits.edit(fork / "python", fork_edits.WORKER_V2, "    def draft_forward(self, forward_batch: ForwardBatch):\n",
-                    f"    def draft_forward(self, forward_batch: ForwardBatch):{KEEP}\n")
+    fork_edits.edit(
+        fork / "python",
+        fork_edits.DSV4,
+        fork_edits.DSV4_DECODE,
+        (
+            "        if forward_batch.forward_mode.is_decode_or_idle():\n"
+            "            step, steps = self.speculative_step_id, self.speculative_num_steps\n"
+            f"            metadata = self.init_forward_metadata_decode({KEEP}\n"
+            "                max_seq_len=max_seq_len,\n"
+            "                req_pool_indices=req_pool_indices,\n"
+            "                seq_lens=seq_lens,\n"
+            "                out_cache_loc=forward_batch.out_cache_loc[step::steps],\n"
+            "            )\n"
+        ),
+    )
+    fork_edits.edit(
+        fork / "python",
+        fork_edits.WORKER_V2,
+        "    def draft_forward(self, forward_batch: ForwardBatch):\n",
+        f"    def draft_forward(self, forward_batch: ForwardBatch):{KEEP}\n",
+    )
 
 
 def test_split_once_and_the_keep_pragma(proof_python, tmp_path):
@@ -223,8 +248,10 @@ def test_split_once_and_the_keep_pragma(proof_python, tmp_path):
     failure = re.split(r"(?:FAIL|ERROR): test_per_step_out_cache_loc_split_once", split_twice.stderr)[1]
     verdict = dsv4_verdict(twice)  # check's own verdict, as the written test gives it
     assert (verdict.who, verdict.caller) == ("twice", "DeepseekV4MultiStepBackend.init_forward_metadata")
-    assert f"deepseek_v4_backend.py:{dsv4_init_line(twice)}: DeepseekV4AttnBackend.init_forward_metadata: " \
-           f"{verdict.why}" in failure
+    assert (
+        f"deepseek_v4_backend.py:{dsv4_init_line(twice)}: DeepseekV4AttnBackend.init_forward_metadata: "
+        f"{verdict.why}" in failure
+    )
     assert kept_run.returncode == 0, kept_run.stdout + kept_run.stderr
     assert f"Ran {TESTS} tests" in kept_run.stderr
 
@@ -252,9 +279,15 @@ def test_split_once_across_modules_the_workers_rows(proof_python, tmp_path, caps
     capsys.readouterr()
     assert cli.main(["check", str(twice["dsv4"])]) == 2
     assert "splits the per-step out_cache_loc twice" in capsys.readouterr().err
-    assert cli.main(["check", "--keep", f"{fork_edits.DSV4}:DeepseekV4AttnBackend.init_forward_metadata",
-                     str(twice["dsv4"])]) == 0
-    fork_edits.edit(twice["worker"] / "python", fork_edits.WORKER_V2, WORKER_DEF, WORKER_DEF.replace(":\n", f":{KEEP}\n"))
+    assert (
+        cli.main(
+            ["check", "--keep", f"{fork_edits.DSV4}:DeepseekV4AttnBackend.init_forward_metadata", str(twice["dsv4"])]
+        )
+        == 0
+    )
+    fork_edits.edit(
+        twice["worker"] / "python", fork_edits.WORKER_V2, WORKER_DEF, WORKER_DEF.replace(":\n", f":{KEEP}\n")
+    )
     fork_edits.edit(twice["dsv4"] / "python", fork_edits.DSV4, DSV4_DEF, DSV4_DEF.replace(":\n", f":{KEEP}\n"))
     assert cli.main(["check", str(twice["worker"])]) == 2
     assert "splits the per-step out_cache_loc twice" in capsys.readouterr().err
@@ -270,9 +303,11 @@ def test_split_once_across_modules_the_workers_rows(proof_python, tmp_path, caps
     rows = (twice["worker"] / "python/sglang" / fork_edits.WORKER_V2).read_text().splitlines()
     row = rows.index("            forward_batch.out_cache_loc = out_cache_loc[i]") + 1
     assert dsv4_verdict(twice["worker"]).who == "per-step backend"
-    assert (f"deepseek_v4_backend.py:{dsv4_init_line(twice['worker'])}: DeepseekV4AttnBackend.init_forward_metadata: "
-            f"split by the per-step backend, and by EagleDraftWorker.draft_forward "
-            f"({fork_edits.WORKER_V2}:{row}): twice") in failure
+    assert (
+        f"deepseek_v4_backend.py:{dsv4_init_line(twice['worker'])}: DeepseekV4AttnBackend.init_forward_metadata: "
+        f"split by the per-step backend, and by EagleDraftWorker.draft_forward "
+        f"({fork_edits.WORKER_V2}:{row}): twice"
+    ) in failure
     assert re.search(r"FAILED \((errors|failures)=1\)", kept_on_worker.stderr), kept_on_worker.stderr[-2000:]
     assert kept_on_dsv4.returncode == 0, kept_on_dsv4.stdout + kept_on_dsv4.stderr
     assert f"Ran {TESTS} tests" in kept_on_dsv4.stderr

@@ -46,8 +46,14 @@ def probe(proof_python, tmp_path_factory):
     folder = tmp_path_factory.mktemp("gpu_test")
     generated = folder / "test_draft_layout_exact.py"
     generated.write_text(render("registered_gpu"))
-    result = run_in_venv(proof_python, pristine_tree(VERSION), str(HERE / "run_on_cpu.py"),
-                         str(HERE / "gpu_test_probe.py"), str(generated), str(folder / "models"))
+    result = run_in_venv(
+        proof_python,
+        pristine_tree(VERSION),
+        str(HERE / "run_on_cpu.py"),
+        str(HERE / "gpu_test_probe.py"),
+        str(generated),
+        str(folder / "models"),
+    )
     [line] = [line for line in result.stdout.splitlines() if line.startswith("GPU-TEST-PROBE ")]
     return json.loads(line.split(" ", 1)[1]), folder / "models"
 
@@ -71,8 +77,11 @@ def test_collected_into_the_cuda_suite(fork):
     registries, has_main = registry.ut_parse_one_file(str(fork / GPU_TEST))
     assert has_main
     [collected] = registry.collect_tests([str(fork / GPU_TEST)])
-    assert (collected.backend.name, collected.effective_suite, collected.disabled) == \
-        ("CUDA", "stage-b-test-1-gpu-small", None)
+    assert (collected.backend.name, collected.effective_suite, collected.disabled) == (
+        "CUDA",
+        "stage-b-test-1-gpu-small",
+        None,
+    )
     assert collected.est_time > 0
 
 
@@ -103,12 +112,21 @@ def test_server_commands_parse_with_the_forks_own_server_args(probe):
         draft_tokens = args.pop("speculative_num_draft_tokens")
         assert draft_tokens == steps + 1 if topk == 1 else steps < draft_tokens <= topk * steps
         assert args == {
-            "model_path": str(models / "target"), "port": 30000, "host": "127.0.0.1",
-            "tensor_parallel_size": 1, "mem_fraction_static": 0.08, "max_total_tokens": 200000,
-            "skip_server_warmup": True, "grammar_backend": "none", "max_running_requests": 8,
-            "attention_backend": backend, "speculative_algorithm": "EAGLE",
-            "speculative_draft_model_path": str(models / "draft"), "speculative_num_steps": steps,
-            "speculative_eagle_topk": topk, "disable_cuda_graph": not graphs,
+            "model_path": str(models / "target"),
+            "port": 30000,
+            "host": "127.0.0.1",
+            "tensor_parallel_size": 1,
+            "mem_fraction_static": 0.08,
+            "max_total_tokens": 200000,
+            "skip_server_warmup": True,
+            "grammar_backend": "none",
+            "max_running_requests": 8,
+            "attention_backend": backend,
+            "speculative_algorithm": "EAGLE",
+            "speculative_draft_model_path": str(models / "draft"),
+            "speculative_num_steps": steps,
+            "speculative_eagle_topk": topk,
+            "disable_cuda_graph": not graphs,
             "cuda_graph_max_bs": 8 if graphs else None,
         }, name
 
@@ -132,9 +150,13 @@ def test_requests_exact_lengths_and_near_context_batches(probe):
 
 def test_embedded_builder_writes_tiny_models_files(probe, proof_python, tmp_path):
     _report, embedded = probe
-    run_in_venv(proof_python, PACKAGE_SOURCE, "-c",
-                "import sys; from sglang_draft_layout.tiny_models import build_models; "
-                "build_models(sys.argv[1])", str(tmp_path))
+    run_in_venv(
+        proof_python,
+        PACKAGE_SOURCE,
+        "-c",
+        "import sys; from sglang_draft_layout.tiny_models import build_models; " "build_models(sys.argv[1])",
+        str(tmp_path),
+    )
     files = sorted(path.relative_to(tmp_path) for path in tmp_path.rglob("*") if path.is_file())
     assert len(files) == 9  # prompts.json, and config, weights, tokenizer (2) per model
     assert sorted(path.relative_to(embedded) for path in embedded.rglob("*") if path.is_file()) == files

@@ -24,8 +24,12 @@ TEMPLATES = Path(fork_templates.__file__).parent
 
 def check_importtime(fork: Path) -> tuple[int, str]:
     """`check`'s exit status as a fresh process, and its -X importtime report."""
-    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "sglang_draft_layout", "check", str(fork)],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "sglang_draft_layout", "check", str(fork)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return result.returncode, result.stderr
 
 
@@ -38,8 +42,10 @@ def test_check_on_a_fork_imports_no_libcst(fork):
     assert status == 0 and "libcst" not in imports
 
 
-@pytest.mark.parametrize("template, needed", [("registered_gpu", "import numpy as np"),
-                                              ("registered_cpu", "from __future__ import annotations")])
+@pytest.mark.parametrize(
+    "template, needed",
+    [("registered_gpu", "import numpy as np"), ("registered_cpu", "from __future__ import annotations")],
+)
 def test_a_template_lacking_an_embedded_import_is_refused(template, needed):
     text = (TEMPLATES / f"{template}.py").read_text()
     assert needed in text
@@ -71,15 +77,20 @@ def marker(module: str) -> str:
 
 
 def test_a_relative_import_met_only_below_is_refused():
-    reordered = CPU_TEMPLATE.replace(marker(PROOF[2]), "").replace(marker(PROOF[3]), marker(PROOF[3]) + marker(PROOF[2]))
+    reordered = CPU_TEMPLATE.replace(marker(PROOF[2]), "").replace(
+        marker(PROOF[3]), marker(PROOF[3]) + marker(PROOF[2])
+    )
     with pytest.raises(ValueError, match="embedded sglang_draft_layout.proof.paths needs `from .world import "):
         embed(reordered, "registered_cpu")
 
 
 def test_a_relative_import_of_a_module_not_embedded_needs_the_templates_own():
     text = CPU_TEMPLATE.replace("from sglang.srt.speculative import eagle_utils, spec_utils\n", "")
-    with pytest.raises(ValueError, match="embedded sglang_draft_layout.proof.world needs `from ..speculative import "
-                                         "eagle_utils` in the template"):
+    with pytest.raises(
+        ValueError,
+        match="embedded sglang_draft_layout.proof.world needs `from ..speculative import "
+        "eagle_utils` in the template",
+    ):
         embed(text, "registered_cpu")
     wrong_module = CPU_TEMPLATE.replace("from sglang.srt.speculative import", "from sglang.srt.speculation import")
     with pytest.raises(ValueError, match="needs `from ..speculative import eagle_utils`"):
@@ -90,6 +101,8 @@ def test_a_module_imported_whole_needs_sys_and_a_name_defined_twice_is_refused()
     with pytest.raises(ValueError, match="embedded sglang_draft_layout.proof.interpret needs `import sys`"):
         embed(CPU_TEMPLATE.replace("import sys\n", ""), "registered_cpu")
     twice = CPU_TEMPLATE.replace("\n\ndef module(", "\n\ndef split_verdict():\n    pass\n\n\ndef module(")
-    with pytest.raises(ValueError, match="embedded sglang_draft_layout.proof.split_once and registered_cpu both "
-                                         "define split_verdict"):
+    with pytest.raises(
+        ValueError,
+        match="embedded sglang_draft_layout.proof.split_once and registered_cpu both " "define split_verdict",
+    ):
         embed(twice, "registered_cpu")

@@ -32,8 +32,9 @@ REPO = HERE.parents[1]
 SCRIPT = REPO / "benchmark/gpu/run_fork_gpu_test.sh"
 
 
-def run_script(proof_python: Path, site_sglang: Path, patched_python: Optional[Path], tmp: Path,
-               **extra_env: str) -> tuple[subprocess.CompletedProcess, Path]:
+def run_script(
+    proof_python: Path, site_sglang: Path, patched_python: Optional[Path], tmp: Path, **extra_env: str
+) -> tuple[subprocess.CompletedProcess, Path]:
     """The script with GPU_WORK holding site/ (site_sglang and the stand-in) and patched/."""
     work, out = tmp / "sgl_dl", tmp / "out"
     (work / "site").mkdir(parents=True)
@@ -44,10 +45,15 @@ def run_script(proof_python: Path, site_sglang: Path, patched_python: Optional[P
         (work / "patched").symlink_to(patched_python)
         (patched_python / ".patched").touch()  # made by apply already: run_on_h200.sh's marker
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env.update(PATH=f"{proof_python.parent}:{env['PATH']}", GPU_WORK=str(work), OUT=str(out),
-               DRAFT_LAYOUT_TEST_SUPPORT=str(REPO / "test/support"), TREE_TIMEOUT_S="400", **extra_env)
-    result = subprocess.run(["bash", str(SCRIPT)], cwd=REPO, env=env, capture_output=True,
-                            text=True, timeout=1200)
+    env.update(
+        PATH=f"{proof_python.parent}:{env['PATH']}",
+        GPU_WORK=str(work),
+        OUT=str(out),
+        DRAFT_LAYOUT_TEST_SUPPORT=str(REPO / "test/support"),
+        TREE_TIMEOUT_S="400",
+        **extra_env,
+    )
+    result = subprocess.run(["bash", str(SCRIPT)], cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
     return result, out
 
 
@@ -64,8 +70,11 @@ def check_as_expected(result: subprocess.CompletedProcess, out: Path) -> None:
     unpatched = (out / "unpatched.log").read_text()
     assert "Enabled 1 test(s)" in unpatched
     assert set(re.findall(r"^(?:FAIL|ERROR): (test_\w+)", unpatched, re.M)) == {"test_flashinfer_cg_k8s5"}
-    failures = re.findall(r"^flashinfer_cg_k8s5 (\w+)\[(\d)\]: accept length 3\.667 != 6 "
-                          r"\(66 tokens in 18 verifies\)$", unpatched, re.M)
+    failures = re.findall(
+        r"^flashinfer_cg_k8s5 (\w+)\[(\d)\]: accept length 3\.667 != 6 " r"\(66 tokens in 18 verifies\)$",
+        unpatched,
+        re.M,
+    )
     assert set(failures) == {(f"near_context_batch{b}", str(i)) for b in (0, 1) for i in range(8)}
     summary = (out / "summary.md").read_text()
     assert "| patched |" in summary and "| unpatched |" in summary and "test_flashinfer_cg_k8s5" in summary
@@ -83,8 +92,14 @@ def test_a_users_own_fork(proof_python, tmp_path):
     the checkout itself is left as it was. Only the configuration that fails unpatched runs
     (the others are skipped by the written test itself), to keep the suite fast."""
     fork = make_fork(tmp_path / "users-fork")
-    result, out = run_script(proof_python, pristine_tree(VERSION) / "sglang", None, tmp_path,
-                             FORK=str(fork), SGLANG_DRAFT_LAYOUT_CONFIGS="flashinfer_cg_k8s5")
+    result, out = run_script(
+        proof_python,
+        pristine_tree(VERSION) / "sglang",
+        None,
+        tmp_path,
+        FORK=str(fork),
+        SGLANG_DRAFT_LAYOUT_CONFIGS="flashinfer_cg_k8s5",
+    )
     check_as_expected(result, out)
     assert "apply" in (out / "patch.txt").read_text()
     assert git(fork, "status", "--porcelain", "--untracked-files=all") == ""
@@ -107,11 +122,11 @@ def test_an_unpatched_tree_that_passes_is_not_as_expected(fork, proof_python, tm
     stub.parent.mkdir()
     stub.write_text(PASSING_PYTHON3)
     stub.chmod(0o755)
-    result, out = run_script(stub, pristine_tree(VERSION) / "sglang", fork / "python", tmp_path,
-                             REAL_PYTHON3=str(proof_python))
+    result, out = run_script(
+        stub, pristine_tree(VERSION) / "sglang", fork / "python", tmp_path, REAL_PYTHON3=str(proof_python)
+    )
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "VERDICT: NOT as expected (suite stage-b-test-1-gpu-small; patched rc=0, unpatched rc=0" \
-        in result.stdout
+    assert "VERDICT: NOT as expected (suite stage-b-test-1-gpu-small; patched rc=0, unpatched rc=0" in result.stdout
     for tree in ("patched", "unpatched"):
         assert "Ran 6 tests in 1.000s\n\nOK\n" in (out / f"{tree}.log").read_text()
     assert (out / "test_draft_layout_exact.py").read_text().startswith('"""')

@@ -67,15 +67,21 @@ def upstream(tmp_path_factory) -> Path:
 def keep_dsv4_and_worker(python: Path) -> None:
     """The fork keeps two sites by the comment: DSv4's decode (its own strided slice) and the V2
     worker's draft_forward."""
-    fork_edits.edit(python, fork_edits.DSV4, fork_edits.DSV4_DECODE, (
-        "        if forward_batch.forward_mode.is_decode_or_idle():\n"
-        "            step, steps = self.speculative_step_id, self.speculative_num_steps\n"
-        f"            metadata = self.init_forward_metadata_decode({KEEP}\n"
-        "                max_seq_len=max_seq_len,\n"
-        "                req_pool_indices=req_pool_indices,\n"
-        "                seq_lens=seq_lens,\n"
-        "                out_cache_loc=forward_batch.out_cache_loc[step::steps],\n"
-        "            )\n"))
+    fork_edits.edit(
+        python,
+        fork_edits.DSV4,
+        fork_edits.DSV4_DECODE,
+        (
+            "        if forward_batch.forward_mode.is_decode_or_idle():\n"
+            "            step, steps = self.speculative_step_id, self.speculative_num_steps\n"
+            f"            metadata = self.init_forward_metadata_decode({KEEP}\n"
+            "                max_seq_len=max_seq_len,\n"
+            "                req_pool_indices=req_pool_indices,\n"
+            "                seq_lens=seq_lens,\n"
+            "                out_cache_loc=forward_batch.out_cache_loc[step::steps],\n"
+            "            )\n"
+        ),
+    )
     fork_edits.edit(python, fork_edits.WORKER_V2, WORKER_DEF, WORKER_DEF.replace(":\n", f":{KEEP}\n"))
 
 
@@ -85,8 +91,12 @@ FORKS = {"plain": None, "caller-split": fork_edits.dsv4_caller_split, "kept": ke
 
 
 def run_git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "-c", "user.name=fork", "-c", "user.email=fork@example.com", *args],
-                          cwd=cwd, capture_output=True, text=True)
+    return subprocess.run(
+        ["git", "-c", "user.name=fork", "-c", "user.email=fork@example.com", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+    )
 
 
 def unmerged(fork: Path) -> set[tuple[str, str]]:
@@ -108,8 +118,13 @@ def take_upstream_hunks(fork: Path, path: str) -> None:
 
 def method_lines(source: str, cls: str, name: str) -> tuple[int, int]:
     """(first line index, end line index) of ``cls.name`` in ``source``, its decorators included."""
-    [node] = [item for top in ast.parse(source).body if isinstance(top, ast.ClassDef) and top.name == cls
-              for item in top.body if isinstance(item, ast.FunctionDef) and item.name == name]
+    [node] = [
+        item
+        for top in ast.parse(source).body
+        if isinstance(top, ast.ClassDef) and top.name == cls
+        for item in top.body
+        if isinstance(item, ast.FunctionDef) and item.name == name
+    ]
     return min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1, node.end_lineno
 
 
@@ -186,7 +201,13 @@ def test_the_written_test_passes_on_the_merged_fork(upstream, tmp_path, proof_py
     assert api.check(fork).exit_code == 0  # 0.5.13's package, the written test as 0.5.12's suites have it
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env["PYTHONPATH"] = str(fork / "python")
-    run = subprocess.run([str(proof_python), str(RUNNER), str(fork / CPU_TEST)], cwd=fork, env=env,
-                         capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [str(proof_python), str(RUNNER), str(fork / CPU_TEST)],
+        cwd=fork,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "Ran 5 tests" in run.stderr and "\nOK" in run.stderr

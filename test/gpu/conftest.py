@@ -59,14 +59,18 @@ def harness_results(tmp_path_factory):
         paths = [p for p in os.environ.get("GPU_RESULTS", "").split(":") if p]
         if not paths:
             out = tmp_path_factory.mktemp("gpu_out")
-            subprocess.run(["bash", str(REPO / "benchmark/gpu" / script), *sets],
-                           cwd=REPO, env=dict(os.environ, OUT=str(out)), check=False, timeout=3600)
+            subprocess.run(
+                ["bash", str(REPO / "benchmark/gpu" / script), *sets],
+                cwd=REPO,
+                env=dict(os.environ, OUT=str(out)),
+                check=False,
+                timeout=3600,
+            )
             paths = sorted(str(p) for p in out.rglob("results.json"))
         runs = []
         for path in paths:
             if os.path.exists(path):
-                runs.append((path, HarnessResults(
-                    (r["config"], r) for r in json.loads(Path(path).read_text()))))
+                runs.append((path, HarnessResults((r["config"], r) for r in json.loads(Path(path).read_text()))))
         return runs
 
     def load(script: str, *sets: str) -> tuple[HarnessResults, list[str]]:

@@ -5,6 +5,7 @@ Skipped without torch or CUDA. On a GPU machine either
 or
   pytest test/gpu/test_h200_deepseek.py   (runs benchmark/gpu/run_deepseek_on_h200.sh dsmla; minutes)
 """
+
 import pytest
 import serve_checks  # benchmark/gpu/, put on sys.path by conftest.py
 

@@ -10,6 +10,7 @@ Skipped without torch or CUDA. On a GPU machine either
 or
   pytest test/gpu/test_h200_dsv4.py   (runs benchmark/gpu/run_deepseek_on_h200.sh dsv4 dsv4_steps)
 """
+
 import re
 
 import pytest
@@ -18,14 +19,19 @@ import serve_checks  # benchmark/gpu/, put on sys.path by conftest.py
 pytestmark = pytest.mark.gpu
 
 CONFIGS = list(dict.fromkeys(serve_checks.SETS["dsv4"] + serve_checks.SETS["dsv4_steps"]))
-SHAPE_ASSERTION = re.compile(r"AssertionError: req_pool_indices\.shape=torch\.Size\(\[(\d+)\]\) "
-                             r"seq_lens\.shape=torch\.Size\(\[(\d+)\]\) out_cache_loc\.shape=torch\.Size\(\[(\d+)\]\)")
+SHAPE_ASSERTION = re.compile(
+    r"AssertionError: req_pool_indices\.shape=torch\.Size\(\[(\d+)\]\) "
+    r"seq_lens\.shape=torch\.Size\(\[(\d+)\]\) out_cache_loc\.shape=torch\.Size\(\[(\d+)\]\)"
+)
 
 
 @pytest.fixture(scope="session")
 def runs(harness_results):
-    found = [(path, r) for path, r in harness_results.each("run_deepseek_on_h200.sh", "dsv4", "dsv4_steps")
-             if any(n in r for n in CONFIGS)]
+    found = [
+        (path, r)
+        for path, r in harness_results.each("run_deepseek_on_h200.sh", "dsv4", "dsv4_steps")
+        if any(n in r for n in CONFIGS)
+    ]
     if not found:
         pytest.skip("no DeepSeek-V4 harness results")
     return found
@@ -59,8 +65,9 @@ def test_unpatched_eager_multi_step_draft_fails_the_shape_assertion(runs, steps)
         assert reqs == seqs and locs == steps * reqs, found[-1].group(0)
 
 
-@pytest.mark.parametrize("name", [n for n in CONFIGS
-                                  if n not in ("dsv4_nocg_k1s3_unpatched", "dsv4_nocg_k1s5_unpatched")])
+@pytest.mark.parametrize(
+    "name", [n for n in CONFIGS if n not in ("dsv4_nocg_k1s3_unpatched", "dsv4_nocg_k1s5_unpatched")]
+)
 def test_serves_with_every_draft_accepted(runs, name):
     for path, r in ran(runs, name):
         serves_every_request_exactly(r, name, path)
@@ -69,6 +76,5 @@ def test_serves_with_every_draft_accepted(runs, name):
 @pytest.mark.parametrize("name", [n for n in CONFIGS if n.endswith("_patched")])
 def test_patched_servers_ran_the_patched_backend(runs, name):
     for path, r in ran(runs, name):
-        origins = [t for t in r.get("trace", [])
-                   if t.startswith("sglang.srt.layers.attention.deepseek_v4_backend ")]
+        origins = [t for t in r.get("trace", []) if t.startswith("sglang.srt.layers.attention.deepseek_v4_backend ")]
         assert origins and all("/patched/" in t for t in origins), (path, origins)

@@ -6,6 +6,7 @@ or
   pytest test/gpu                  (runs benchmark/gpu/run_on_h200.sh key triton_nocg flashinfer_nocg first;
                                     needs sglang 0.5.12, see benchmark/gpu/README.md; several minutes)
 """
+
 import pytest
 import serve_checks  # benchmark/gpu/, put on sys.path by conftest.py
 

@@ -53,8 +53,9 @@ class Recorder:
         self.seen: list[list[int]] = []
 
     def __call__(self, *, max_seq_len, req_pool_indices, seq_lens, out_cache_loc):
-        assert req_pool_indices.shape[0] == seq_lens.shape[0] == out_cache_loc.shape[0], (
-            f"{req_pool_indices.shape=} {seq_lens.shape=} {out_cache_loc.shape=}")  # 0.5.12's own check
+        assert (
+            req_pool_indices.shape[0] == seq_lens.shape[0] == out_cache_loc.shape[0]
+        ), f"{req_pool_indices.shape=} {seq_lens.shape=} {out_cache_loc.shape=}"  # 0.5.12's own check
         self.seen.append(out_cache_loc.tolist())
         return SimpleNamespace(out_cache_loc=out_cache_loc)
 
@@ -65,8 +66,12 @@ def multi_step_backend(root: Path, *, topk: int, steps: int, recorder: Recorder)
     if "per_step_draft_out_cache_loc" in (root / DSV4).read_text():  # the patched trees import the helper
         top_level_function(root / EAGLE_UTILS, "per_step_draft_out_cache_loc", namespace)
     per_step_cls = load_methods(root / DSV4, "DeepseekV4AttnBackend", ("init_forward_metadata",), namespace)
-    multi_cls = load_methods(root / DSV4, "DeepseekV4MultiStepBackend",
-                             ("init_forward_metadata", "_split_out_cache_loc_per_step"), dict(namespace))
+    multi_cls = load_methods(
+        root / DSV4,
+        "DeepseekV4MultiStepBackend",
+        ("init_forward_metadata", "_split_out_cache_loc_per_step"),
+        dict(namespace),
+    )
     req_to_token = object()
     backends = []
     for step_id in range(steps):
@@ -84,8 +89,12 @@ def draft_batch(req_to_token, *, bs: int, out_cache_loc):
     """A multi-step draft decode batch: bs sequences, the flat buffer of bs * topk * steps slots."""
     return SimpleNamespace(
         forward_mode=SimpleNamespace(is_idle=lambda: False, is_decode_or_idle=lambda: True),
-        req_pool_indices=torch.arange(bs), seq_lens=torch.full((bs,), 9), seq_lens_cpu=torch.full((bs,), 9),
-        req_to_token_pool=SimpleNamespace(req_to_token=req_to_token), batch_size=bs, out_cache_loc=out_cache_loc,
+        req_pool_indices=torch.arange(bs),
+        seq_lens=torch.full((bs,), 9),
+        seq_lens_cpu=torch.full((bs,), 9),
+        req_to_token_pool=SimpleNamespace(req_to_token=req_to_token),
+        batch_size=bs,
+        out_cache_loc=out_cache_loc,
     )
 
 
@@ -122,7 +131,9 @@ def test_splitting_again_per_step_fails_as_the_server_did(forks):
     recorder = Recorder()
     multi, req_to_token = multi_step_backend(forks["split twice"], topk=1, steps=4, recorder=recorder)
     batch = draft_batch(req_to_token, bs=1, out_cache_loc=torch.arange(500, 504))
-    with pytest.raises(AssertionError, match=r"out_cache_loc.shape\[0\]=1 != batch_size \* topk \* num_steps = 1\*1\*4=4"):
+    with pytest.raises(
+        AssertionError, match=r"out_cache_loc.shape\[0\]=1 != batch_size \* topk \* num_steps = 1\*1\*4=4"
+    ):
         multi.init_forward_metadata(batch)
     assert recorder.seen == []
 
@@ -134,7 +145,11 @@ def test_fork_edit_cli_builds_the_same_fork(forks, tmp_path):
 
     shutil.copytree(pristine_tree("0.5.12") / "sglang", tmp_path / "sglang")
     script = Path(fork_edits.__file__)
-    run = subprocess.run([sys.executable, "-I", str(script), "dsv4-caller-split", str(tmp_path)],
-                         capture_output=True, text=True, check=True)
+    run = subprocess.run(
+        [sys.executable, "-I", str(script), "dsv4-caller-split", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert run.stdout.startswith(f"{tmp_path / 'sglang'}: dsv4-caller-split")
     assert (tmp_path / DSV4).read_text() == (forks["fork"] / DSV4).read_text()

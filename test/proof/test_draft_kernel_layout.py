@@ -86,16 +86,25 @@ def random_configs(page_size: int, count: int, seed: int):
         seq_lens = [top if tight else rng.randint(1, top) for _ in range(num_seqs)]
         max_bs = num_seqs + rng.randint(0, 3)
         configs.append(
-            dict(seq_lens=seq_lens, topk=topk, num_steps=num_steps, page_size=page_size,
-                 max_context_len=max_context_len, max_bs=max_bs,
-                 kv_dtype=torch.int32 if n % 2 else torch.int64, seed=seed * 1000 + n)
+            dict(
+                seq_lens=seq_lens,
+                topk=topk,
+                num_steps=num_steps,
+                page_size=page_size,
+                max_context_len=max_context_len,
+                max_bs=max_bs,
+                kv_dtype=torch.int32 if n % 2 else torch.int64,
+                seed=seed * 1000 + n,
+            )
         )
     return configs
 
 
 def config_id(c):
-    return (f"p{c['page_size']}-seqs{len(c['seq_lens'])}-topk{c['topk']}-steps{c['num_steps']}"
-            f"-ctx{c['max_context_len']}-maxbs{c['max_bs']}-{str(c['kv_dtype'])[6:]}")
+    return (
+        f"p{c['page_size']}-seqs{len(c['seq_lens'])}-topk{c['topk']}-steps{c['num_steps']}"
+        f"-ctx{c['max_context_len']}-maxbs{c['max_bs']}-{str(c['kv_dtype'])[6:]}"
+    )
 
 
 CONFIGS = random_configs(1, 10, seed=1) + random_configs(16, 10, seed=16)
@@ -156,9 +165,16 @@ def test_spec_case_unpatched_flashinfer_graph_row_overflows(kernel):
     used = [draft_kv_indices_used_len(18, topk, 6, i + 1) for i in range(steps)]
     assert (unpatched_width, used) == (45, [42, 48, 54])
 
-    bug = DraftLaunch(seq_lens=seq_lens, topk=topk, num_steps=steps, page_size=1,
-                      row_width=unpatched_width, max_context_len=ctx, kv_dtype=torch.int32,
-                      guard=64).run(kernel)
+    bug = DraftLaunch(
+        seq_lens=seq_lens,
+        topk=topk,
+        num_steps=steps,
+        page_size=1,
+        row_width=unpatched_width,
+        max_context_len=ctx,
+        kv_dtype=torch.int32,
+        guard=64,
+    ).run(kernel)
     guard = bug.flat[steps * unpatched_width :]
     # the last step's row ran 54 - 45 = 9 entries into the guard band: its own tail
     assert int((guard != SENTINEL).sum()) == 9
@@ -170,9 +186,16 @@ def test_spec_case_unpatched_flashinfer_graph_row_overflows(kernel):
 
     # the patched capacity check refuses this buffer; the patched width holds the layout
     assert used[-1] > unpatched_width
-    fixed = DraftLaunch(seq_lens=seq_lens, topk=topk, num_steps=steps, page_size=1,
-                        row_width=draft_kv_indices_buffer_width(max_bs, topk, ctx),
-                        max_context_len=ctx, kv_dtype=torch.int32, guard=64).run(kernel)
+    fixed = DraftLaunch(
+        seq_lens=seq_lens,
+        topk=topk,
+        num_steps=steps,
+        page_size=1,
+        row_width=draft_kv_indices_buffer_width(max_bs, topk, ctx),
+        max_context_len=ctx,
+        kv_dtype=torch.int32,
+        guard=64,
+    ).run(kernel)
     check_launch(fixed)
 
 
@@ -185,9 +208,16 @@ def test_unpatched_graph_width_overflows_for_long_sequences(kernel, topk, page_s
     width = max_bs * ctx
     need = draft_kv_indices_used_len(sum(seq_lens), topk, topk * max_bs, steps)
     guard = need  # large enough to catch all of it
-    bug = DraftLaunch(seq_lens=seq_lens, topk=topk, num_steps=steps, page_size=page_size,
-                      row_width=width, max_context_len=ctx, kv_dtype=torch.int32,
-                      guard=guard).run(kernel)
+    bug = DraftLaunch(
+        seq_lens=seq_lens,
+        topk=topk,
+        num_steps=steps,
+        page_size=page_size,
+        row_width=width,
+        max_context_len=ctx,
+        kv_dtype=torch.int32,
+        guard=guard,
+    ).run(kernel)
     written = int((bug.flat[steps * width :] != SENTINEL).sum())
     assert need == topk * width  # the patched width, filled exactly
     assert written == need - width == (topk - 1) * width
@@ -197,6 +227,13 @@ def test_unpatched_graph_width_is_enough_for_topk_1(kernel):
     """Without topk > 1 the missing factor is 1: the bug needs topk > 1."""
     max_bs, ctx, steps = 4, 40, 5
     seq_lens = [ctx - steps] * max_bs
-    launch = DraftLaunch(seq_lens=seq_lens, topk=1, num_steps=steps, page_size=1,
-                         row_width=max_bs * ctx, max_context_len=ctx, kv_dtype=torch.int32)
+    launch = DraftLaunch(
+        seq_lens=seq_lens,
+        topk=1,
+        num_steps=steps,
+        page_size=1,
+        row_width=max_bs * ctx,
+        max_context_len=ctx,
+        kv_dtype=torch.int32,
+    )
     check_launch(launch.run(kernel))

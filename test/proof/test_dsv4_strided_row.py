@@ -48,8 +48,16 @@ PAGE_SIZE = 256  # what 0.5.12 forces for DeepSeek-V4
 MAX_PAGES = 4
 OUT_LOCS = ("c4_out_loc", "c128_out_loc")
 # init_compression_metadata's results, in order
-RESULTS = ("c4_out_loc", "c4_positions", "c4_seq_lens_raw", "c4_seq_lens_clamp1",
-           "c128_out_loc", "c128_positions", "c128_seq_lens_clamp1", "c128_page_indices")
+RESULTS = (
+    "c4_out_loc",
+    "c4_positions",
+    "c4_seq_lens_raw",
+    "c4_seq_lens_clamp1",
+    "c128_out_loc",
+    "c128_positions",
+    "c128_seq_lens_clamp1",
+    "c128_page_indices",
+)
 
 
 @pytest.fixture(scope="module")
@@ -68,10 +76,12 @@ class DraftBatch:
         self.batch_size, self.num_steps = batch_size, num_steps
         count = batch_size * TOPK * num_steps
         # distinct slots with distinct slot // 128 (and so distinct slot // 4)
-        self.flat = (torch.randperm(4 * count, generator=gen)[:count] * 128
-                     + torch.randint(0, 128, (count,), generator=gen))
-        self.seq_lens = (torch.randint(1, MAX_PAGES * PAGE_SIZE // 128, (batch_size,), generator=gen)
-                         * 128).to(torch.int32)
+        self.flat = torch.randperm(4 * count, generator=gen)[:count] * 128 + torch.randint(
+            0, 128, (count,), generator=gen
+        )
+        self.seq_lens = (torch.randint(1, MAX_PAGES * PAGE_SIZE // 128, (batch_size,), generator=gen) * 128).to(
+            torch.int32
+        )
         self.page_table = torch.randint(0, 1000, (batch_size, MAX_PAGES), generator=gen, dtype=torch.int32)
 
     def step_row(self, step: int) -> torch.Tensor:
@@ -87,7 +97,11 @@ class DraftBatch:
         """init_compression_metadata as DSV4AttnMetadata.init_compression_metadata calls it
         (positions = seq_lens - 1, as make_core_attn_metadata sets them)."""
         results = module.init_compression_metadata(
-            self.seq_lens, self.seq_lens - 1, raw_out_loc, self.page_table, PAGE_SIZE,
+            self.seq_lens,
+            self.seq_lens - 1,
+            raw_out_loc,
+            self.page_table,
+            PAGE_SIZE,
             compute_page_indices=True,
         )
         return dict(zip(RESULTS, results))
@@ -152,8 +166,11 @@ def test_upstream_passes_the_strided_row_to_the_dsv4_metadata():
     (the SWA store target)."""
     require_release("0.5.13")
     backend = wheel_source("0.5.13", DSV4_BACKEND)
-    values = [ast.unparse(node.value) for node in ast.walk(ast.parse(backend))
-              if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["out_cache_loc"]]
+    values = [
+        ast.unparse(node.value)
+        for node in ast.walk(ast.parse(backend))
+        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["out_cache_loc"]
+    ]
     per_step = [v for v in values if "per_step_draft_out_cache_loc" in v]
     assert len(per_step) == 2, values
     for value in per_step:

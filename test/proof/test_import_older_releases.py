@@ -30,8 +30,11 @@ ATTN = "sglang.srt.layers.attention."
 BACKENDS = [ATTN + m for m in ("flashinfer_backend", "flashinfer_mla_backend", "triton_backend", "aiter_backend")]
 SPEC_UTILS, EAGLE_UTILS = "sglang.srt.speculative.spec_utils", "sglang.srt.speculative.eagle_utils"
 WIDTH_HELPERS = ["draft_kv_indices_buffer_width", "draft_kv_indices_used_len"]
-EXPECTED_HELPERS = {**{m: WIDTH_HELPERS for m in BACKENDS}, SPEC_UTILS: WIDTH_HELPERS,
-                    EAGLE_UTILS: ["per_step_draft_out_cache_loc"]}
+EXPECTED_HELPERS = {
+    **{m: WIDTH_HELPERS for m in BACKENDS},
+    SPEC_UTILS: WIDTH_HELPERS,
+    EAGLE_UTILS: ["per_step_draft_out_cache_loc"],
+}
 
 
 @pytest.fixture(scope="module")

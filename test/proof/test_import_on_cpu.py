@@ -34,13 +34,14 @@ pytestmark = pytest.mark.releases
 VERSION = "0.5.12"
 ATTN = "sglang.srt.layers.attention."
 SPEC = "sglang.srt.speculative."
-BACKENDS = [ATTN + m for m in ("flashinfer_backend", "flashinfer_mla_backend",
-                               "triton_backend", "aiter_backend")]
+BACKENDS = [ATTN + m for m in ("flashinfer_backend", "flashinfer_mla_backend", "triton_backend", "aiter_backend")]
 DSV4 = ATTN + "deepseek_v4_backend"
 TARGETS = BACKENDS + [DSV4, SPEC + "spec_utils", SPEC + "eagle_utils"]
-ENTRIES = TARGETS + ["sglang.srt.layers.attention.attention_registry",
-                     "sglang.srt.model_executor.model_runner",
-                     "sglang.srt.managers.schedule_batch"]
+ENTRIES = TARGETS + [
+    "sglang.srt.layers.attention.attention_registry",
+    "sglang.srt.model_executor.model_runner",
+    "sglang.srt.managers.schedule_batch",
+]
 WORKERS = [SPEC + "eagle_worker_v2", SPEC + "eagle_worker"]
 WIDTH_HELPERS = ["draft_kv_indices_buffer_width", "draft_kv_indices_used_len"]
 OUT_CACHE_HELPER = ["per_step_draft_out_cache_loc"]
@@ -49,10 +50,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(REPO / "python")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    return subprocess.run([sys.executable, "-m", "sglang_draft_layout", *args],
-                          capture_output=True, text=True, env=env, timeout=300)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "python")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return subprocess.run(
+        [sys.executable, "-m", "sglang_draft_layout", *args], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +92,11 @@ def patched_report(venv, patched):
 
 def _assert_imported(report: dict, tree: Path, modules: list[str]) -> None:
     assert report["torch"].startswith("2.13.0"), report["torch"]
-    failed = {m: r["error"] + " at " + " <- ".join(reversed(r["frames"]))
-              for m, r in report["modules"].items() if m in modules and not r["ok"]}
+    failed = {
+        m: r["error"] + " at " + " <- ".join(reversed(r["frames"]))
+        for m, r in report["modules"].items()
+        if m in modules and not r["ok"]
+    }
     assert not failed, failed
     for m in modules:
         assert Path(report["modules"][m]["file"]).is_relative_to(tree), (m, report["modules"][m])
@@ -129,10 +133,13 @@ def test_patched_entry_points_import_first_no_cycle(venv, patched):
     failed = [m for m, r in report["modules"].items() if not r["ok"]]
     if failed:  # say whether the release itself fails the same way
         baseline = probe_imports(venv, pristine_tree(VERSION), failed, mode="first")
-        pytest.fail("\n".join(
-            f"{m}: patched {report['modules'][m]['error']} {report['modules'][m]['frames']}; "
-            f"unpatched {'ok' if baseline['modules'][m]['ok'] else baseline['modules'][m]['error']}"
-            for m in failed))
+        pytest.fail(
+            "\n".join(
+                f"{m}: patched {report['modules'][m]['error']} {report['modules'][m]['frames']}; "
+                f"unpatched {'ok' if baseline['modules'][m]['ok'] else baseline['modules'][m]['error']}"
+                for m in failed
+            )
+        )
     for m in ENTRIES:
         assert Path(report["modules"][m]["file"]).is_relative_to(patched)
 
@@ -147,8 +154,9 @@ def test_workers_stop_at_sgl_kernel_in_both_trees(unpatched_report, patched_repo
             continue
         assert before["missing"] == "sgl_kernel", before
         assert (after["ok"], after["error"], after["missing"]) == (False, before["error"], "sgl_kernel")
-        assert [f.split("/sglang/", 1)[1] for f in after["frames"]] == \
-            [f.split("/sglang/", 1)[1] for f in before["frames"]]
+        assert [f.split("/sglang/", 1)[1] for f in after["frames"]] == [
+            f.split("/sglang/", 1)[1] for f in before["frames"]
+        ]
 
 
 def test_patched_worker_imports_resolve(patched_report, patched):

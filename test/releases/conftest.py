@@ -9,6 +9,7 @@ import pytest
 
 from sglang_draft_layout.releases import unpack_release
 
+
 @pytest.fixture(scope="session")
 def pristine(tmp_path_factory):
     """pristine(version) -> a folder holding the unpacked, never modified sglang/ of that release."""

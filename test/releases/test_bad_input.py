@@ -68,10 +68,12 @@ def test_read_only_file(scratch, capsys):
 def test_unrecognised_site_in_a_real_tree_writes_nothing(scratch, capsys):
     root = scratch("0.5.12")
     path = root / FLASHINFER
-    path.write_text(path.read_text().replace(
-        "(self.speculative_num_steps, max_bs * self.max_context_len)",
-        "(self.speculative_num_steps, max_bs * 2 * self.max_context_len)",
-    ))
+    path.write_text(
+        path.read_text().replace(
+            "(self.speculative_num_steps, max_bs * self.max_context_len)",
+            "(self.speculative_num_steps, max_bs * 2 * self.max_context_len)",
+        )
+    )
     before = digest(root)
     assert cli.main(["apply", str(root)]) == 2
     error = one_line_error(capsys)
@@ -113,8 +115,10 @@ def test_failure_while_writing_restores_every_file(scratch, monkeypatch):
 
     monkeypatch.setattr(transaction, "_replace", failing_replace)
     fourth = engine.plan(resolve(str(root))).changes[3].path
-    with pytest.raises(TargetError, match=f"^{re.escape(str(fourth))}: writing: No space left on device; "
-                                          "3 files restored, nothing changed$"):
+    with pytest.raises(
+        TargetError,
+        match=f"^{re.escape(str(fourth))}: writing: No space left on device; " "3 files restored, nothing changed$",
+    ):
         engine.apply(resolve(str(root)))
     assert len(calls) == 4  # three files written, then put back by renaming their originals (kept aside)
     assert digest(root) == before

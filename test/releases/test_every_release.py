@@ -33,8 +33,11 @@ pytestmark = pytest.mark.releases
 AITER = {f"{kind}:aiter" for kind in ("step-slice", "eager-width", "graph-width")}
 DSV4 = {"dsv4-out-cache-loc"}
 #: the sites 0.5.13 added (the ROCm DeepSeek-V4 decode branch, the DeepSeek-V4 in-graph methods): in no release before
-SINCE_0_5_13 = {"dsv4-hip-out-cache-loc", "dsv4-in-graph-out-cache-loc:DeepseekV4AttnBackend",
-                "dsv4-in-graph-out-cache-loc:DeepseekV4HipRadixBackend"}
+SINCE_0_5_13 = {
+    "dsv4-hip-out-cache-loc",
+    "dsv4-in-graph-out-cache-loc:DeepseekV4AttnBackend",
+    "dsv4-in-graph-out-cache-loc:DeepseekV4HipRadixBackend",
+}
 V2_WORKER = {"draft-forward:EagleDraftWorker"}
 SPEC_UTILS = "srt/speculative/spec_utils.py"
 EAGLE_UTILS = "srt/speculative/eagle_utils.py"
@@ -51,12 +54,53 @@ class Family(NamedTuple):
 
 #: every release on PyPI from 0.4.6.post5 to 0.5.12.post1 (`pip index versions --pre sglang`, 2026-12-01)
 PYPI_RELEASES = (
-    "0.4.6.post5", "0.4.7", "0.4.7.post1", "0.4.8", "0.4.8.post1", "0.4.9", "0.4.9.post1", "0.4.9.post2",
-    "0.4.9.post3", "0.4.9.post4", "0.4.9.post5", "0.4.9.post6", "0.4.10", "0.4.10.post1", "0.4.10.post2",
-    "0.5.0rc0", "0.5.0rc1", "0.5.0rc2", "0.5.1", "0.5.1.post1", "0.5.1.post2", "0.5.1.post3", "0.5.2", "0.5.3",
-    "0.5.3.post1", "0.5.3.post2", "0.5.3.post3", "0.5.4", "0.5.4.post1", "0.5.4.post2", "0.5.4.post3", "0.5.5",
-    "0.5.5.post1", "0.5.5.post2", "0.5.5.post3", "0.5.6", "0.5.6.post1", "0.5.6.post2", "0.5.7", "0.5.8",
-    "0.5.8.post1", "0.5.9", "0.5.10", "0.5.10.post1", "0.5.11", "0.5.12", "0.5.12.post1",
+    "0.4.6.post5",
+    "0.4.7",
+    "0.4.7.post1",
+    "0.4.8",
+    "0.4.8.post1",
+    "0.4.9",
+    "0.4.9.post1",
+    "0.4.9.post2",
+    "0.4.9.post3",
+    "0.4.9.post4",
+    "0.4.9.post5",
+    "0.4.9.post6",
+    "0.4.10",
+    "0.4.10.post1",
+    "0.4.10.post2",
+    "0.5.0rc0",
+    "0.5.0rc1",
+    "0.5.0rc2",
+    "0.5.1",
+    "0.5.1.post1",
+    "0.5.1.post2",
+    "0.5.1.post3",
+    "0.5.2",
+    "0.5.3",
+    "0.5.3.post1",
+    "0.5.3.post2",
+    "0.5.3.post3",
+    "0.5.4",
+    "0.5.4.post1",
+    "0.5.4.post2",
+    "0.5.4.post3",
+    "0.5.5",
+    "0.5.5.post1",
+    "0.5.5.post2",
+    "0.5.5.post3",
+    "0.5.6",
+    "0.5.6.post1",
+    "0.5.6.post2",
+    "0.5.7",
+    "0.5.8",
+    "0.5.8.post1",
+    "0.5.9",
+    "0.5.10",
+    "0.5.10.post1",
+    "0.5.11",
+    "0.5.12",
+    "0.5.12.post1",
 )
 #: covered release by release by test_releases.py and test_lint.py
 TESTED_ELSEWHERE = ("0.5.8", "0.5.9", "0.5.10", "0.5.11", "0.5.12")
@@ -64,19 +108,58 @@ FAMILIES = (
     # one-parameter init_cuda_graph_state(self, max_bs), called with max_bs * topk: rows per branch
     Family(("0.4.6.post5", "0.4.7", "0.4.7.post1"), 12, AITER | DSV4 | V2_WORKER, affected=False),
     # the narrow FlashInfer / FlashInfer-MLA graph row; no spec_utils.py (kernel in eagle_utils.py)
-    Family(("0.4.8", "0.4.8.post1", "0.4.9", "0.4.9.post1", "0.4.9.post2", "0.4.9.post3", "0.4.9.post4",
-            "0.4.9.post5", "0.4.9.post6", "0.4.10", "0.4.10.post1", "0.4.10.post2", "0.5.0rc0"),
-           12, AITER | DSV4 | V2_WORKER, created=SPEC_UTILS),
+    Family(
+        (
+            "0.4.8",
+            "0.4.8.post1",
+            "0.4.9",
+            "0.4.9.post1",
+            "0.4.9.post2",
+            "0.4.9.post3",
+            "0.4.9.post4",
+            "0.4.9.post5",
+            "0.4.9.post6",
+            "0.4.10",
+            "0.4.10.post1",
+            "0.4.10.post2",
+            "0.5.0rc0",
+        ),
+        12,
+        AITER | DSV4 | V2_WORKER,
+        created=SPEC_UTILS,
+    ),
     # the Aiter draft backend appears
-    Family(("0.5.0rc1", "0.5.0rc2", "0.5.1", "0.5.1.post1", "0.5.1.post2", "0.5.1.post3", "0.5.2"),
-           15, DSV4 | V2_WORKER, created=SPEC_UTILS),
+    Family(
+        ("0.5.0rc1", "0.5.0rc2", "0.5.1", "0.5.1.post1", "0.5.1.post2", "0.5.1.post3", "0.5.2"),
+        15,
+        DSV4 | V2_WORKER,
+        created=SPEC_UTILS,
+    ),
     # spec_utils.py holds the kernel; eagle_utils.py split into eagle_info.py and spec_utils.py
     Family(("0.5.3", "0.5.3.post1"), 15, DSV4 | V2_WORKER, created=EAGLE_UTILS),
     # the V2 worker's first form: class EAGLEWorkerV2 (found by the structural guard)
     Family(("0.5.3.post2", "0.5.3.post3"), 16, DSV4 | V2_WORKER, guarded=1),
     # 0.5.8's forms
-    Family(("0.5.4", "0.5.4.post1", "0.5.4.post2", "0.5.4.post3", "0.5.5", "0.5.5.post1", "0.5.5.post2",
-            "0.5.5.post3", "0.5.6", "0.5.6.post1", "0.5.6.post2", "0.5.7", "0.5.8.post1", "0.5.10.post1"), 16, DSV4),
+    Family(
+        (
+            "0.5.4",
+            "0.5.4.post1",
+            "0.5.4.post2",
+            "0.5.4.post3",
+            "0.5.5",
+            "0.5.5.post1",
+            "0.5.5.post2",
+            "0.5.5.post3",
+            "0.5.6",
+            "0.5.6.post1",
+            "0.5.6.post2",
+            "0.5.7",
+            "0.5.8.post1",
+            "0.5.10.post1",
+        ),
+        16,
+        DSV4,
+    ),
     Family(("0.5.12.post1",), 17, set()),  # 0.5.12's forms, DeepSeek-V4 included
 )
 FAMILY_OF = {version: family for family in FAMILIES for version in family.releases}
@@ -128,7 +211,9 @@ def test_release(version, tmp_path, capsys):
 
     if not family.affected:
         assert {sites[rule].state for rule in present} == {State.NOT_AFFECTED}
-        assert sites["graph-width:flashinfer"].detail.startswith("init_cuda_graph_state(self, max_bs) gets max_bs * topk")
+        assert sites["graph-width:flashinfer"].detail.startswith(
+            "init_cuda_graph_state(self, max_bs) gets max_bs * topk"
+        )
         assert run_cli("check", str(tmp_path)) == 0
         assert run_cli("apply", str(tmp_path)) == 0
         assert tree_digest(tmp_path) == before  # nothing written

@@ -99,6 +99,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 # ---- signals -------------------------------------------------------------------------
 
+
 def signal_at(monkeypatch, point: str, count: int, signum: int) -> list[str]:
     """Send ``signum`` to this process at the ``count``-th ``point`` of the write phase; returns the points seen."""
     seen: list[str] = []
@@ -189,7 +190,8 @@ def test_a_signal_while_planning_changes_nothing(tree, monkeypatch, capsys):
     assert snapshot(root) == before
 
 
-CHILD = textwrap.dedent("""
+CHILD = textwrap.dedent(
+    """
     import os, signal, sys, time
     from sglang_draft_layout import cli, transaction
 
@@ -211,12 +213,17 @@ CHILD = textwrap.dedent("""
 
     transaction.fault_hook = hook
     sys.exit(cli.main(["apply", sys.argv[4]]))
-""")
+"""
+)
 
 
 def child(root: Path, point: str, count: int, action: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", CHILD, point, str(count), action, str(root)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, point, str(count), action, str(root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
@@ -274,6 +281,7 @@ def test_apply_keeps_a_file_of_the_pattern_that_is_no_version_of_its_neighbour(t
 
 # ---- a full disk -----------------------------------------------------------------------
 
+
 def page_rounded(size: int) -> int:
     return -(-size // 4096) * 4096
 
@@ -283,8 +291,13 @@ def small_disk(tmp_path):
     """A folder on a tmpfs of its own (where this test may mount one: root), else None."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    mounted = os.geteuid() == 0 and subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], capture_output=True).returncode == 0
+    mounted = (
+        os.geteuid() == 0
+        and subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], capture_output=True
+        ).returncode
+        == 0
+    )
     yield mount if mounted else None
     if mounted:
         subprocess.run(["umount", str(mount)], check=True)
@@ -307,19 +320,24 @@ def test_a_full_disk_restores_every_file_and_names_the_file(tree, clean, written
         failing = next(i for i in range(1, len(sizes)) if sizes[i] > max(sizes[:i]))
         reason, limit = "File too large", max(sizes[:failing])
     before = snapshot(root)
-    probe = ("import resource, signal, sys\n"
-             "from sglang_draft_layout import cli\n"
-             "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
-             f"if {limit!r}: resource.setrlimit(resource.RLIMIT_FSIZE, ({limit!r}, resource.RLIM_INFINITY))\n"
-             f"sys.exit(cli.main(['apply', {str(root)!r}]))\n")
+    probe = (
+        "import resource, signal, sys\n"
+        "from sglang_draft_layout import cli\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        f"if {limit!r}: resource.setrlimit(resource.RLIMIT_FSIZE, ({limit!r}, resource.RLIM_INFINITY))\n"
+        f"sys.exit(cli.main(['apply', {str(root)!r}]))\n"
+    )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     restored = f"{failing} file{'s' if failing > 1 else ''} restored"
     assert (result.returncode, result.stderr) == (
-        2, f"error: {root / files[failing]}: writing: {reason}; {restored}, nothing changed\n")
+        2,
+        f"error: {root / files[failing]}: writing: {reason}; {restored}, nothing changed\n",
+    )
     assert snapshot(root) == before
 
 
 # ---- unusual files: byte for byte against the clean result ------------------------------
+
 
 def kept_lines(old: bytes, new: bytes) -> set[bytes]:
     """Every fifth non-blank line found once in the original and once in the patched file (a line the patch keeps)."""
@@ -329,8 +347,9 @@ def kept_lines(old: bytes, new: bytes) -> set[bytes]:
 
 
 def on_lines(change: Callable[[bytes], bytes]) -> Callable[[bytes, set[bytes]], bytes]:
-    return lambda data, chosen: b"".join(change(line) if line in chosen else line
-                                         for line in data.splitlines(keepends=True))
+    return lambda data, chosen: b"".join(
+        change(line) if line in chosen else line for line in data.splitlines(keepends=True)
+    )
 
 
 def before_first_definition(data: bytes, _chosen: set[bytes]) -> bytes:
@@ -392,8 +411,11 @@ def test_an_undecodable_file_only_the_structural_guard_reads_is_named_too(tree, 
     root = tree
     rule_files = {rule.file for rule in RULES}
     folder = root / "sglang/srt/layers/attention"
-    other = next(p for p in sorted(folder.glob("*.py"))
-                 if p.relative_to(root / "sglang").as_posix() not in rule_files and p.stat().st_size > 1000)
+    other = next(
+        p
+        for p in sorted(folder.glob("*.py"))
+        if p.relative_to(root / "sglang").as_posix() not in rule_files and p.stat().st_size > 1000
+    )
     other.write_bytes(other.read_bytes() + b"\n# \xff\n")
     line = other.read_bytes().count(b"\n")
     before = snapshot(root)
@@ -404,6 +426,7 @@ def test_an_undecodable_file_only_the_structural_guard_reads_is_named_too(tree, 
 
 # ---- read-only folders, symlinks -------------------------------------------------------
 
+
 def test_a_read_only_folder_is_named_as_a_folder(tree, capsys):
     root = tree
     folder = (root / SPEC_UTILS).parent
@@ -411,7 +434,11 @@ def test_a_read_only_folder_is_named_as_a_folder(tree, capsys):
     try:
         before = snapshot(root)
         code, out, err = run(capsys, "apply", str(root))
-        assert (code, out, err) == (2, "", f"error: {folder}/: read-only folder (holds spec_utils.py); nothing written\n")
+        assert (code, out, err) == (
+            2,
+            "",
+            f"error: {folder}/: read-only folder (holds spec_utils.py); nothing written\n",
+        )
         assert snapshot(root) == before
     finally:
         folder.chmod(0o755)
@@ -431,8 +458,10 @@ def test_a_failed_rename_and_a_failed_restore_are_named(tree, written, monkeypat
     monkeypatch.setattr(transaction, "fault_hook", hook)
     code, _out, err = run(capsys, "apply", str(root))
     assert code == 2
-    assert err == (f"error: {second}: renaming: Is a directory; then {second}: restoring: Is a directory: "
-                   "the tree is mixed; fix that and re-run apply\n")
+    assert err == (
+        f"error: {second}: renaming: Is a directory; then {second}: restoring: Is a directory: "
+        "the tree is mixed; fix that and re-run apply\n"
+    )
 
 
 def test_a_symlinked_file_is_patched_where_it_leads_and_stays_a_link(tree, clean, capsys):

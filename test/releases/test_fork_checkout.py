@@ -30,8 +30,13 @@ root = ".."
 
 
 def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.name=fork", "-c", "user.email=fork@example.com", *args],
-                          cwd=cwd, check=True, capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", "-c", "user.name=fork", "-c", "user.email=fork@example.com", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
 
 
 @pytest.fixture
@@ -143,8 +148,15 @@ def test_output_on_a_real_fork_fits_the_terminal(fork, capsys, monkeypatch, colu
         lines = capsys.readouterr().out.splitlines()
         assert max(map(len, lines)) <= columns, (argv, [line for line in lines if len(line) > columns])
         if "-v" in argv:  # the full table: every site named, however narrow
-            assert all(site in "\n".join(lines) for site in ("kv_indices capacity check", "per-step kv_indices slice",
-                                                              "CUDA-graph kv_indices row width", "helper definition"))
+            assert all(
+                site in "\n".join(lines)
+                for site in (
+                    "kv_indices capacity check",
+                    "per-step kv_indices slice",
+                    "CUDA-graph kv_indices row width",
+                    "helper definition",
+                )
+            )
     assert lines[-1] == "3 helpers, 20 call sites, 2 tests: 20 patched, 3 not in this release, 2 present"
 
 

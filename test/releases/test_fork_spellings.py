@@ -33,8 +33,11 @@ KEEP = "# sglang-draft-layout: keep"
 
 def findings(root: Path) -> dict[str, engine.Finding]:
     """Each site's finding, but the sites 0.5.13 added where the tree has none (its file or method)."""
-    return {f.rule.id: f for f in engine.plan(resolve(str(root)), render_changes=False).findings
-            if not (f.rule.id in SITES_SINCE_0_5_13 and f.state is State.ABSENT)}
+    return {
+        f.rule.id: f
+        for f in engine.plan(resolve(str(root)), render_changes=False).findings
+        if not (f.rule.id in SITES_SINCE_0_5_13 and f.state is State.ABSENT)
+    }
 
 
 def assert_as_clean_as(pristine: Path, root: Path, relative: str) -> None:
@@ -46,87 +49,160 @@ def assert_as_clean_as(pristine: Path, root: Path, relative: str) -> None:
 
 #: fork -> (the site's state before apply, the rule that rewrites the fork's split, its fork code kept)
 FORKS = {
-    "dsv4-own-method": (State.TO_PATCH, SITE, ["def _get_mtp_decode_out_cache_loc(", "step_width = bs * topk",
-                                               "        return per_step_draft_out_cache_loc(\n            out_cache_loc,\n"
-                                               "            bs,\n            topk,\n            steps,\n"
-                                               "        )[self.speculative_step_id]\n"]),
-    "dsv4-inline-movedim": (State.TO_PATCH, SITE, ["                bs = forward_batch.batch_size\n"
-                                                   "                out_cache_loc = per_step_draft_out_cache_loc(\n"]),
-    "dsv4-caller-split": (State.BY_CALLER, "guard:draft-forward:srt/layers/attention/deepseek_v4_backend.py:"
-                                           "DeepseekV4MultiStepBackend._split_out_cache_loc_per_step",
-                          ["forward_batch.out_cache_loc = step_out_cache_loc[i]",
-                           "        return per_step_draft_out_cache_loc(\n            out_cache_loc,\n            num_reqs,\n"]),
+    "dsv4-own-method": (
+        State.TO_PATCH,
+        SITE,
+        [
+            "def _get_mtp_decode_out_cache_loc(",
+            "step_width = bs * topk",
+            "        return per_step_draft_out_cache_loc(\n            out_cache_loc,\n"
+            "            bs,\n            topk,\n            steps,\n"
+            "        )[self.speculative_step_id]\n",
+        ],
+    ),
+    "dsv4-inline-movedim": (
+        State.TO_PATCH,
+        SITE,
+        [
+            "                bs = forward_batch.batch_size\n"
+            "                out_cache_loc = per_step_draft_out_cache_loc(\n"
+        ],
+    ),
+    "dsv4-caller-split": (
+        State.BY_CALLER,
+        "guard:draft-forward:srt/layers/attention/deepseek_v4_backend.py:"
+        "DeepseekV4MultiStepBackend._split_out_cache_loc_per_step",
+        [
+            "forward_batch.out_cache_loc = step_out_cache_loc[i]",
+            "        return per_step_draft_out_cache_loc(\n            out_cache_loc,\n            num_reqs,\n",
+        ],
+    ),
     # the V2 worker inits each DSv4 step with the row it sets: handled by the worker, its split to the helper
-    "dsv4-worker-split": (State.BY_CALLER, "draft-forward:EagleDraftWorker",
-                          ["                forward_batch.attn_backend.init_forward_metadata(forward_batch)\n",
-                           "        out_cache_loc = per_step_draft_out_cache_loc(\n",
-                           "out_cache_loc=forward_batch.out_cache_loc,\n"]),
-    "worker-transposes": (State.TO_PATCH, "draft-forward:EagleDraftWorker",
-                          ["        steps = self.speculative_num_steps\n"
-                           "        out_cache_loc = per_step_draft_out_cache_loc(\n"
-                           "            out_cache_loc,\n            forward_batch.batch_size,\n            topk,\n"
-                           "            steps,\n        )\n"]),
+    "dsv4-worker-split": (
+        State.BY_CALLER,
+        "draft-forward:EagleDraftWorker",
+        [
+            "                forward_batch.attn_backend.init_forward_metadata(forward_batch)\n",
+            "        out_cache_loc = per_step_draft_out_cache_loc(\n",
+            "out_cache_loc=forward_batch.out_cache_loc,\n",
+        ],
+    ),
+    "worker-transposes": (
+        State.TO_PATCH,
+        "draft-forward:EagleDraftWorker",
+        [
+            "        steps = self.speculative_num_steps\n"
+            "        out_cache_loc = per_step_draft_out_cache_loc(\n"
+            "            out_cache_loc,\n            forward_batch.batch_size,\n            topk,\n"
+            "            steps,\n        )\n"
+        ],
+    ),
     # the 3-d view bound to a local and permuted through it: the helper where the split was, the local gone
-    "worker-bound-view": (State.TO_PATCH, "draft-forward:EagleDraftWorker",
-                          ["            topk_index = self.hot_token_id[topk_index]\n\n"
-                           "        out_cache_loc = per_step_draft_out_cache_loc(\n"
-                           "            out_cache_loc,\n            forward_batch.batch_size,\n            self.topk,\n"
-                           "            self.speculative_num_steps,\n        )\n"]),
-    "worker-bound-view-locals": (State.TO_PATCH, "draft-forward:EagleDraftWorker",
-                                 ["        steps = self.speculative_num_steps\n"
-                                  "        step_out_cache_loc = per_step_draft_out_cache_loc(\n"
-                                  "            out_cache_loc,\n            forward_batch.batch_size,\n            topk,\n"
-                                  "            steps,\n        )\n",
-                                  "forward_batch.out_cache_loc = step_out_cache_loc[i]\n"]),
+    "worker-bound-view": (
+        State.TO_PATCH,
+        "draft-forward:EagleDraftWorker",
+        [
+            "            topk_index = self.hot_token_id[topk_index]\n\n"
+            "        out_cache_loc = per_step_draft_out_cache_loc(\n"
+            "            out_cache_loc,\n            forward_batch.batch_size,\n            self.topk,\n"
+            "            self.speculative_num_steps,\n        )\n"
+        ],
+    ),
+    "worker-bound-view-locals": (
+        State.TO_PATCH,
+        "draft-forward:EagleDraftWorker",
+        [
+            "        steps = self.speculative_num_steps\n"
+            "        step_out_cache_loc = per_step_draft_out_cache_loc(\n"
+            "            out_cache_loc,\n            forward_batch.batch_size,\n            topk,\n"
+            "            steps,\n        )\n",
+            "forward_batch.out_cache_loc = step_out_cache_loc[i]\n",
+        ],
+    ),
     # the view bound ahead of the hot-token map: the map stays as it was, the view's comment goes onto the helper
-    "worker-bound-view-apart": (State.TO_PATCH, "draft-forward:EagleDraftWorker",
-                                ["NaN in initial topk_p from spec_info\")\n\n"
-                                 "        if self.hot_token_id is not None:\n"
-                                 "            topk_index = self.hot_token_id[topk_index]\n\n"
-                                 "        # [bs, topk, steps]: each request's draft slots\n"
-                                 "        out_cache_loc = per_step_draft_out_cache_loc(\n"
-                                 "            out_cache_loc,\n            forward_batch.batch_size,\n"
-                                 "            self.topk,\n            self.speculative_num_steps,\n        )\n"]),
+    "worker-bound-view-apart": (
+        State.TO_PATCH,
+        "draft-forward:EagleDraftWorker",
+        [
+            'NaN in initial topk_p from spec_info")\n\n'
+            "        if self.hot_token_id is not None:\n"
+            "            topk_index = self.hot_token_id[topk_index]\n\n"
+            "        # [bs, topk, steps]: each request's draft slots\n"
+            "        out_cache_loc = per_step_draft_out_cache_loc(\n"
+            "            out_cache_loc,\n            forward_batch.batch_size,\n"
+            "            self.topk,\n            self.speculative_num_steps,\n        )\n"
+        ],
+    ),
     # the split reaches out_cache_loc= through two locals: rewritten where it is, both locals kept
-    "dsv4-alias-chain": (State.TO_PATCH, SITE, ["                steps = self.speculative_num_steps\n"
-                                                "                step_rows = per_step_draft_out_cache_loc(\n"
-                                                "                    forward_batch.out_cache_loc,\n"
-                                                "                    bs,\n                    self.topk,\n"
-                                                "                    steps,\n                )\n"
-                                                "                step_out_cache_loc = step_rows[self.speculative_step_id]\n",
-                                                "out_cache_loc=step_out_cache_loc,\n"]),
-    "dsv4-bound-view": (State.TO_PATCH, SITE, ["                steps = self.speculative_num_steps\n"
-                                               "                out_cache_loc = per_step_draft_out_cache_loc(\n"
-                                               "                    out_cache_loc,\n                    bs,\n"
-                                               "                    self.topk,\n"
-                                               "                    steps,\n"
-                                               "                )[self.speculative_step_id]\n"]),
+    "dsv4-alias-chain": (
+        State.TO_PATCH,
+        SITE,
+        [
+            "                steps = self.speculative_num_steps\n"
+            "                step_rows = per_step_draft_out_cache_loc(\n"
+            "                    forward_batch.out_cache_loc,\n"
+            "                    bs,\n                    self.topk,\n"
+            "                    steps,\n                )\n"
+            "                step_out_cache_loc = step_rows[self.speculative_step_id]\n",
+            "out_cache_loc=step_out_cache_loc,\n",
+        ],
+    ),
+    "dsv4-bound-view": (
+        State.TO_PATCH,
+        SITE,
+        [
+            "                steps = self.speculative_num_steps\n"
+            "                out_cache_loc = per_step_draft_out_cache_loc(\n"
+            "                    out_cache_loc,\n                    bs,\n"
+            "                    self.topk,\n"
+            "                    steps,\n"
+            "                )[self.speculative_step_id]\n"
+        ],
+    ),
     # the view bound above the block its move is in: the view goes, its comment onto the helper in the block
-    "dsv4-bound-view-nested": (State.TO_PATCH, SITE, ["            steps = self.speculative_num_steps\n"
-                                                      "            if steps > 1:\n"
-                                                      "                # [bs, topk, steps]: each request's draft slots\n"
-                                                      "                out_cache_loc = per_step_draft_out_cache_loc(\n"
-                                                      "                    out_cache_loc,\n                    bs,\n"
-                                                      "                    self.topk,\n                    steps,\n"
-                                                      "                )[self.speculative_step_id]\n"]),
+    "dsv4-bound-view-nested": (
+        State.TO_PATCH,
+        SITE,
+        [
+            "            steps = self.speculative_num_steps\n"
+            "            if steps > 1:\n"
+            "                # [bs, topk, steps]: each request's draft slots\n"
+            "                out_cache_loc = per_step_draft_out_cache_loc(\n"
+            "                    out_cache_loc,\n                    bs,\n"
+            "                    self.topk,\n                    steps,\n"
+            "                )[self.speculative_step_id]\n"
+        ],
+    ),
     # two splits in one method: every one rewritten in one apply
-    "worker-two-splits": (State.TO_PATCH, "draft-forward:EagleDraftWorker",
-                          ["        if self.topk == 1:\n            out_cache_loc = per_step_draft_out_cache_loc(\n",
-                           "        else:\n            out_cache_loc = per_step_draft_out_cache_loc(\n"]),
-    "dsv4-two-splits": (State.TO_PATCH, SITE,
-                        ["            if self.topk > 1 and self.speculative_num_steps > 1:\n"
-                         "                out_cache_loc = per_step_draft_out_cache_loc(\n",
-                         "            elif self.speculative_num_steps > 1:\n"
-                         "                out_cache_loc = per_step_draft_out_cache_loc(\n"]),
+    "worker-two-splits": (
+        State.TO_PATCH,
+        "draft-forward:EagleDraftWorker",
+        [
+            "        if self.topk == 1:\n            out_cache_loc = per_step_draft_out_cache_loc(\n",
+            "        else:\n            out_cache_loc = per_step_draft_out_cache_loc(\n",
+        ],
+    ),
+    "dsv4-two-splits": (
+        State.TO_PATCH,
+        SITE,
+        [
+            "            if self.topk > 1 and self.speculative_num_steps > 1:\n"
+            "                out_cache_loc = per_step_draft_out_cache_loc(\n",
+            "            elif self.speculative_num_steps > 1:\n"
+            "                out_cache_loc = per_step_draft_out_cache_loc(\n",
+        ],
+    ),
 }
 
 
 def hand_splits(root: Path) -> list[tuple[str, str, str, int]]:
     """(file, class, method, line) of every per-step out_cache_loc split still written by hand."""
-    return [(relative, cls, method, line)
-            for relative in (DSV4, fork_edits.WORKER_V2)
-            for cls, method, line, what in inline_draft_layout(ast.parse((root / "sglang" / relative).read_text()))
-            if what.startswith("per-step out_cache_loc")]
+    return [
+        (relative, cls, method, line)
+        for relative in (DSV4, fork_edits.WORKER_V2)
+        for cls, method, line, what in inline_draft_layout(ast.parse((root / "sglang" / relative).read_text()))
+        if what.startswith("per-step out_cache_loc")
+    ]
 
 
 @pytest.mark.parametrize("fork", FORKS)
@@ -201,7 +277,8 @@ def test_a_workers_rows_and_a_split_of_dsv4s_own_are_refused(scratch, capsys):
     fork_edits.dsv4_worker_split_twice(root)
     error = apply_refused(root, capsys)
     row = (root / "sglang" / fork_edits.WORKER_V2).read_text().splitlines().index(
-        "            forward_batch.out_cache_loc = out_cache_loc[i]") + 1
+        "            forward_batch.out_cache_loc = out_cache_loc[i]"
+    ) + 1
     assert "DeepseekV4AttnBackend.init_forward_metadata" in error and "splits the per-step out_cache_loc twice" in error
     assert f"in its caller EagleDraftWorker.draft_forward ({fork_edits.WORKER_V2}:{row})" in error
 
@@ -213,31 +290,41 @@ def test_a_bound_view_read_again_is_refused_and_nothing_written(scratch, capsys)
     error = apply_refused(root, capsys)
     path = root / "sglang" / fork_edits.WORKER_V2
     line = path.read_text().splitlines().index("        first_branch_slots = rows[:, 0]") + 1
-    assert f"EagleDraftWorker.draft_forward: per-step out_cache_loc: the 3-d view `rows` of its split is also read at line {line}" \
-        in error and error.endswith("; nothing written")
+    assert (
+        f"EagleDraftWorker.draft_forward: per-step out_cache_loc: the 3-d view `rows` of its split is also read at line {line}"
+        in error
+        and error.endswith("; nothing written")
+    )
 
 
 def strided_fork(root: Path, pragma: str = "") -> None:
     """The decode branch passes every num_steps-th slot from the step's own: topk 1's row, unproven for any topk."""
-    fork_edits.edit(root, DSV4, fork_edits.DSV4_DECODE, (
-        "        if forward_batch.forward_mode.is_decode_or_idle():\n"
-        "            step, steps = self.speculative_step_id, self.speculative_num_steps\n"
-        f"            metadata = self.init_forward_metadata_decode({pragma}\n"
-        "                max_seq_len=max_seq_len,\n"
-        "                req_pool_indices=req_pool_indices,\n"
-        "                seq_lens=seq_lens,\n"
-        "                out_cache_loc=forward_batch.out_cache_loc[step::steps],\n"
-        "            )\n"
-    ))
+    fork_edits.edit(
+        root,
+        DSV4,
+        fork_edits.DSV4_DECODE,
+        (
+            "        if forward_batch.forward_mode.is_decode_or_idle():\n"
+            "            step, steps = self.speculative_step_id, self.speculative_num_steps\n"
+            f"            metadata = self.init_forward_metadata_decode({pragma}\n"
+            "                max_seq_len=max_seq_len,\n"
+            "                req_pool_indices=req_pool_indices,\n"
+            "                seq_lens=seq_lens,\n"
+            "                out_cache_loc=forward_batch.out_cache_loc[step::steps],\n"
+            "            )\n"
+        ),
+    )
 
 
 def test_unrecognised_own_fix_blocks_apply_and_says_how_to_keep_it(scratch, capsys):
     root = scratch("0.5.12")
     strided_fork(root)
     error = apply_refused(root, capsys)
-    assert error.endswith(f"; keep the fork's code (`{KEEP}` on that line, or `--keep {DSV4}:"
-                          "DeepseekV4AttnBackend.init_forward_metadata`) or rewrite it to a form docs/sites.md lists;"
-                          " nothing written")
+    assert error.endswith(
+        f"; keep the fork's code (`{KEEP}` on that line, or `--keep {DSV4}:"
+        "DeepseekV4AttnBackend.init_forward_metadata`) or rewrite it to a form docs/sites.md lists;"
+        " nothing written"
+    )
 
 
 @pytest.mark.parametrize("how", ["pragma", "--keep"])
@@ -252,8 +339,11 @@ def test_kept_own_fix_and_everything_else_patched(scratch, pristine, how, capsys
     assert cli.main(["apply", *flags, str(root)]) == 0
     assert (root / "sglang" / DSV4).read_text() == forked
     states = engine.plan(resolve(str(root)), render_changes=False, keep=flags[1:]).findings
-    assert {f.rule.id: f.state for f in states if f.state is not State.PATCHED
-            and not (f.rule.id in SITES_SINCE_0_5_13 and f.state is State.ABSENT)} == {SITE: State.KEPT}
+    assert {
+        f.rule.id: f.state
+        for f in states
+        if f.state is not State.PATCHED and not (f.rule.id in SITES_SINCE_0_5_13 and f.state is State.ABSENT)
+    } == {SITE: State.KEPT}
     assert cli.main(["check", *flags, str(root)]) == 0
     assert_as_clean_as(pristine("0.5.12"), root, fork_edits.WORKER_V2)
 
@@ -279,13 +369,18 @@ def written_test_problems(root: Path) -> list[tuple[str, str]]:
 NEVER = [("DeepseekV4AttnBackend", "never")]
 
 
-@pytest.mark.parametrize("forks, before", [
-    (["dsv4-init-moved"], NEVER),
-    (["dsv4-init-moved-deep"], NEVER),
-    (["dsv4-init-moved-deep", "dsv4-own-method-deep"], []),
-], ids=["one call deep", "two calls deep", "two calls deep, own split two calls below"])
-def test_an_init_moved_into_a_method_is_judged_alike_by_check_and_the_written_test(scratch, pristine, forks, before,
-                                                                                  capsys):
+@pytest.mark.parametrize(
+    "forks, before",
+    [
+        (["dsv4-init-moved"], NEVER),
+        (["dsv4-init-moved-deep"], NEVER),
+        (["dsv4-init-moved-deep", "dsv4-own-method-deep"], []),
+    ],
+    ids=["one call deep", "two calls deep", "two calls deep, own split two calls below"],
+)
+def test_an_init_moved_into_a_method_is_judged_alike_by_check_and_the_written_test(
+    scratch, pristine, forks, before, capsys
+):
     """DSv4's init_forward_metadata calls a method holding the release's body (fork_edits.dsv4_init_moved), or
     calls one that calls it (dsv4_init_moved_deep), its own split maybe further down (dsv4_own_method_deep):
     `check` follows the `self.` calls, and so does the written test, before apply (never split, or the fork's

@@ -36,7 +36,7 @@ FORK_CHECK = (
     '            f"{kv_indices_buffer.shape[1]}"\n'
     "        )\n\n"
 )
-PER_STEP_HELPER = '''
+PER_STEP_HELPER = """
 
 def per_step_draft_out_cache_loc(out_cache_loc, batch_size, topk, num_steps):
     expected = batch_size * topk * num_steps
@@ -46,7 +46,7 @@ def per_step_draft_out_cache_loc(out_cache_loc, batch_size, topk, num_steps):
         .permute(2, 0, 1)
         .reshape(num_steps, -1)
     )
-'''
+"""
 HELPERS = ("draft_kv_indices_buffer_width", "draft_kv_indices_used_len", "per_step_draft_out_cache_loc")
 HELPER_IMPORT = "from sglang.srt.speculative.eagle_utils import per_step_draft_out_cache_loc\n"
 
@@ -65,8 +65,12 @@ def import_after_future(root: Path, relative: str, line: str) -> None:
 
 def cherry_pick_27338(root: Path, relative: str = FLASHINFER) -> None:
     """Upstream's pre-helper fix: the topk factor in the graph width, an inline check before the launch."""
-    edit(root, relative, "(self.speculative_num_steps, max_bs * self.max_context_len),",
-         "(self.speculative_num_steps, max_bs * self.topk * self.max_context_len),")
+    edit(
+        root,
+        relative,
+        "(self.speculative_num_steps, max_bs * self.max_context_len),",
+        "(self.speculative_num_steps, max_bs * self.topk * self.max_context_len),",
+    )
     edit(root, relative, LAUNCH, FORK_CHECK + LAUNCH)
 
 
@@ -80,33 +84,42 @@ def merge_26239(root: Path) -> None:
     path = root / "sglang/srt/speculative/eagle_utils.py"
     path.write_text(path.read_text() + PER_STEP_HELPER)
     worker = "srt/speculative/eagle_worker_v2.py"
-    edit(root, worker,
-         "        out_cache_loc = out_cache_loc.reshape(\n"
-         "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
-         "        )\n"
-         "        out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(\n"
-         "            self.speculative_num_steps, -1\n"
-         "        )\n",
-         "        out_cache_loc = per_step_draft_out_cache_loc(\n"
-         "            out_cache_loc, forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
-         "        )\n")
-    import_after_future(root, worker, HELPER_IMPORT) if "from __future__" in (root / "sglang" / worker).read_text() \
+    edit(
+        root,
+        worker,
+        "        out_cache_loc = out_cache_loc.reshape(\n"
+        "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+        "        )\n"
+        "        out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(\n"
+        "            self.speculative_num_steps, -1\n"
+        "        )\n",
+        "        out_cache_loc = per_step_draft_out_cache_loc(\n"
+        "            out_cache_loc, forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+        "        )\n",
+    )
+    (
+        import_after_future(root, worker, HELPER_IMPORT)
+        if "from __future__" in (root / "sglang" / worker).read_text()
         else edit(root, worker, "import torch\n", "import torch\n" + HELPER_IMPORT)
+    )
     dsv4 = "srt/layers/attention/deepseek_v4_backend.py"
-    edit(root, dsv4,
-         "                out_cache_loc=forward_batch.out_cache_loc,\n"
-         "            )\n"
-         "        elif forward_batch.forward_mode.is_target_verify():\n",
-         "                out_cache_loc=(\n"
-         "                    per_step_draft_out_cache_loc(\n"
-         "                        forward_batch.out_cache_loc, forward_batch.batch_size,\n"
-         "                        self.topk, self.speculative_num_steps,\n"
-         "                    )[self.speculative_step_id]\n"
-         "                    if self.topk > 0 and self.speculative_num_steps > 1\n"
-         "                    else forward_batch.out_cache_loc\n"
-         "                ),\n"
-         "            )\n"
-         "        elif forward_batch.forward_mode.is_target_verify():\n")
+    edit(
+        root,
+        dsv4,
+        "                out_cache_loc=forward_batch.out_cache_loc,\n"
+        "            )\n"
+        "        elif forward_batch.forward_mode.is_target_verify():\n",
+        "                out_cache_loc=(\n"
+        "                    per_step_draft_out_cache_loc(\n"
+        "                        forward_batch.out_cache_loc, forward_batch.batch_size,\n"
+        "                        self.topk, self.speculative_num_steps,\n"
+        "                    )[self.speculative_step_id]\n"
+        "                    if self.topk > 0 and self.speculative_num_steps > 1\n"
+        "                    else forward_batch.out_cache_loc\n"
+        "                ),\n"
+        "            )\n"
+        "        elif forward_batch.forward_mode.is_target_verify():\n",
+    )
     import_after_future(root, dsv4, HELPER_IMPORT)
 
 
@@ -115,36 +128,54 @@ def merge_27484(root: Path) -> None:
     spec_utils = "srt/speculative/spec_utils.py"
     edit(root, spec_utils, "from sglang.srt.constrained.base_grammar_backend import BaseGrammarObject\n", "")
     edit(root, spec_utils, "from sglang.srt.managers.schedule_batch import Req\n", "")
-    edit(root, spec_utils, "from sglang.srt.server_args import ServerArgs, get_global_server_args\n",
-         "from sglang.srt.server_args import get_global_server_args\n")
-    edit(root, spec_utils, "if TYPE_CHECKING:\n",
-         "if TYPE_CHECKING:\n"
-         "    from sglang.srt.constrained.base_grammar_backend import BaseGrammarObject\n"
-         "    from sglang.srt.managers.schedule_batch import Req\n"
-         "    from sglang.srt.server_args import ServerArgs\n")
+    edit(
+        root,
+        spec_utils,
+        "from sglang.srt.server_args import ServerArgs, get_global_server_args\n",
+        "from sglang.srt.server_args import get_global_server_args\n",
+    )
+    edit(
+        root,
+        spec_utils,
+        "if TYPE_CHECKING:\n",
+        "if TYPE_CHECKING:\n"
+        "    from sglang.srt.constrained.base_grammar_backend import BaseGrammarObject\n"
+        "    from sglang.srt.managers.schedule_batch import Req\n"
+        "    from sglang.srt.server_args import ServerArgs\n",
+    )
 
 
 def states(root: Path) -> dict[str, engine.Finding]:
     """Each site's finding, but the sites 0.5.13 added where the tree has none (its file or method)."""
-    return {f.rule.id: f for f in engine.plan(resolve(str(root)), render_changes=False).findings
-            if not (f.rule.id in SITES_SINCE_0_5_13 and f.state is State.ABSENT)}
+    return {
+        f.rule.id: f
+        for f in engine.plan(resolve(str(root)), render_changes=False).findings
+        if not (f.rule.id in SITES_SINCE_0_5_13 and f.state is State.ABSENT)
+    }
 
 
 def capacity_checks(root: Path, relative: str) -> list[str]:
     """Each assert of common_template comparing a length with the row's width."""
     method = method_of(root, relative, BACKENDS[relative], "common_template")
-    return [ast.unparse(n.test) for n in ast.walk(method) if isinstance(n, ast.Assert) and ".shape[1]" in ast.unparse(n.test)]
+    return [
+        ast.unparse(n.test)
+        for n in ast.walk(method)
+        if isinstance(n, ast.Assert) and ".shape[1]" in ast.unparse(n.test)
+    ]
 
 
 FORKS: dict[str, tuple[Callable[[Path], None], dict[str, State]]] = {
     # fixture, and what check must say of it before apply (every other site: to patch)
     "27338 (FlashInfer)": (cherry_pick_27338, {}),
     "27338 + 27460 (FlashInfer, FlashInfer-MLA)": (cherry_pick_27338_and_27460, {}),
-    "26239 without 27475": (merge_26239, {
-        "helper:per_step_draft_out_cache_loc": State.PATCHED,
-        "draft-forward:EagleDraftWorker": State.PATCHED,
-        "dsv4-out-cache-loc": State.PATCHED,
-    }),
+    "26239 without 27475": (
+        merge_26239,
+        {
+            "helper:per_step_draft_out_cache_loc": State.PATCHED,
+            "draft-forward:EagleDraftWorker": State.PATCHED,
+            "dsv4-out-cache-loc": State.PATCHED,
+        },
+    ),
     "27484 (type-only imports under TYPE_CHECKING)": (merge_27484, {}),
 }
 

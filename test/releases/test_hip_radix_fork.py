@@ -105,7 +105,9 @@ def test_may_2026_fork_is_patched_to_0_5_13s_file(may_fork, pristine, capsys, in
     root = may_fork(in_graph)
     plan = engine.plan(resolve(str(root)), render_changes=False)
     hip = {f.rule.id: f for f in plan.findings if f.rule.file == HIP}
-    to_patch = {"dsv4-hip-out-cache-loc"} | ({"dsv4-in-graph-out-cache-loc:DeepseekV4HipRadixBackend"} if in_graph else set())
+    to_patch = {"dsv4-hip-out-cache-loc"} | (
+        {"dsv4-in-graph-out-cache-loc:DeepseekV4HipRadixBackend"} if in_graph else set()
+    )
     assert {rule for rule, f in hip.items() if f.state is State.TO_PATCH} == to_patch
     assert all(f.state is State.PATCHED for rule, f in hip.items() if rule not in to_patch)
     for rule in to_patch:
@@ -128,8 +130,11 @@ def helper_calls(package: Path) -> set[tuple[str, str, str, int]]:
             tree = ast.parse(path.read_text())
             for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
                 for method in (n for n in cls.body if isinstance(n, ast.FunctionDef)):
-                    found |= {(path.relative_to(package).as_posix(), cls.name, method.name, call.lineno)
-                              for call in ast.walk(method) if isinstance(call, ast.Call) and called_name(call) in HELPERS}
+                    found |= {
+                        (path.relative_to(package).as_posix(), cls.name, method.name, call.lineno)
+                        for call in ast.walk(method)
+                        if isinstance(call, ast.Call) and called_name(call) in HELPERS
+                    }
     return found
 
 
@@ -144,14 +149,24 @@ def test_every_helper_call_of_0_5_13_is_a_site(pristine):
     and each call site rule present in 0.5.13 reports one such call (the helper definitions aside)."""
     package = pristine("0.5.13") / "sglang"
     plan = engine.plan(resolve(str(package)), render_changes=False)
-    sites = [f for f in plan.findings if f.rule.counts_as_site and f.rule.scope != MODULE_SCOPE
-             and f.state is not State.ABSENT]
+    sites = [
+        f
+        for f in plan.findings
+        if f.rule.counts_as_site and f.rule.scope != MODULE_SCOPE and f.state is not State.ABSENT
+    ]
     assert {f.rule.id for f in plan.findings if f.state is State.ABSENT} == {"draft-forward:EAGLEWorker"}
     assert all(f.state is State.PATCHED for f in sites)
-    assert {f.rule.id for f in sites} == {r.id for r in RULES if r.counts_as_site and r.scope != MODULE_SCOPE} \
-        - {"draft-forward:EAGLEWorker"}
-    reported = {(f.rule.file, f.rule.scope.split(".")[0], method_at(package, f.rule.file, f.rule.scope.split(".")[0],
-                                                                    f.line)): f.rule.id for f in sites}
+    assert {f.rule.id for f in sites} == {r.id for r in RULES if r.counts_as_site and r.scope != MODULE_SCOPE} - {
+        "draft-forward:EAGLEWorker"
+    }
+    reported = {
+        (
+            f.rule.file,
+            f.rule.scope.split(".")[0],
+            method_at(package, f.rule.file, f.rule.scope.split(".")[0], f.line),
+        ): f.rule.id
+        for f in sites
+    }
     calls = helper_calls(package)
     assert calls, "0.5.13 calls the helpers"
     unmapped = sorted(c for c in calls if c[:3] not in reported)

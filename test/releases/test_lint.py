@@ -41,8 +41,12 @@ HELPERS = {
 def changed_files(pristine: Path, patched: Path) -> list[str]:
     """The files (relative to sglang/) that apply changed."""
     files = sorted({rule.file for rule in RULES})
-    return [f for f in files if (pristine / "sglang" / f).is_file()
-            and (pristine / "sglang" / f).read_bytes() != (patched / "sglang" / f).read_bytes()]
+    return [
+        f
+        for f in files
+        if (pristine / "sglang" / f).is_file()
+        and (pristine / "sglang" / f).read_bytes() != (patched / "sglang" / f).read_bytes()
+    ]
 
 
 def lint_changes(code: str, lint: Callable[[str], str]) -> Counter:
@@ -65,7 +69,8 @@ def test_every_changed_file_is_as_lint_clean_as_its_original(pristine, patched, 
             assert (not before) == original_clean, f"{tool} on the original {relative}: {sorted(before)}"
             after = lint_changes(new, lint)
             assert after == before, f"{tool} would change the patched {relative}:\n" + "\n".join(
-                difflib.unified_diff(new.splitlines(), lint(new).splitlines(), lineterm=""))
+                difflib.unified_diff(new.splitlines(), lint(new).splitlines(), lineterm="")
+            )
 
 
 def describe(stmt: ast.stmt) -> str:

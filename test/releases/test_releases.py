@@ -24,16 +24,31 @@ RUN_SUITE_MAIN = Path(__file__).resolve().parents[1] / "fork_ci" / "fixtures" / 
 #: releases without the helpers (0.5.12: 17 sites; 0.5.8 to 0.5.11: no DeepSeek-V4, 16)
 OLD_RELEASES = ("0.5.8", "0.5.9", "0.5.10", "0.5.11", "0.5.12")
 #: releases that call the helpers themselves: every one on PyPI from 0.5.13 to 0.5.23 (`pip index versions sglang`, 2026-12-02)
-UPSTREAM_RELEASES = ("0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18",
-                     "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+UPSTREAM_RELEASES = (
+    "0.5.13",
+    "0.5.13.post1",
+    "0.5.14",
+    "0.5.15",
+    "0.5.15.post1",
+    "0.5.16",
+    "0.5.17",
+    "0.5.18",
+    "0.5.19",
+    "0.5.20",
+    "0.5.21",
+    "0.5.22",
+    "0.5.23",
+)
 #: the sites 0.5.13 added (the ROCm DeepSeek-V4 backend's decode branch, both DeepSeek-V4 backends' in-graph method)
-SITES_SINCE_0_5_13 = {"dsv4-hip-out-cache-loc", "dsv4-in-graph-out-cache-loc:DeepseekV4AttnBackend",
-                      "dsv4-in-graph-out-cache-loc:DeepseekV4HipRadixBackend"}
+SITES_SINCE_0_5_13 = {
+    "dsv4-hip-out-cache-loc",
+    "dsv4-in-graph-out-cache-loc:DeepseekV4AttnBackend",
+    "dsv4-in-graph-out-cache-loc:DeepseekV4HipRadixBackend",
+}
 
 
 def tree_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*.py"))}
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*.py"))}
 
 
 def every_file(root: Path) -> dict[str, bytes]:
@@ -72,8 +87,9 @@ def test_apply_patches_every_site_and_second_apply_is_a_no_op(scratch, version, 
     assert cli.main(["apply", str(root)]) == 0
     after = tree_digest(root)
     changed = {name for name in after if after[name] != before[name]}
-    assert changed == {rule.file.replace("srt/", "sglang/srt/", 1) for rule in RULES
-                       if rule.id not in expected_absent(version)}
+    assert changed == {
+        rule.file.replace("srt/", "sglang/srt/", 1) for rule in RULES if rule.id not in expected_absent(version)
+    }
     for name in changed:
         compile((root / name).read_text(), name, "exec")
     found = states(root)
@@ -86,8 +102,10 @@ def test_apply_patches_every_site_and_second_apply_is_a_no_op(scratch, version, 
 
 #: upstream's own hand-written per-step out_cache_loc split (0.5.20 to 0.5.23's Qwen sparse-attention MTP
 #: backend, `steps` a local), in a class no rule names: proven to give upstream's rows, left as it is
-QWEN_SPARSE_BY_HAND = ("guard:draft-forward:srt/layers/attention/qwen_sparse_attn_backend.py:"
-                       "QwenSparseMultiStepDraftBackend._step_out_cache_loc")
+QWEN_SPARSE_BY_HAND = (
+    "guard:draft-forward:srt/layers/attention/qwen_sparse_attn_backend.py:"
+    "QwenSparseMultiStepDraftBackend._step_out_cache_loc"
+)
 
 
 def by_hand(version: str) -> set[str]:
@@ -100,7 +118,8 @@ def fork_checkout(package: Path, root: Path) -> Path:
     shutil.copytree(package, root / "python" / "sglang")
     (root / "python" / "sglang" / "_version.py").unlink(missing_ok=True)
     (root / "python" / "pyproject.toml").write_text(
-        '[project]\nname = "sglang"\ndynamic = ["version"]\n\n[tool.setuptools_scm]\nroot = ".."\n')
+        '[project]\nname = "sglang"\ndynamic = ["version"]\n\n[tool.setuptools_scm]\nroot = ".."\n'
+    )
     (root / "test" / "registered").mkdir(parents=True)
     shutil.copy(RUN_SUITE_MAIN, root / "test" / "run_suite.py")
     return root
@@ -119,7 +138,9 @@ def test_upstream_release_reports_patched_and_stays_byte_identical(pristine, tmp
     before = every_file(root)
     found = states(root)
     assert {rule: state for rule, state in found.items() if state is not State.PATCHED} == {
-        **{rule: State.ABSENT for rule in expected_absent(version)}, **{rule: State.BY_HAND for rule in by_hand(version)}}
+        **{rule: State.ABSENT for rule in expected_absent(version)},
+        **{rule: State.BY_HAND for rule in by_hand(version)},
+    }
     assert SITES_SINCE_0_5_13 <= {rule for rule, state in found.items() if state is State.PATCHED}
     assert cli.main(["check", str(root)]) == 0
     out = capsys.readouterr().out
@@ -129,15 +150,22 @@ def test_upstream_release_reports_patched_and_stays_byte_identical(pristine, tmp
     assert every_file(root) == before
     if layout == "install":  # what the written CPU test checks (layout_patterns.wrong_draft_layout): nothing
         package = root / "sglang"
-        assert [hit for folder in GUARDED_FOLDERS for path in sorted((package / folder).rglob("*.py"))
-                for hit in wrong_draft_layout(ast.parse(path.read_text()), path.read_text().splitlines())] == []
+        assert [
+            hit
+            for folder in GUARDED_FOLDERS
+            for path in sorted((package / folder).rglob("*.py"))
+            for hit in wrong_draft_layout(ast.parse(path.read_text()), path.read_text().splitlines())
+        ] == []
 
 
 # ---- the patched 0.5.12 follows 0.5.13 exactly -------------------------------------
 
 NAMES = {
-    "draft_kv_indices_buffer_width", "draft_kv_indices_used_len", "per_step_draft_out_cache_loc",
-    "kv_indices_width", "required_kv_indices_len",
+    "draft_kv_indices_buffer_width",
+    "draft_kv_indices_used_len",
+    "per_step_draft_out_cache_loc",
+    "kv_indices_width",
+    "required_kv_indices_len",
 }
 
 
@@ -160,7 +188,8 @@ def helper_statements(method: ast.FunctionDef) -> list[str]:
 
 SITES_IN_BOTH = [
     (rule.file, *rule.scope.split("."))
-    for rule in RULES if rule.id.split(":")[0] in {"step-slice", "eager-width", "graph-width", "capacity-check"}
+    for rule in RULES
+    if rule.id.split(":")[0] in {"step-slice", "eager-width", "graph-width", "capacity-check"}
 ] + [("srt/speculative/eagle_worker_v2.py", "EagleDraftWorker", "draft_forward")]
 
 
@@ -171,15 +200,19 @@ def test_patched_0_5_12_site_equals_0_5_13(patched, pristine, relative, class_na
     assert ours and ours == upstream
 
 
-@pytest.mark.parametrize("relative,class_name", [
-    ("srt/layers/attention/flashinfer_backend.py", "FlashInferMultiStepDraftBackend"),
-    ("srt/layers/attention/flashinfer_mla_backend.py", "FlashInferMLAMultiStepDraftBackend"),
-])
+@pytest.mark.parametrize(
+    "relative,class_name",
+    [
+        ("srt/layers/attention/flashinfer_backend.py", "FlashInferMultiStepDraftBackend"),
+        ("srt/layers/attention/flashinfer_mla_backend.py", "FlashInferMLAMultiStepDraftBackend"),
+    ],
+)
 def test_capacity_check_asserts_what_upstream_asserts(patched, relative, class_name):
     """0.5.13 checks through assert_buffer_fits (absent from older trees); ours is the same comparison."""
     method = method_of(patched("0.5.12"), relative, class_name, "common_template")
-    checks = [n for n in ast.walk(method) if isinstance(n, ast.Assert)
-              and "required_kv_indices_len" in ast.unparse(n.test)]
+    checks = [
+        n for n in ast.walk(method) if isinstance(n, ast.Assert) and "required_kv_indices_len" in ast.unparse(n.test)
+    ]
     assert [ast.unparse(c.test) for c in checks] == ["required_kv_indices_len <= kv_indices_buffer.shape[1]"]
 
 
@@ -187,8 +220,11 @@ def decode_branch(root: Path) -> str:
     tree = ast.parse((root / "sglang/srt/layers/attention/deepseek_v4_backend.py").read_text())
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "DeepseekV4AttnBackend")
     for node in ast.walk(cls):
-        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("forward_mode.is_decode_or_idle()") \
-                and "init_forward_metadata_decode" in ast.unparse(node):
+        if (
+            isinstance(node, ast.If)
+            and ast.unparse(node.test).endswith("forward_mode.is_decode_or_idle()")
+            and "init_forward_metadata_decode" in ast.unparse(node)
+        ):
             return "\n".join(ast.dump(stmt) for stmt in node.body)
     raise AssertionError("no decode branch")
 
@@ -202,11 +238,14 @@ def helper_functions(root: Path, relative: str) -> dict[str, ast.FunctionDef]:
     return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
 
 
-@pytest.mark.parametrize("name,relative", [
-    ("draft_kv_indices_buffer_width", "srt/speculative/spec_utils.py"),
-    ("draft_kv_indices_used_len", "srt/speculative/spec_utils.py"),
-    ("per_step_draft_out_cache_loc", "srt/speculative/eagle_utils.py"),
-])
+@pytest.mark.parametrize(
+    "name,relative",
+    [
+        ("draft_kv_indices_buffer_width", "srt/speculative/spec_utils.py"),
+        ("draft_kv_indices_used_len", "srt/speculative/spec_utils.py"),
+        ("per_step_draft_out_cache_loc", "srt/speculative/eagle_utils.py"),
+    ],
+)
 def test_inserted_helper_behaves_as_0_5_13s(patched, pristine, name, relative):
     torch = pytest.importorskip("torch")
     ours = helper_functions(patched("0.5.12"), relative)[name]

@@ -35,8 +35,12 @@ FORK_FILE = "srt/layers/attention/fork_draft_backend.py"
 UPSTREAM_CLASS = "FlashInferMultiStepDraftBackend"
 #: the classes with draft layout arithmetic in 0.5.8-0.5.12, all named by a rule
 KNOWN = {
-    "FlashInferMultiStepDraftBackend", "FlashInferMLAMultiStepDraftBackend", "TritonMultiStepDraftBackend",
-    "AiterMultiStepDraftBackend", "EAGLEWorker", "EagleDraftWorker",
+    "FlashInferMultiStepDraftBackend",
+    "FlashInferMLAMultiStepDraftBackend",
+    "TritonMultiStepDraftBackend",
+    "AiterMultiStepDraftBackend",
+    "EAGLEWorker",
+    "EagleDraftWorker",
 }
 DELEGATING = '''
 
@@ -56,8 +60,12 @@ class ForkDelegatingDraftBackend:
 
 def guarded_classes(root: Path) -> set[str]:
     """Every class with a draft layout in the guarded folders, each file parsed whole."""
-    return {name for folder in GUARDED_FOLDERS for path in (root / "sglang" / folder).rglob("*.py")
-            for name in draft_layout_classes(ast.parse(path.read_text()))}
+    return {
+        name
+        for folder in GUARDED_FOLDERS
+        for path in (root / "sglang" / folder).rglob("*.py")
+        for name in draft_layout_classes(ast.parse(path.read_text()))
+    }
 
 
 def guard_findings(root: Path) -> list:
@@ -90,8 +98,10 @@ def copied_backend(root: Path) -> str:
 def subclass_module(root: Path) -> str:
     """(b) a subclass overriding init_cuda_graph_state with 0.5.12's own method (width without topk)."""
     method = method_source(root / FLASHINFER, UPSTREAM_CLASS, "init_cuda_graph_state")
-    return ("import torch\n\nfrom sglang.srt.layers.attention.flashinfer_backend import (\n"
-            f"    {UPSTREAM_CLASS},\n)\n\n\nclass ForkDraftBackend({UPSTREAM_CLASS}):\n{method}")
+    return (
+        "import torch\n\nfrom sglang.srt.layers.attention.flashinfer_backend import (\n"
+        f"    {UPSTREAM_CLASS},\n)\n\n\nclass ForkDraftBackend({UPSTREAM_CLASS}):\n{method}"
+    )
 
 
 def assert_lint_clean(code: str) -> None:
@@ -124,8 +134,11 @@ def test_copied_backend_is_flagged_then_patched_lint_clean(scratch, capsys):
     line = text.splitlines().index("        self.cuda_graph_kv_indices = torch.zeros(") + 1
     assert (graph["file"], graph["line"]) == (f"sglang/{FORK_FILE}", line)
     assert (graph["state"], graph["detail"]) == ("to patch", "found by structure: use draft_kv_indices_buffer_width")
-    assert {site["class_method"].split(".")[1] for site in flagged} == \
-        {"common_template", "init_forward_metadata", "init_cuda_graph_state"}
+    assert {site["class_method"].split(".")[1] for site in flagged} == {
+        "common_template",
+        "init_forward_metadata",
+        "init_cuda_graph_state",
+    }
 
     assert cli.main(["apply", str(root)]) == 0
     assert cli.main(["check", "--no-tests", str(root)]) == 0
@@ -153,7 +166,9 @@ def test_subclass_overriding_graph_state_is_flagged_then_patched(scratch, capsys
 def test_unknown_form_is_refused_and_nothing_written(scratch, capsys):
     root = scratch("0.5.12")
     fork = root / "sglang" / FORK_FILE
-    unknown = subclass_module(root).replace("max_bs * self.max_context_len", "max_num_tokens * 2 * self.max_context_len")
+    unknown = subclass_module(root).replace(
+        "max_bs * self.max_context_len", "max_num_tokens * 2 * self.max_context_len"
+    )
     fork.write_text(unknown)
     before = tree_digest(root)
     assert cli.main(["apply", str(root)]) == 2
@@ -182,7 +197,9 @@ def test_width_reverted_through_its_local_is_flagged_and_restored(scratch, capsy
     patched_text = backend.read_text()
     helper = "draft_kv_indices_buffer_width(\n            max_bs, self.topk, self.max_context_len\n        )"
     assert patched_text.count("kv_indices_width = " + helper) == 1
-    backend.write_text(patched_text.replace("kv_indices_width = " + helper, "kv_indices_width = max_bs * self.max_context_len"))
+    backend.write_text(
+        patched_text.replace("kv_indices_width = " + helper, "kv_indices_width = max_bs * self.max_context_len")
+    )
     capsys.readouterr()
     assert cli.main(["check", "--no-tests", "--format", "json", str(root)]) == 1
     [flagged] = [site for site in rows(capsys, UPSTREAM_CLASS) if site["state"] == "to patch"]
@@ -199,16 +216,19 @@ V4_RENAMES = {"DeepseekV4AttnBackend": "ForkV4AttnBackend", "DeepseekV4MultiStep
 
 
 #: the caller's split (fork_edits.CALLER_SPLIT) through a bound 3-d view and movedim: no `permute` in the class
-CALLER_SPLIT_BOUND_VIEW = ("""\
+CALLER_SPLIT_BOUND_VIEW = (
+    """\
         return (
             out_cache_loc.reshape(num_reqs, topk, steps)
             .permute(2, 0, 1)
             .reshape(steps, -1)
         )
-""", """\
+""",
+    """\
         rows = out_cache_loc.reshape(num_reqs, topk, steps)
         return rows.movedim(-1, 0).flatten(1)
-""")
+""",
+)
 
 
 def copied_v4_pair(root: Path, caller_split: bool, bound_view: bool = False) -> str:
@@ -249,8 +269,10 @@ def test_copied_v4_pair_that_never_splits_is_refused_unless_kept(scratch, capsys
     before = tree_digest(root)
     assert cli.main(["apply", str(root)]) == 2
     [error] = capsys.readouterr().err.splitlines()
-    assert "ForkV4AttnBackend.init_forward_metadata: per-step out_cache_loc split once (structural guard): " \
-           "bakes the whole out_cache_loc ForkV4MultiStepBackend.init_forward_metadata hands it" in error
+    assert (
+        "ForkV4AttnBackend.init_forward_metadata: per-step out_cache_loc split once (structural guard): "
+        "bakes the whole out_cache_loc ForkV4MultiStepBackend.init_forward_metadata hands it" in error
+    )
     assert tree_digest(root) == before
     keep = f"{V4_FILE}:ForkV4AttnBackend.init_forward_metadata"
     assert cli.main(["apply", "--keep", keep, str(root)]) == 0
@@ -270,7 +292,7 @@ def keep_def(text: str, cls: str, method: str) -> str:
     start = text.index(f"class {cls}(")
     at = text.index(f"    def {method}(", start)
     end = text.index(":\n", at)
-    return text[:end + 1] + "  # sglang-draft-layout: keep" + text[end + 1:]
+    return text[: end + 1] + "  # sglang-draft-layout: keep" + text[end + 1 :]
 
 
 @pytest.mark.parametrize("bound_view", [False, True], ids=["permute chain", "bound view, movedim"])
@@ -282,10 +304,16 @@ def test_copied_v4_pair_splitting_in_the_caller_is_patched_once(scratch, capsys,
     assert_as_clean_as(forked, forked)
     assert cli.main(["check", "--no-tests", "--format", "json", str(root)]) == 1
     sites = json.loads(capsys.readouterr().out)["sites"]
-    assert any(site["class_method"] == "ForkV4AttnBackend.init_forward_metadata" and site["state"] == "patched"
-               and site["site"].endswith("split once (structural guard)") for site in sites)
-    assert any(site["class_method"] == "ForkV4MultiStepBackend._split_out_cache_loc_per_step"
-               and site["state"] == "to patch" for site in sites)
+    assert any(
+        site["class_method"] == "ForkV4AttnBackend.init_forward_metadata"
+        and site["state"] == "patched"
+        and site["site"].endswith("split once (structural guard)")
+        for site in sites
+    )
+    assert any(
+        site["class_method"] == "ForkV4MultiStepBackend._split_out_cache_loc_per_step" and site["state"] == "to patch"
+        for site in sites
+    )
     assert cli.main(["apply", "--no-tests", str(root)]) == 0
     assert cli.main(["check", "--no-tests", str(root)]) == 0
     after = fork.read_text()
@@ -306,8 +334,11 @@ def test_copied_v4_pair_driven_by_the_workers_rows_is_split_once(scratch, capsys
     fork.write_text(copied_v4_pair(root, caller_split=False))
     capsys.readouterr()
     assert cli.main(["check", "--no-tests", "--format", "json", str(root)]) == 1  # the release's sites to patch
-    [guard] = [site for site in json.loads(capsys.readouterr().out)["sites"]
-               if site["site"].endswith("split once (structural guard)")]
+    [guard] = [
+        site
+        for site in json.loads(capsys.readouterr().out)["sites"]
+        if site["site"].endswith("split once (structural guard)")
+    ]
     assert (guard["class_method"], guard["state"]) == ("ForkV4AttnBackend.init_forward_metadata", "patched")
     assert not_split_once(root / "sglang") == []  # the written test: split once, by the worker
 
@@ -321,13 +352,18 @@ def test_copied_v4_pair_splitting_twice_is_refused(patched, tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["check", "--no-tests", str(root)]) == 2
     errors = capsys.readouterr().err
-    assert "ForkV4AttnBackend.init_forward_metadata: per-step out_cache_loc split once (structural guard): " \
-           "splits the per-step out_cache_loc, and so does its caller ForkV4MultiStepBackend.init_forward_metadata " \
-           "(line " in errors and "): twice; keep one of them" in errors
+    assert (
+        "ForkV4AttnBackend.init_forward_metadata: per-step out_cache_loc split once (structural guard): "
+        "splits the per-step out_cache_loc, and so does its caller ForkV4MultiStepBackend.init_forward_metadata "
+        "(line " in errors
+        and "): twice; keep one of them" in errors
+    )
     fork = root / "sglang" / V4_FILE
     forked = fork.read_text()
     for cls, kept in (("ForkV4MultiStepBackend", False), ("ForkV4AttnBackend", True)):
         fork.write_text(keep_def(forked, cls, "init_forward_metadata"))
-        assert cli.main(["check", "--no-tests", str(root)]) == (1 if kept else 2), cls  # kept: the caller's split to patch
+        assert cli.main(["check", "--no-tests", str(root)]) == (
+            1 if kept else 2
+        ), cls  # kept: the caller's split to patch
         assert ("splits the per-step out_cache_loc, and so does its caller" in capsys.readouterr().err) is not kept
         assert (not_split_once(root / "sglang") == []) is kept, cls  # the written CPU test's split-once check

@@ -133,8 +133,20 @@ class DraftLaunch:
     row lands in the next row or in the guard band, where it can be seen.
     """
 
-    def __init__(self, *, seq_lens, topk, num_steps, page_size, row_width, max_context_len,
-                 kv_dtype, guard=256, kv_indptr_cols=None, seed=0):
+    def __init__(
+        self,
+        *,
+        seq_lens,
+        topk,
+        num_steps,
+        page_size,
+        row_width,
+        max_context_len,
+        kv_dtype,
+        guard=256,
+        kv_indptr_cols=None,
+        seed=0,
+    ):
         import torch
 
         self.seq_lens_list = [int(s) for s in seq_lens]
@@ -151,8 +163,10 @@ class DraftLaunch:
         self.pool_len = max_context_len + topk * pages_per_topk * page_size + page_size
         pool_rows = self.num_seqs + 3
         self.req_to_token = (
-            torch.randperm(pool_rows * self.pool_len, generator=gen, dtype=torch.int64) + 1
-        ).to(torch.int32).view(pool_rows, self.pool_len)
+            (torch.randperm(pool_rows * self.pool_len, generator=gen, dtype=torch.int64) + 1)
+            .to(torch.int32)
+            .view(pool_rows, self.pool_len)
+        )
         self.req_pool_indices = torch.randperm(pool_rows, generator=gen)[: self.num_seqs]
         self.seq_lens = torch.tensor(self.seq_lens_list, dtype=torch.int64)
         self.positions = self.seq_lens.repeat_interleave(topk)
@@ -160,8 +174,7 @@ class DraftLaunch:
         # The guard band always covers the furthest the kernel can write (from its
         # definition: branch offsets sum seq_len + iters), so an overrun is caught in the
         # buffer instead of landing in memory the tensor does not own.
-        reach = max(i * row_width + topk * sum(s + i + 1 for s in self.seq_lens_list)
-                    for i in range(num_steps))
+        reach = max(i * row_width + topk * sum(s + i + 1 for s in self.seq_lens_list) for i in range(num_steps))
         self.guard = guard = max(guard, reach - num_steps * row_width + 64)
         self.flat = torch.full((num_steps * row_width + guard,), SENTINEL, dtype=kv_dtype)
         self.rows = self.flat[: num_steps * row_width].view(num_steps, row_width)
@@ -227,8 +240,7 @@ def kernel_source_in_wheel(version: str) -> str:
     """The kernel's source as shipped in the sglang==version wheel (eagle_utils.py before
     0.5.3; 0.5.13 moved it to speculative/triton_ops/cache_locs.py), read straight out of
     the cached wheel."""
-    for name in (*(str(module) for module in KERNEL_MODULES),
-                 "sglang/srt/speculative/triton_ops/cache_locs.py"):
+    for name in (*(str(module) for module in KERNEL_MODULES), "sglang/srt/speculative/triton_ops/cache_locs.py"):
         try:
             text = wheel_source(version, name)
         except KeyError:  # not in this release

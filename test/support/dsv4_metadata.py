@@ -56,8 +56,10 @@ def load_metadata_module(version: str = "0.5.12") -> ModuleType:
     module = sys.modules[name]
     kernel = getattr(module, KERNEL_NAME)
     if type(kernel).__name__ != "InterpretedFunction":
-        raise RuntimeError(f"{KERNEL_NAME} was built as {type(kernel).__name__}, not interpreted: "
-                           "set TRITON_INTERPRET=1 before anything imports triton")
+        raise RuntimeError(
+            f"{KERNEL_NAME} was built as {type(kernel).__name__}, not interpreted: "
+            "set TRITON_INTERPRET=1 before anything imports triton"
+        )
     return module
 
 
@@ -85,8 +87,11 @@ def guards_of_assignment(text: str, target: str) -> list[list[str]]:
 
     def visit(nodes: list[ast.AST], guards: list[str]) -> None:
         for node in nodes:
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
-                    and any(ast.unparse(t) == target for t in node.targets):
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Call)
+                and any(ast.unparse(t) == target for t in node.targets)
+            ):
                 found.append(guards)
             if isinstance(node, ast.If):
                 test = ast.unparse(node.test)

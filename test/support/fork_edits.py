@@ -56,7 +56,7 @@ WORKER_SPLIT = (
 )
 
 #: the fork's own method (SPEC's first fork): the step's row, the width spelt as a local
-OWN_METHOD = '''
+OWN_METHOD = """
     def _get_mtp_decode_out_cache_loc(
         self, forward_batch: ForwardBatch
     ) -> torch.Tensor:
@@ -72,9 +72,9 @@ OWN_METHOD = '''
             .permute(2, 0, 1)
             .reshape(steps, step_width)[self.speculative_step_id]
         )
-'''
+"""
 #: the fork's own method (OWN_METHOD) with its split one ``self.`` call further down, in ``_mtp_step_rows``
-OWN_METHOD_DEEP = '''
+OWN_METHOD_DEEP = """
     def _get_mtp_decode_out_cache_loc(
         self, forward_batch: ForwardBatch
     ) -> torch.Tensor:
@@ -91,9 +91,9 @@ OWN_METHOD_DEEP = '''
             .permute(2, 0, 1)
             .reshape(steps, -1)
         )
-'''
+"""
 #: the fork's own caller split (SPEC's second fork): the multi-step backend hands each step its row
-CALLER_SPLIT = '''    def init_forward_metadata(self, forward_batch: ForwardBatch):
+CALLER_SPLIT = """    def init_forward_metadata(self, forward_batch: ForwardBatch):
         step_out_cache_loc = self._split_out_cache_loc_per_step(forward_batch)
         original_out_cache_loc = forward_batch.out_cache_loc
         try:
@@ -116,7 +116,7 @@ CALLER_SPLIT = '''    def init_forward_metadata(self, forward_batch: ForwardBatc
             .permute(2, 0, 1)
             .reshape(steps, -1)
         )
-'''
+"""
 
 
 def edit(tree: Path, relative: str, old: str, new: str) -> None:
@@ -135,8 +135,12 @@ def _decode_passing(value: str) -> str:
 def dsv4_own_method(tree: Path, method: str = OWN_METHOD) -> None:
     """DeepseekV4AttnBackend passes the step's row from a method of its own (width ``step_width``)."""
     edit(tree, DSV4, DSV4_DECODE, _decode_passing("self._get_mtp_decode_out_cache_loc(forward_batch)"))
-    edit(tree, DSV4, "    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:\n",
-         method.lstrip("\n") + "\n    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:\n")
+    edit(
+        tree,
+        DSV4,
+        "    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:\n",
+        method.lstrip("\n") + "\n    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:\n",
+    )
 
 
 def dsv4_own_method_deep(tree: Path) -> None:
@@ -151,26 +155,34 @@ DSV4_INIT_DEF = "    def init_forward_metadata(self, forward_batch: ForwardBatch
 def dsv4_init_moved(tree: Path) -> None:
     """DeepseekV4AttnBackend.init_forward_metadata calls a method of its own holding the release's body
     (its decode branch, the ``out_cache_loc=`` handoff), as a fork wrapping it would."""
-    edit(tree, DSV4, DSV4_INIT_DEF, (
-        DSV4_INIT_DEF
-        + "        self._init_forward_metadata_impl(forward_batch)\n"
-        "\n"
-        "    def _init_forward_metadata_impl(self, forward_batch: ForwardBatch) -> None:\n"
-    ))
+    edit(
+        tree,
+        DSV4,
+        DSV4_INIT_DEF,
+        (
+            DSV4_INIT_DEF + "        self._init_forward_metadata_impl(forward_batch)\n"
+            "\n"
+            "    def _init_forward_metadata_impl(self, forward_batch: ForwardBatch) -> None:\n"
+        ),
+    )
 
 
 def dsv4_init_moved_deep(tree: Path) -> None:
     """DeepseekV4AttnBackend.init_forward_metadata calls a method of its own that calls another one holding the
     release's body: the ``out_cache_loc=`` handoff two ``self.`` calls deep."""
-    edit(tree, DSV4, DSV4_INIT_DEF, (
-        DSV4_INIT_DEF
-        + "        self._build_forward_metadata(forward_batch)\n"
-        "\n"
-        "    def _build_forward_metadata(self, forward_batch: ForwardBatch) -> None:\n"
-        "        self._init_forward_metadata_impl(forward_batch)\n"
-        "\n"
-        "    def _init_forward_metadata_impl(self, forward_batch: ForwardBatch) -> None:\n"
-    ))
+    edit(
+        tree,
+        DSV4,
+        DSV4_INIT_DEF,
+        (
+            DSV4_INIT_DEF + "        self._build_forward_metadata(forward_batch)\n"
+            "\n"
+            "    def _build_forward_metadata(self, forward_batch: ForwardBatch) -> None:\n"
+            "        self._init_forward_metadata_impl(forward_batch)\n"
+            "\n"
+            "    def _init_forward_metadata_impl(self, forward_batch: ForwardBatch) -> None:\n"
+        ),
+    )
 
 
 def dsv4_inline_movedim(tree: Path) -> None:
@@ -210,16 +222,28 @@ WORKER_STEPS_ARG = (
 def dsv4_worker_split(tree: Path) -> None:
     """EagleDraftWorker.draft_forward inits each DeepSeek-V4 step's backend with the step's row it sets
     (the release's split), DeepseekV4AttnBackend left as released."""
-    edit(tree, WORKER_V2, WORKER_STEPS_ARG, WORKER_STEPS_ARG + (
-        "        self.init_draft_metadata_per_step = (\n"
-        '            server_args.decode_attention_backend == "dsv4"\n'
-        "        )\n"
-    ))
-    edit(tree, WORKER_V2, WORKER_STEP, WORKER_STEP + (
-        "            if self.init_draft_metadata_per_step:\n"
-        "                # DeepSeek-V4 bakes this step's KV write targets: init with its row\n"
-        "                forward_batch.attn_backend.init_forward_metadata(forward_batch)\n"
-    ))
+    edit(
+        tree,
+        WORKER_V2,
+        WORKER_STEPS_ARG,
+        WORKER_STEPS_ARG
+        + (
+            "        self.init_draft_metadata_per_step = (\n"
+            '            server_args.decode_attention_backend == "dsv4"\n'
+            "        )\n"
+        ),
+    )
+    edit(
+        tree,
+        WORKER_V2,
+        WORKER_STEP,
+        WORKER_STEP
+        + (
+            "            if self.init_draft_metadata_per_step:\n"
+            "                # DeepSeek-V4 bakes this step's KV write targets: init with its row\n"
+            "                forward_batch.attn_backend.init_forward_metadata(forward_batch)\n"
+        ),
+    )
 
 
 def dsv4_worker_split_twice(tree: Path) -> None:
@@ -230,57 +254,79 @@ def dsv4_worker_split_twice(tree: Path) -> None:
 
 def worker_transposes(tree: Path) -> None:
     """EagleDraftWorker.draft_forward: two transposes, ``flatten(1)``, locals for topk and steps."""
-    edit(tree, WORKER_V2, WORKER_SPLIT, (
-        "        topk = self.topk\n"
-        "        steps = self.speculative_num_steps\n"
-        "        out_cache_loc = out_cache_loc.view(forward_batch.batch_size, topk, steps)\n"
-        "        out_cache_loc = out_cache_loc.transpose(1, 2).transpose(0, 1).flatten(1)\n"
-    ))
+    edit(
+        tree,
+        WORKER_V2,
+        WORKER_SPLIT,
+        (
+            "        topk = self.topk\n"
+            "        steps = self.speculative_num_steps\n"
+            "        out_cache_loc = out_cache_loc.view(forward_batch.batch_size, topk, steps)\n"
+            "        out_cache_loc = out_cache_loc.transpose(1, 2).transpose(0, 1).flatten(1)\n"
+        ),
+    )
 
 
 def worker_bound_view(tree: Path) -> None:
     """EagleDraftWorker.draft_forward: the 3-d view bound to ``rows``, permuted through it."""
-    edit(tree, WORKER_V2, WORKER_SPLIT, (
-        "        rows = out_cache_loc.reshape(\n"
-        "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
-        "        )\n"
-        "        out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n"
-    ))
+    edit(
+        tree,
+        WORKER_V2,
+        WORKER_SPLIT,
+        (
+            "        rows = out_cache_loc.reshape(\n"
+            "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+            "        )\n"
+            "        out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n"
+        ),
+    )
 
 
 def worker_bound_view_locals(tree: Path) -> None:
     """EagleDraftWorker.draft_forward: locals for topk and steps, the 3-d view and the steps-first rows
     each named apart from the buffer."""
-    edit(tree, WORKER_V2, WORKER_SPLIT, (
-        "        topk = self.topk\n"
-        "        steps = self.speculative_num_steps\n"
-        "        slots = out_cache_loc.view(forward_batch.batch_size, topk, steps)\n"
-        "        step_out_cache_loc = slots.movedim(-1, 0).flatten(1)\n"
-    ))
-    edit(tree, WORKER_V2, "forward_batch.out_cache_loc = out_cache_loc[i]\n",
-         "forward_batch.out_cache_loc = step_out_cache_loc[i]\n")
+    edit(
+        tree,
+        WORKER_V2,
+        WORKER_SPLIT,
+        (
+            "        topk = self.topk\n"
+            "        steps = self.speculative_num_steps\n"
+            "        slots = out_cache_loc.view(forward_batch.batch_size, topk, steps)\n"
+            "        step_out_cache_loc = slots.movedim(-1, 0).flatten(1)\n"
+        ),
+    )
+    edit(
+        tree,
+        WORKER_V2,
+        "forward_batch.out_cache_loc = out_cache_loc[i]\n",
+        "forward_batch.out_cache_loc = step_out_cache_loc[i]\n",
+    )
 
 
 #: 0.5.12's hot-token map in EagleDraftWorker.draft_forward, right above its split
 WORKER_HOT_TOKENS = (
-    "        if self.hot_token_id is not None:\n"
-    "            topk_index = self.hot_token_id[topk_index]\n"
-    "\n"
+    "        if self.hot_token_id is not None:\n" "            topk_index = self.hot_token_id[topk_index]\n" "\n"
 )
 
 
 def worker_bound_view_apart(tree: Path) -> None:
     """EagleDraftWorker.draft_forward: the 3-d view bound to ``rows`` (a comment above it) ahead of the
     hot-token map, permuted through it after."""
-    edit(tree, WORKER_V2, WORKER_HOT_TOKENS + WORKER_SPLIT, (
-        "        # [bs, topk, steps]: each request's draft slots\n"
-        "        rows = out_cache_loc.reshape(\n"
-        "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
-        "        )\n"
-        "\n"
-        + WORKER_HOT_TOKENS +
-        "        out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n"
-    ))
+    edit(
+        tree,
+        WORKER_V2,
+        WORKER_HOT_TOKENS + WORKER_SPLIT,
+        (
+            "        # [bs, topk, steps]: each request's draft slots\n"
+            "        rows = out_cache_loc.reshape(\n"
+            "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+            "        )\n"
+            "\n"
+            + WORKER_HOT_TOKENS
+            + "        out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n"
+        ),
+    )
 
 
 def worker_bound_view_read_again(tree: Path) -> None:
@@ -342,8 +388,7 @@ def dsv4_alias_chain(tree: Path) -> None:
         "                )\n"
         "                step_out_cache_loc = step_rows[self.speculative_step_id]\n"
     )
-    edit(tree, DSV4, DSV4_DECODE,
-         _decode_passing("step_out_cache_loc").replace(DSV4_DECODE.splitlines(True)[0], split))
+    edit(tree, DSV4, DSV4_DECODE, _decode_passing("step_out_cache_loc").replace(DSV4_DECODE.splitlines(True)[0], split))
 
 
 #: EagleDraftWorker.draft_forward splitting in two branches: one expression for topk 1, the release's
@@ -357,8 +402,7 @@ WORKER_TWO_SPLITS = (
     "                .movedim(-1, 0)\n"
     "                .flatten(1)\n"
     "            )\n"
-    "        else:\n"
-    + "".join("    " + line for line in WORKER_SPLIT.splitlines(True))
+    "        else:\n" + "".join("    " + line for line in WORKER_SPLIT.splitlines(True))
 )
 
 
@@ -406,30 +450,48 @@ def worker_minus_one(tree: Path) -> None:
 
 def worker_2d_buffer(tree: Path) -> None:
     """EagleDraftWorker.draft_forward views the buffer as [bs * topk, steps] first, then splits it."""
-    edit(tree, WORKER_V2, WORKER_SPLIT, (
-        "        out_cache_loc = out_cache_loc.view(-1, self.speculative_num_steps)\n" + WORKER_SPLIT))
+    edit(
+        tree,
+        WORKER_V2,
+        WORKER_SPLIT,
+        ("        out_cache_loc = out_cache_loc.view(-1, self.speculative_num_steps)\n" + WORKER_SPLIT),
+    )
 
 
 def dsv4_inline_minus_one(tree: Path) -> None:
     """DeepseekV4AttnBackend's own split inline, with ``-1`` for the batch."""
-    split = ("forward_batch.out_cache_loc.reshape(-1, self.topk, self.speculative_num_steps)"
-             ".permute(2, 0, 1).reshape(self.speculative_num_steps, -1)[self.speculative_step_id]")
+    split = (
+        "forward_batch.out_cache_loc.reshape(-1, self.topk, self.speculative_num_steps)"
+        ".permute(2, 0, 1).reshape(self.speculative_num_steps, -1)[self.speculative_step_id]"
+    )
     edit(tree, DSV4, DSV4_DECODE, _decode_passing(split))
 
 
 def dsv4_caller_minus_one(tree: Path) -> None:
     """The caller split (``dsv4-caller-split``) with ``-1`` for the batch."""
-    edit(tree, DSV4, DSV4_MULTI_STEP, CALLER_SPLIT.replace("reshape(num_reqs, topk, steps)", "reshape(-1, topk, steps)"))
+    edit(
+        tree, DSV4, DSV4_MULTI_STEP, CALLER_SPLIT.replace("reshape(num_reqs, topk, steps)", "reshape(-1, topk, steps)")
+    )
 
 
 def dsv4_callee_split(tree: Path) -> None:
     """DeepseekV4AttnBackend splits in ``init_forward_metadata_decode``, where 0.5.12's shape assert points."""
-    edit(tree, DSV4, DSV4_DECODE_CALLEE, DSV4_DECODE_CALLEE.replace("        assert (\n", (
-        "        if self.topk > 0 and self.speculative_num_steps > 1:\n"
-        "            out_cache_loc = out_cache_loc.reshape(\n"
-        "                -1, self.topk, self.speculative_num_steps\n"
-        "            ).permute(2, 0, 1)[self.speculative_step_id].reshape(-1)\n"
-        "        assert (\n"), 1))
+    edit(
+        tree,
+        DSV4,
+        DSV4_DECODE_CALLEE,
+        DSV4_DECODE_CALLEE.replace(
+            "        assert (\n",
+            (
+                "        if self.topk > 0 and self.speculative_num_steps > 1:\n"
+                "            out_cache_loc = out_cache_loc.reshape(\n"
+                "                -1, self.topk, self.speculative_num_steps\n"
+                "            ).permute(2, 0, 1)[self.speculative_step_id].reshape(-1)\n"
+                "        assert (\n"
+            ),
+            1,
+        ),
+    )
 
 
 #: the caller split's own method (``CALLER_SPLIT``), put in a mixin of the multi-step backend
@@ -440,26 +502,50 @@ MULTI_STEP_CLASS = "class DeepseekV4MultiStepBackend(DeepseekV4AttnBackend):\n"
 def dsv4_caller_split_mixin(tree: Path) -> None:
     """The caller split moved into a mixin that DeepseekV4MultiStepBackend inherits."""
     edit(tree, DSV4, DSV4_MULTI_STEP, "")
-    edit(tree, DSV4, MULTI_STEP_CLASS,
-         MIXIN + "class DeepseekV4MultiStepBackend(_PerStepOutCacheLocMixin, DeepseekV4AttnBackend):\n")
+    edit(
+        tree,
+        DSV4,
+        MULTI_STEP_CLASS,
+        MIXIN + "class DeepseekV4MultiStepBackend(_PerStepOutCacheLocMixin, DeepseekV4AttnBackend):\n",
+    )
 
 
 def dsv4_caller_split_super(tree: Path) -> None:
     """DeepseekV4MultiStepBackend's own init_forward_metadata calls ``super()``, the mixin's split."""
-    edit(tree, DSV4, DSV4_MULTI_STEP, (
-        "    def init_forward_metadata(self, forward_batch: ForwardBatch):\n"
-        "        super().init_forward_metadata(forward_batch)\n"))
-    edit(tree, DSV4, MULTI_STEP_CLASS,
-         MIXIN + "class DeepseekV4MultiStepBackend(_PerStepOutCacheLocMixin, DeepseekV4AttnBackend):\n")
+    edit(
+        tree,
+        DSV4,
+        DSV4_MULTI_STEP,
+        (
+            "    def init_forward_metadata(self, forward_batch: ForwardBatch):\n"
+            "        super().init_forward_metadata(forward_batch)\n"
+        ),
+    )
+    edit(
+        tree,
+        DSV4,
+        MULTI_STEP_CLASS,
+        MIXIN + "class DeepseekV4MultiStepBackend(_PerStepOutCacheLocMixin, DeepseekV4AttnBackend):\n",
+    )
 
 
 def dsv4_caller_split_base_call(tree: Path) -> None:
     """DeepseekV4MultiStepBackend calls the mixin's split explicitly: ``Mixin.init_forward_metadata(self, ...)``."""
-    edit(tree, DSV4, DSV4_MULTI_STEP, (
-        "    def init_forward_metadata(self, forward_batch: ForwardBatch):\n"
-        "        _PerStepOutCacheLocMixin.init_forward_metadata(self, forward_batch)\n"))
-    edit(tree, DSV4, MULTI_STEP_CLASS,
-         MIXIN + "class DeepseekV4MultiStepBackend(_PerStepOutCacheLocMixin, DeepseekV4AttnBackend):\n")
+    edit(
+        tree,
+        DSV4,
+        DSV4_MULTI_STEP,
+        (
+            "    def init_forward_metadata(self, forward_batch: ForwardBatch):\n"
+            "        _PerStepOutCacheLocMixin.init_forward_metadata(self, forward_batch)\n"
+        ),
+    )
+    edit(
+        tree,
+        DSV4,
+        MULTI_STEP_CLASS,
+        MIXIN + "class DeepseekV4MultiStepBackend(_PerStepOutCacheLocMixin, DeepseekV4AttnBackend):\n",
+    )
 
 
 #: 0.5.12's construction of each step's backend in DeepseekV4MultiStepBackend.__init__
@@ -469,17 +555,23 @@ DSV4_STEP_BUILT = "            self.attn_backends.append(\n                Deeps
 def dsv4_step_subclass_split(tree: Path) -> None:
     """Each step's backend is a subclass that sets its own row on the batch, then calls ``super()``."""
     edit(tree, DSV4, DSV4_STEP_BUILT, DSV4_STEP_BUILT.replace("DeepseekV4AttnBackend(", "DeepseekV4StepBackend("))
-    edit(tree, DSV4, MULTI_STEP_CLASS, (
-        "class DeepseekV4StepBackend(DeepseekV4AttnBackend):\n"
-        "    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:\n"
-        "        whole = forward_batch.out_cache_loc\n"
-        "        forward_batch.out_cache_loc = whole.reshape(\n"
-        "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
-        "        ).permute(2, 0, 1)[self.speculative_step_id].flatten()\n"
-        "        try:\n"
-        "            super().init_forward_metadata(forward_batch)\n"
-        "        finally:\n"
-        "            forward_batch.out_cache_loc = whole\n\n\n" + MULTI_STEP_CLASS))
+    edit(
+        tree,
+        DSV4,
+        MULTI_STEP_CLASS,
+        (
+            "class DeepseekV4StepBackend(DeepseekV4AttnBackend):\n"
+            "    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:\n"
+            "        whole = forward_batch.out_cache_loc\n"
+            "        forward_batch.out_cache_loc = whole.reshape(\n"
+            "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+            "        ).permute(2, 0, 1)[self.speculative_step_id].flatten()\n"
+            "        try:\n"
+            "            super().init_forward_metadata(forward_batch)\n"
+            "        finally:\n"
+            "            forward_batch.out_cache_loc = whole\n\n\n" + MULTI_STEP_CLASS
+        ),
+    )
 
 
 FLASHINFER = "srt/layers/attention/flashinfer_backend.py"
@@ -499,14 +591,20 @@ def graph_width_defined_twice(tree: Path) -> None:
     end = text.index("\n    def ", start + 1)
     method = text[start:end]
     later = text.index("\n    def ", end + 1)
-    path.write_text(text[:later] + "\n" + method.replace(
-        "dtype=torch.int32,", "dtype=torch.int32,  # the fork's second definition") + text[later:], encoding="utf-8")
+    path.write_text(
+        text[:later]
+        + "\n"
+        + method.replace("dtype=torch.int32,", "dtype=torch.int32,  # the fork's second definition")
+        + text[later:],
+        encoding="utf-8",
+    )
 
 
 def _caller_rows(rows: str, step_row: str = "step_out_cache_loc[i]") -> str:
     return CALLER_SPLIT.replace(
         "        return (\n            out_cache_loc.reshape(num_reqs, topk, steps)\n"
-        "            .permute(2, 0, 1)\n            .reshape(steps, -1)\n        )\n", rows
+        "            .permute(2, 0, 1)\n            .reshape(steps, -1)\n        )\n",
+        rows,
     ).replace("forward_batch.out_cache_loc = step_out_cache_loc[i]", f"forward_batch.out_cache_loc = {step_row}")
 
 
@@ -517,47 +615,77 @@ def dsv4_caller_chunk(tree: Path) -> None:
 
 def dsv4_caller_first_row(tree: Path) -> None:
     """The caller hands every step row 0."""
-    edit(tree, DSV4, DSV4_MULTI_STEP, CALLER_SPLIT.replace(
-        "forward_batch.out_cache_loc = step_out_cache_loc[i]", "forward_batch.out_cache_loc = step_out_cache_loc[0]"))
+    edit(
+        tree,
+        DSV4,
+        DSV4_MULTI_STEP,
+        CALLER_SPLIT.replace(
+            "forward_batch.out_cache_loc = step_out_cache_loc[i]", "forward_batch.out_cache_loc = step_out_cache_loc[0]"
+        ),
+    )
 
 
 def dsv4_caller_topk_only(tree: Path) -> None:
     """The caller splits only for topk > 1 (DeepSeek-V4's MTP runs topk 1): at topk 1 it hands the whole buffer."""
-    edit(tree, DSV4, DSV4_MULTI_STEP, CALLER_SPLIT.replace(
-        "if out_cache_loc is None or self.topk <= 0 or self.speculative_num_steps <= 1:",
-        "if out_cache_loc is None or self.topk <= 1 or self.speculative_num_steps <= 1:"))
+    edit(
+        tree,
+        DSV4,
+        DSV4_MULTI_STEP,
+        CALLER_SPLIT.replace(
+            "if out_cache_loc is None or self.topk <= 0 or self.speculative_num_steps <= 1:",
+            "if out_cache_loc is None or self.topk <= 1 or self.speculative_num_steps <= 1:",
+        ),
+    )
 
 
 def dsv4_caller_next_row(tree: Path) -> None:
     """The caller hands step i the next step's row."""
-    edit(tree, DSV4, DSV4_MULTI_STEP, CALLER_SPLIT.replace(
-        "forward_batch.out_cache_loc = step_out_cache_loc[i]",
-        "forward_batch.out_cache_loc = step_out_cache_loc[i + 1]"))
+    edit(
+        tree,
+        DSV4,
+        DSV4_MULTI_STEP,
+        CALLER_SPLIT.replace(
+            "forward_batch.out_cache_loc = step_out_cache_loc[i]",
+            "forward_batch.out_cache_loc = step_out_cache_loc[i + 1]",
+        ),
+    )
 
 
 def worker_view_suppress(tree: Path) -> None:
     """EagleDraftWorker.draft_forward moves its bound 3-d view under ``contextlib.suppress``."""
-    edit(tree, WORKER_V2, WORKER_SPLIT, (
-        "        rows = out_cache_loc.reshape(\n"
-        "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
-        "        )\n"
-        "        with contextlib.suppress(RuntimeError):\n"
-        "            out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n"))
+    edit(
+        tree,
+        WORKER_V2,
+        WORKER_SPLIT,
+        (
+            "        rows = out_cache_loc.reshape(\n"
+            "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+            "        )\n"
+            "        with contextlib.suppress(RuntimeError):\n"
+            "            out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n"
+        ),
+    )
 
 
 def worker_view_nonlocal(tree: Path) -> None:
     """Between the bound 3-d view and its move, a local function rebinds the buffer through ``nonlocal``."""
-    edit(tree, WORKER_V2, WORKER_SPLIT, (
-        "        rows = out_cache_loc.reshape(\n"
-        "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
-        "        )\n"
-        "\n"
-        "        def keep_first_row():\n"
-        "            nonlocal rows\n"
-        "            rows = rows[:1]\n"
-        "\n"
-        "        keep_first_row()\n"
-        "        out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n"))
+    edit(
+        tree,
+        WORKER_V2,
+        WORKER_SPLIT,
+        (
+            "        rows = out_cache_loc.reshape(\n"
+            "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+            "        )\n"
+            "\n"
+            "        def keep_first_row():\n"
+            "            nonlocal rows\n"
+            "            rows = rows[:1]\n"
+            "\n"
+            "        keep_first_row()\n"
+            "        out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n"
+        ),
+    )
 
 
 #: issue 26's forks: the rewrite must be proven (patched, the rows upstream's) or refused
@@ -607,15 +735,20 @@ FORKS: Dict[str, Callable[[Path], None]] = {
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("fork", choices=sorted(FORKS))
-    parser.add_argument("dest", type=Path, help="a folder holding sglang/ (a fork checkout's python/), "
-                                                "copied from this Python's sglang when it holds none")
+    parser.add_argument(
+        "dest",
+        type=Path,
+        help="a folder holding sglang/ (a fork checkout's python/), "
+        "copied from this Python's sglang when it holds none",
+    )
     args = parser.parse_args(argv)
     if not (args.dest / "sglang").is_dir():
         spec = importlib.util.find_spec("sglang")
         if spec is None or not spec.submodule_search_locations:
             parser.error("no sglang/ in DEST and none importable to copy")
-        shutil.copytree(list(spec.submodule_search_locations)[0], args.dest / "sglang",
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            list(spec.submodule_search_locations)[0], args.dest / "sglang", ignore=shutil.ignore_patterns("__pycache__")
+        )
     FORKS[args.fork](args.dest)
     print(f"{args.dest / 'sglang'}: {args.fork} ({FORKS[args.fork].__doc__.splitlines()[0]})")
     return 0

@@ -38,11 +38,26 @@ import time
 import traceback
 import types
 
-HELPERS = ("draft_kv_indices_buffer_width", "draft_kv_indices_used_len",
-           "per_step_draft_out_cache_loc")
-PRELOAD = ("torch", "triton", "triton.language", "numpy", "transformers", "openai",
-           "aiohttp", "huggingface_hub", "pydantic", "PIL.Image", "zmq", "requests",
-           "compressed_tensors", "gguf", "sentencepiece", "einops", "IPython")
+HELPERS = ("draft_kv_indices_buffer_width", "draft_kv_indices_used_len", "per_step_draft_out_cache_loc")
+PRELOAD = (
+    "torch",
+    "triton",
+    "triton.language",
+    "numpy",
+    "transformers",
+    "openai",
+    "aiohttp",
+    "huggingface_hub",
+    "pydantic",
+    "PIL.Image",
+    "zmq",
+    "requests",
+    "compressed_tensors",
+    "gguf",
+    "sentencepiece",
+    "einops",
+    "IPython",
+)
 
 
 class _Placeholder:
@@ -182,6 +197,7 @@ def main(argv: list[str]) -> int:
 
     try:
         import torch  # noqa: F401
+
         report["torch"] = sys.modules["torch"].__version__
         import triton
 

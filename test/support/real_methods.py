@@ -28,14 +28,18 @@ def load_methods(file: Path, class_name: str, methods: Iterable[str], namespace:
     tree = ast.parse(text)
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
     wanted = set(methods)
-    body = [ast.get_source_segment(text, n, padded=True) for n in cls.body
-            if isinstance(n, ast.FunctionDef) and n.name in wanted]
+    body = [
+        ast.get_source_segment(text, n, padded=True)
+        for n in cls.body
+        if isinstance(n, ast.FunctionDef) and n.name in wanted
+    ]
     found = {n.name for n in cls.body if isinstance(n, ast.FunctionDef)} & wanted
     if found != wanted:
         raise LookupError(f"{file}: {class_name} lacks {sorted(wanted - found)}")
     source = f"class {class_name}:\n" + "\n".join(body)
-    code = compile(source, f"{file}:{class_name}", "exec",
-                   flags=__future__.annotations.compiler_flag, dont_inherit=True)
+    code = compile(
+        source, f"{file}:{class_name}", "exec", flags=__future__.annotations.compiler_flag, dont_inherit=True
+    )
     exec(code, namespace)
     return namespace[class_name]
 
@@ -44,8 +48,16 @@ def top_level_function(file: Path, name: str, namespace: dict):
     """The top-level function ``name`` of ``file`` (e.g. a helper the patch inserted)."""
     text = file.read_text()
     node = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name)
-    exec(compile(ast.get_source_segment(text, node), str(file), "exec",
-                 flags=__future__.annotations.compiler_flag, dont_inherit=True), namespace)
+    exec(
+        compile(
+            ast.get_source_segment(text, node),
+            str(file),
+            "exec",
+            flags=__future__.annotations.compiler_flag,
+            dont_inherit=True,
+        ),
+        namespace,
+    )
     return namespace[name]
 
 

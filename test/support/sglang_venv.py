@@ -43,13 +43,31 @@ PINNED = ("torch==2.13.0", "triton==3.9.0")
 # registered test that `apply` writes into a fork imports (test/fork_ci/).
 PACKAGES = {
     "0.5.12": (
-        "numpy==2.4.6", "orjson==3.13.0", "psutil==7.2.2", "pybase64==1.5.1",
-        "requests==2.34.2", "packaging==26.4", "pillow==13.0.0", "starlette==1.10.0",
-        "tqdm==4.70.1", "ipython==9.18.1", "pydantic==2.14.4", "aiohttp==3.14.5",
-        "transformers==5.6.0", "pyzmq==27.3.0", "openai==2.6.1",
-        "partial-json-parser==0.2.1.1.post7", "dill==0.4.1", "sentencepiece==0.2.3",
-        "einops==0.8.2", "compressed-tensors==0.20.1", "gguf==0.19.0", "msgspec==0.22.0",
-        "setproctitle==1.3.8", "apache-tvm-ffi==0.1.9", "datasets==5.2.0",
+        "numpy==2.4.6",
+        "orjson==3.13.0",
+        "psutil==7.2.2",
+        "pybase64==1.5.1",
+        "requests==2.34.2",
+        "packaging==26.4",
+        "pillow==13.0.0",
+        "starlette==1.10.0",
+        "tqdm==4.70.1",
+        "ipython==9.18.1",
+        "pydantic==2.14.4",
+        "aiohttp==3.14.5",
+        "transformers==5.6.0",
+        "pyzmq==27.3.0",
+        "openai==2.6.1",
+        "partial-json-parser==0.2.1.1.post7",
+        "dill==0.4.1",
+        "sentencepiece==0.2.3",
+        "einops==0.8.2",
+        "compressed-tensors==0.20.1",
+        "gguf==0.19.0",
+        "msgspec==0.22.0",
+        "setproctitle==1.3.8",
+        "apache-tvm-ffi==0.1.9",
+        "datasets==5.2.0",
     ),
 }
 # SGLang 0.5.3 to 0.5.4.post3 import, besides 0.5.12's set, fastapi at module level
@@ -58,7 +76,10 @@ PACKAGES = {
 # apache-tvm-ffi than 0.5.12's pin (no DeepSeek-V4 there). Older releases, and 0.5.5 to
 # 0.5.7, do not import on this CPU machine with any set (docs/sites.md says why).
 PACKAGES["0.5.3"] = tuple(p for p in PACKAGES["0.5.12"] if not p.startswith("apache-tvm-ffi==")) + (
-    "apache-tvm-ffi==0.1.15.post2", "fastapi==0.165.0", "uvicorn==0.54.0", "xgrammar==0.2.9",
+    "apache-tvm-ffi==0.1.15.post2",
+    "fastapi==0.165.0",
+    "uvicorn==0.54.0",
+    "xgrammar==0.2.9",
 )
 
 
@@ -66,8 +87,12 @@ def _pip(python: Path, *args: str, log: Path) -> None:
     with log.open("a") as out:
         out.write(f"$ pip {' '.join(args)}\n")
         out.flush()
-        subprocess.run([str(python), "-m", "pip", "--disable-pip-version-check", *args],
-                       check=True, stdout=out, stderr=subprocess.STDOUT)
+        subprocess.run(
+            [str(python), "-m", "pip", "--disable-pip-version-check", *args],
+            check=True,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def proof_venv(version: str = "0.5.12") -> Path:
@@ -95,22 +120,27 @@ def proof_venv(version: str = "0.5.12") -> Path:
         if root.exists():
             shutil.rmtree(root)
         start = time.monotonic()
-        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(root)],
-                       check=True)
+        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(root)], check=True)
         log = root / "build.log"
         constraints = root / "constraints.txt"
         constraints.write_text("\n".join(PINNED) + "\n")
         _pip(python, "install", "-c", str(constraints), *PINNED, *packages, log=log)
         _pip(python, "install", "--no-deps", str(release_wheel(version)), log=log)
-        done.write_text(json.dumps({
-            "sglang": version, "packages": list(PINNED + packages),
-            "build_seconds": round(time.monotonic() - start, 1),
-        }, indent=1) + "\n")
+        done.write_text(
+            json.dumps(
+                {
+                    "sglang": version,
+                    "packages": list(PINNED + packages),
+                    "build_seconds": round(time.monotonic() - start, 1),
+                },
+                indent=1,
+            )
+            + "\n"
+        )
     return python
 
 
-def probe_imports(python: Path, tree: Path, modules: list[str], mode: str = "together",
-                  timeout: float = 600) -> dict:
+def probe_imports(python: Path, tree: Path, modules: list[str], mode: str = "together", timeout: float = 600) -> dict:
     """Run test/support/import_probe.py in the venv with tree (the folder holding
     ``sglang/``) first on PYTHONPATH; returns its report (see import_probe.py)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
@@ -120,14 +150,18 @@ def probe_imports(python: Path, tree: Path, modules: list[str], mode: str = "tog
     # FlashInfer backends read it at import with os.environ[...]
     env.setdefault("SGLANG_ENABLE_TORCH_COMPILE", "0")
     probe = Path(__file__).with_name("import_probe.py")
-    proc = subprocess.run([str(python), str(probe), "--mode", mode, *modules],
-                          capture_output=True, text=True, env=env, timeout=timeout,
-                          cwd=str(tree))
+    proc = subprocess.run(
+        [str(python), str(probe), "--mode", mode, *modules],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=str(tree),
+    )
     for line in proc.stdout.splitlines():
         if line.startswith("IMPORT-PROBE "):
-            return json.loads(line[len("IMPORT-PROBE "):])
-    raise RuntimeError(f"import probe failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n"
-                       f"{proc.stderr[-3000:]}")
+            return json.loads(line[len("IMPORT-PROBE ") :])
+    raise RuntimeError(f"import probe failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n" f"{proc.stderr[-3000:]}")
 
 
 def proof_venv_or_skip(version: str) -> Path:

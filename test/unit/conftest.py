@@ -55,7 +55,7 @@ def method_source(text: str, scope: str) -> str:
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
     func = next(n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == method_name)
     start = min([func.lineno, *(d.lineno for d in func.decorator_list)]) - 1
-    return "".join(text.splitlines(keepends=True)[start:func.end_lineno])
+    return "".join(text.splitlines(keepends=True)[start : func.end_lineno])
 
 
 def line_of(text: str, needle: str) -> int:
@@ -117,7 +117,8 @@ class Tree:
         """Every file of the tree, by path relative to the root, as bytes."""
         return {
             str(path.relative_to(self.root)): path.read_bytes()
-            for path in sorted(self.root.rglob("*")) if path.is_file()
+            for path in sorted(self.root.rglob("*"))
+            if path.is_file()
         }
 
     def cli(self, *argv: str) -> tuple[int, str, str]:
@@ -130,8 +131,10 @@ class Tree:
 
 def keep_hint(relative: str, scope: str) -> str:
     """What a refusal adds: keep the site as the fork wrote it (how), or rewrite it."""
-    return (f"; keep the fork's code (`# sglang-draft-layout: keep` on that line, or `--keep {relative}:{scope}`) "
-            "or rewrite it to a form docs/sites.md lists")
+    return (
+        f"; keep the fork's code (`# sglang-draft-layout: keep` on that line, or `--keep {relative}:{scope}`) "
+        "or rewrite it to a form docs/sites.md lists"
+    )
 
 
 def assert_refused(tree: Tree, relative: str, line: int, scope: str, site: str, detail: str) -> None:
@@ -146,7 +149,10 @@ def assert_refused(tree: Tree, relative: str, line: int, scope: str, site: str, 
     code, out, err = tree.cli("apply")
     assert code == 2
     assert out == ""
-    assert err == f"error: {tree.path(relative)}:{line}: {scope}: {site}: {detail}{keep_hint(relative, scope)}; nothing written\n"
+    assert (
+        err
+        == f"error: {tree.path(relative)}:{line}: {scope}: {site}: {detail}{keep_hint(relative, scope)}; nothing written\n"
+    )
     assert tree.snapshot() == before
 
 

@@ -48,28 +48,38 @@ def parser_options(text: str) -> dict[str, ast.Call]:
 
 def test_defaults_are_the_issue_configs_and_sizes():
     a = ab_bench.parse_args(REQUIRED)
-    assert a.configs == ["triton_nocg_k1s3", "triton_nocg_k4s3", "flashinfer_nocg_k4s3", "triton_cg_k4s3",
-                         "flashinfer_cg_k1s3", "flashinfer_cg_k4s3", "flashinfer_cg_k8s5"]
+    assert a.configs == [
+        "triton_nocg_k1s3",
+        "triton_nocg_k4s3",
+        "flashinfer_nocg_k4s3",
+        "triton_cg_k4s3",
+        "flashinfer_cg_k1s3",
+        "flashinfer_cg_k4s3",
+        "flashinfer_cg_k8s5",
+    ]
     assert (a.pairs, a.round_seconds, a.concurrencies) == (6, 20, [1, 8, 32])
     assert (a.mode, a.round_margin, a.cpu_split, a.cpu_halves, a.config_seconds) == ("sequential", 1.5, False, None, 0)
     assert (a.input_len * a.range_ratio, a.input_len, a.output_len) == (256, 512, 512)
 
 
-@pytest.mark.parametrize("argv", [
-    REQUIRED[2:],                              # no --models
-    REQUIRED + ["--pairs", "5"],               # fewer than 6 pairs
-    REQUIRED + ["--round-seconds", "10"],      # rounds shorter than 20 s
-    REQUIRED + ["--round-margin", "0.9"],      # rounds planned shorter than --round-seconds
-    REQUIRED + ["--mode", "alternate"],        # neither sequential nor together
-    REQUIRED + ["--concurrencies", "0"],
-    REQUIRED + ["--configs", "vllm_cg_k4s3"],  # not a serve_checks backend
-    REQUIRED + ["--cpu-split"],                # sequential: each tree has the host to itself anyway
-    REQUIRED + ["--config-seconds", "-1"],
-    REQUIRED + ["--configs", "triton_nocg_k4s3@8,0"],                      # a concurrency of its own below 1
-    REQUIRED + ["--configs", "triton_nocg_k4s3@eight"],
-    REQUIRED + ["--configs", "triton_nocg_k4s3@"],
-    REQUIRED + ["--configs", "triton_nocg_k4s3", "triton_nocg_k4s3@1"],   # one configuration twice
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        REQUIRED[2:],  # no --models
+        REQUIRED + ["--pairs", "5"],  # fewer than 6 pairs
+        REQUIRED + ["--round-seconds", "10"],  # rounds shorter than 20 s
+        REQUIRED + ["--round-margin", "0.9"],  # rounds planned shorter than --round-seconds
+        REQUIRED + ["--mode", "alternate"],  # neither sequential nor together
+        REQUIRED + ["--concurrencies", "0"],
+        REQUIRED + ["--configs", "vllm_cg_k4s3"],  # not a serve_checks backend
+        REQUIRED + ["--cpu-split"],  # sequential: each tree has the host to itself anyway
+        REQUIRED + ["--config-seconds", "-1"],
+        REQUIRED + ["--configs", "triton_nocg_k4s3@8,0"],  # a concurrency of its own below 1
+        REQUIRED + ["--configs", "triton_nocg_k4s3@eight"],
+        REQUIRED + ["--configs", "triton_nocg_k4s3@"],
+        REQUIRED + ["--configs", "triton_nocg_k4s3", "triton_nocg_k4s3@1"],  # one configuration twice
+    ],
+)
 def test_bad_arguments_are_refused(argv):
     with pytest.raises(SystemExit) as exc:
         ab_bench.parse_args(argv)
@@ -77,8 +87,9 @@ def test_bad_arguments_are_refused(argv):
 
 
 def test_a_configuration_may_have_its_own_concurrencies():
-    a = ab_bench.parse_args(REQUIRED + ["--configs", "flashinfer_cg_k1s3@1,8,32", "triton_nocg_k4s3",
-                                        "--concurrencies", "32"])
+    a = ab_bench.parse_args(
+        REQUIRED + ["--configs", "flashinfer_cg_k1s3@1,8,32", "triton_nocg_k4s3", "--concurrencies", "32"]
+    )
     assert a.configs == ["flashinfer_cg_k1s3", "triton_nocg_k4s3"]
     assert a.config_concurrencies == {"flashinfer_cg_k1s3": [1, 8, 32], "triton_nocg_k4s3": [32]}
 
@@ -87,8 +98,9 @@ def test_a_configuration_may_have_its_own_concurrencies():
 def test_every_flag_exists_in_bench_serving_0_5_12():
     require_release("0.5.12")
     options = parser_options(wheel_source("0.5.12", "sglang/bench_serving.py"))
-    argv = ab_bench.bench_argv(ab_bench.parse_args(REQUIRED), port=20000, num_prompts=32, concurrency=8,
-                               output_file="x.jsonl")
+    argv = ab_bench.bench_argv(
+        ab_bench.parse_args(REQUIRED), port=20000, num_prompts=32, concurrency=8, output_file="x.jsonl"
+    )
     flags = [x for x in argv if x.startswith("--")]
     assert flags and not [f for f in flags if f not in options]
     choices = next(kw.value for kw in options["--dataset-name"].keywords if kw.arg == "choices")
@@ -108,11 +120,15 @@ def test_server_flags_exist_in_launch_server_0_5_12():
     for cg in ("cg", "nocg"):
         flags = [x for x in ab_bench.server_extra_args({"cg": cg}, 32).split() if x.startswith("--")]
         assert flags and not [f for f in flags if f not in options]
-    assert ab_bench.server_extra_args({"cg": "cg"}, 32) == \
-        "--max-running-requests 32 --disable-piecewise-cuda-graph --disable-radix-cache --sleep-on-idle " \
+    assert (
+        ab_bench.server_extra_args({"cg": "cg"}, 32)
+        == "--max-running-requests 32 --disable-piecewise-cuda-graph --disable-radix-cache --sleep-on-idle "
         "--cuda-graph-max-bs 32"
-    assert ab_bench.server_extra_args({"cg": "nocg"}, 8, "--foo 1") == \
-        "--max-running-requests 8 --disable-piecewise-cuda-graph --disable-radix-cache --sleep-on-idle --foo 1"
+    )
+    assert (
+        ab_bench.server_extra_args({"cg": "nocg"}, 8, "--foo 1")
+        == "--max-running-requests 8 --disable-piecewise-cuda-graph --disable-radix-cache --sleep-on-idle --foo 1"
+    )
 
 
 def test_cpu_split_is_refused_with_a_single_cpu(monkeypatch, capsys):
@@ -148,8 +164,16 @@ def test_cpu_halves_keep_each_physical_core_whole_and_as_many_cores_on_each_side
 
 def test_schedule_interleaves_and_alternates_the_first_tree():
     order = ab_stats.schedule(2, [8, 32])
-    assert order == [(0, 8, "unpatched"), (0, 8, "patched"), (0, 32, "patched"), (0, 32, "unpatched"),
-                     (1, 8, "unpatched"), (1, 8, "patched"), (1, 32, "patched"), (1, 32, "unpatched")]
+    assert order == [
+        (0, 8, "unpatched"),
+        (0, 8, "patched"),
+        (0, 32, "patched"),
+        (0, 32, "unpatched"),
+        (1, 8, "unpatched"),
+        (1, 8, "patched"),
+        (1, 32, "patched"),
+        (1, 32, "unpatched"),
+    ]
     one = ab_stats.schedule(6, [32])
     assert [one[i][2] for i in range(0, 12, 2)] == ["unpatched", "patched"] * 3
     assert all({one[i][2], one[i + 1][2]} == {"unpatched", "patched"} for i in range(0, 12, 2))
@@ -170,12 +194,15 @@ def test_bootstrap_interval_holds_the_median_and_narrows_with_more_pairs():
     assert ab_stats.bootstrap_median_ci([1.1] * 6) == (1.1, 1.1)
 
 
-@pytest.mark.parametrize("ratios, verdict", [
-    ([1.00, 1.005, 0.995, 1.002, 0.998, 1.001], "within ±2%"),
-    ([1.20, 1.25, 1.22, 1.30, 1.21, 1.24], "patched faster"),
-    ([0.90, 0.92, 0.91, 0.89, 0.93, 0.90], "patched slower"),
-    ([0.90, 1.10, 0.95, 1.05, 1.00, 0.85], "not resolved to ±2%"),
-])
+@pytest.mark.parametrize(
+    "ratios, verdict",
+    [
+        ([1.00, 1.005, 0.995, 1.002, 0.998, 1.001], "within ±2%"),
+        ([1.20, 1.25, 1.22, 1.30, 1.21, 1.24], "patched faster"),
+        ([0.90, 0.92, 0.91, 0.89, 0.93, 0.90], "patched slower"),
+        ([0.90, 1.10, 0.95, 1.05, 1.00, 0.85], "not resolved to ±2%"),
+    ],
+)
 def test_ratio_summary_verdicts(ratios, verdict):
     pairs = [({"output_throughput": 100.0}, {"output_throughput": 100.0 * r}) for r in ratios]
     s = ab_stats.ratio_summary(pairs, round_seconds=20)
@@ -189,7 +216,7 @@ def test_ratio_summary_verdicts(ratios, verdict):
 def test_prompts_for_round_fill_the_round_and_its_margin_at_the_faster_rate_in_whole_waves():
     assert ab_bench.prompts_for_round([10.0, 12.5], 20, 32, 1.0) == 256  # 250 -> 8 waves of 32
     assert ab_bench.prompts_for_round([10.0, 12.5], 20, 32, 1.5) == 384  # 375 -> 12 waves
-    assert ab_bench.prompts_for_round([0.01, 0.02], 20, 8, 1.5) == 8     # at least one wave
+    assert ab_bench.prompts_for_round([0.01, 0.02], 20, 8, 1.5) == 8  # at least one wave
 
 
 def test_rounds_grow_after_a_pair_with_a_short_round():
@@ -198,12 +225,18 @@ def test_rounds_grow_after_a_pair_with_a_short_round():
     assert ab_bench.grown_prompts(256, pair, 20, 32, 1.5) == 480
     assert ab_bench.grown_prompts(256, pair, 20, 32, 1.0) == 320
     assert ab_bench.grown_prompts(256, pair[:1], 20, 32, 1.5) == 256  # every round long enough
-    assert ab_bench.grown_prompts(640, pair, 20, 32, 1.5) == 640      # never fewer
+    assert ab_bench.grown_prompts(640, pair, 20, 32, 1.5) == 640  # never fewer
 
 
 def probe(steps: int, max_bs: int, topk: int, ctx: int, rows_bytes: int, diff: int) -> dict:
-    return {"args": [max_bs, max_bs * topk], "steps": steps, "topk": topk, "max_context_len": ctx,
-            "rows_bytes": rows_bytes, "allocated_diff": diff}
+    return {
+        "args": [max_bs, max_bs * topk],
+        "steps": steps,
+        "topk": topk,
+        "max_context_len": ctx,
+        "rows_bytes": rows_bytes,
+        "allocated_diff": diff,
+    }
 
 
 def test_memory_check_against_the_formula():
@@ -217,17 +250,29 @@ def test_memory_check_against_the_formula():
     assert not wrong["rows_equal_formula"] and not wrong["allocation_covers_rows"]
     # Triton (int64) sizes its rows with topk on both trees
     assert ab_stats.memory_check(probe(3, 8, 4, 2048, 3 * 32 * 2048 * 8, 0), "triton", "unpatched")[
-        "rows_equal_formula"]
+        "rows_equal_formula"
+    ]
 
 
 def pair_record(ratios: list[float], concurrency: int = 32) -> dict:
     rounds = []
     for k, r in enumerate(ratios):
         for tree, tps in (("unpatched", 1000.0), ("patched", 1000.0 * r)):
-            rounds.append({"pair": k, "tree": tree, "concurrency": concurrency, "output_throughput": tps,
-                           "duration": 21.0, "median_ttft_ms": 50.0, "p99_ttft_ms": 90.0, "median_itl_ms": 4.0,
-                           "p99_itl_ms": 9.0, "accept_length": 5.9 if tree == "patched" else 4.4,
-                           "accept_length_windows": 6.0 if tree == "patched" else 4.5})
+            rounds.append(
+                {
+                    "pair": k,
+                    "tree": tree,
+                    "concurrency": concurrency,
+                    "output_throughput": tps,
+                    "duration": 21.0,
+                    "median_ttft_ms": 50.0,
+                    "p99_ttft_ms": 90.0,
+                    "median_itl_ms": 4.0,
+                    "p99_itl_ms": 9.0,
+                    "accept_length": 5.9 if tree == "patched" else 4.4,
+                    "accept_length_windows": 6.0 if tree == "patched" else 4.5,
+                }
+            )
     return {"config": "flashinfer_cg_k8s5", "notes": [], "rounds": rounds, "memory": {}}
 
 
@@ -245,8 +290,11 @@ def test_summarize_keeps_only_complete_pairs():
     assert table.rstrip().endswith("| 4.50 / 6.00 |")
     for r in record["rounds"]:  # a record written before the windows were read: bench_serving's, said so
         del r["accept_length_windows"]
-    assert ab_bench.markdown_table(ab_bench.summarize(record, [32])).rstrip().endswith(
-        "| 4.40 (since start) / 5.90 (since start) |")
+    assert (
+        ab_bench.markdown_table(ab_bench.summarize(record, [32]))
+        .rstrip()
+        .endswith("| 4.40 (since start) / 5.90 (since start) |")
+    )
 
 
 FAKE_BENCH_SERVING = '''\
@@ -286,7 +334,8 @@ def test_client_runs_the_module_as_python_dash_m_once_per_round(tmp_path):
         assert run(["--output-file", str(first)], timeout=60) == 0
         assert run(["--output-file", str(second), "--exit", "3"], timeout=60) == 3
         assert ab_bench.read_round(str(first)) == dict(
-            {k: None for k in ab_bench.ROUND_KEYS}, completed=32, output_throughput=123.0, accept_length=4.0)
+            {k: None for k in ab_bench.ROUND_KEYS}, completed=32, output_throughput=123.0, accept_length=4.0
+        )
         ran = json.loads(second.read_text())  # run as `python -m sglang.bench_serving` runs it
         assert ran["run_as"] == "__main__" and ran["argv0"] == str(site / "sglang" / "bench_serving.py")
         hung = client.proc
@@ -412,10 +461,35 @@ def stand_in_site(tmp_path: Path) -> tuple[Path, int]:
 
 def run_stand_in_ab(tmp_path: Path, site: Path, base: int, *args: str) -> list[list[str]]:
     """ab_bench.main on triton_nocg_k4s3 at concurrency 8; bench_serving's runs, as logged."""
-    code = ab_bench.main(["--models", str(tmp_path / "models"), "--site", str(site), "--patched", str(site),
-                          "--out", str(tmp_path / "out"), "--configs", "triton_nocg_k4s3", "--concurrencies", "8",
-                          "--stress", "-1", "--base-port", str(base), "--port-step", "1", "--startup-timeout", "60",
-                          "--max-seconds", "300", "--min-config-seconds", "1", *args])
+    code = ab_bench.main(
+        [
+            "--models",
+            str(tmp_path / "models"),
+            "--site",
+            str(site),
+            "--patched",
+            str(site),
+            "--out",
+            str(tmp_path / "out"),
+            "--configs",
+            "triton_nocg_k4s3",
+            "--concurrencies",
+            "8",
+            "--stress",
+            "-1",
+            "--base-port",
+            str(base),
+            "--port-step",
+            "1",
+            "--startup-timeout",
+            "60",
+            "--max-seconds",
+            "300",
+            "--min-config-seconds",
+            "1",
+            *args,
+        ]
+    )
     assert code == 0
     return [line.split() for line in (site / "sglang" / "runs.log").read_text().splitlines()]
 
@@ -428,8 +502,12 @@ def test_one_config_end_to_end_with_stand_in_servers(tmp_path):
     runs = run_stand_in_ab(tmp_path, site, base)
     a, b = str(base), str(base + 1)
     # warm-up (6 waves: 48) and calibration (32) per tree, one after the other
-    assert [r[:3] + r[4:5] for r in runs[:4]] == [[a, "48", "8", "warmup"], [b, "48", "8", "warmup"],
-                                                   [a, "32", "8", "calibration"], [b, "32", "8", "calibration"]]
+    assert [r[:3] + r[4:5] for r in runs[:4]] == [
+        [a, "48", "8", "warmup"],
+        [b, "48", "8", "warmup"],
+        [a, "32", "8", "calibration"],
+        [b, "32", "8", "calibration"],
+    ]
     # 6 pairs A B, B A, ...: 20 s * 1.5 at 10/s = 300 -> 304 prompts; pair 0 ran at 16/s (19 s < 20 s),
     # so pairs 1-5 get 20 s * 1.5 at 16/s = 480; both rounds of pair 0 had the same prompts
     assert [r[0] for r in runs[4:]] == [a, b, b, a] * 3
@@ -460,20 +538,24 @@ def test_each_configuration_runs_at_its_own_concurrencies(tmp_path):
     8, the second (no @) only at --concurrencies; each pair's servers admit as many requests as
     its largest concurrency; one summary per configuration and concurrency."""
     site, base = stand_in_site(tmp_path)
-    run_stand_in_ab(tmp_path, site, base, "--mode", "together", "--configs", "triton_nocg_k4s3@2,8",
-                    "triton_cg_k4s3")
+    run_stand_in_ab(tmp_path, site, base, "--mode", "together", "--configs", "triton_nocg_k4s3@2,8", "triton_cg_k4s3")
     runs = [line.split() for line in (site / "sglang" / "runs.log").read_text().splitlines()]
     first = {str(base), str(base + 1)}
     assert {(r[2], r[4]) for r in runs if r[0] in first} == {
-        (c, tag) for c in ("2", "8") for tag in ["warmup", "calibration"] + [f"pair{k}" for k in range(6)]}
+        (c, tag) for c in ("2", "8") for tag in ["warmup", "calibration"] + [f"pair{k}" for k in range(6)]
+    }
     assert {(r[2], r[4]) for r in runs if r[0] not in first} == {
-        ("8", tag) for tag in ["warmup", "calibration"] + [f"pair{k}" for k in range(6)]}
+        ("8", tag) for tag in ["warmup", "calibration"] + [f"pair{k}" for k in range(6)]
+    }
     result = json.loads((tmp_path / "out" / "ab_results.json").read_text())
     assert result["settings"]["config_concurrencies"] == {"triton_nocg_k4s3": [2, 8], "triton_cg_k4s3": [8]}
     assert [r["concurrencies"] for r in result["records"]] == [[2, 8], [8]]
     assert all("--max-running-requests 8 " in r["server_extra_args"] for r in result["records"])
     assert [(s["config"], s["concurrency"], s["pairs"]) for s in result["summaries"]] == [
-        ("triton_nocg_k4s3", 2, 6), ("triton_nocg_k4s3", 8, 6), ("triton_cg_k4s3", 8, 6)]
+        ("triton_nocg_k4s3", 2, 6),
+        ("triton_nocg_k4s3", 8, 6),
+        ("triton_cg_k4s3", 8, 6),
+    ]
 
 
 def test_together_mode_runs_both_trees_of_every_pair_at_once(tmp_path):
@@ -508,13 +590,25 @@ def test_together_mode_runs_both_trees_of_every_pair_at_once(tmp_path):
 
     old = json.loads(OLD_RESULTS.read_text())
     assert "mode" not in old["settings"] and not any("mode" in r for r in old["records"])
-    assert report_ab.main([str(OLD_RESULTS), str(tmp_path / "out" / "ab_results.json"), "--out",
-                           str(tmp_path / "report"), "--no-plots"]) == 0
+    assert (
+        report_ab.main(
+            [
+                str(OLD_RESULTS),
+                str(tmp_path / "out" / "ab_results.json"),
+                "--out",
+                str(tmp_path / "report"),
+                "--no-plots",
+            ]
+        )
+        == 0
+    )
     text = (tmp_path / "report" / "summary.md").read_text()
     assert "| triton_nocg_k4s3 | together | 8 | 6 |" in text
     first_old = old["records"][0]
-    ratios = [p["output_throughput"] / u["output_throughput"] for u, p in
-              zip(*[[r for r in first_old["rounds"] if r["tree"] == tree] for tree in ("unpatched", "patched")])]
+    ratios = [
+        p["output_throughput"] / u["output_throughput"]
+        for u, p in zip(*[[r for r in first_old["rounds"] if r["tree"] == tree] for tree in ("unpatched", "patched")])
+    ]
     assert f"| {first_old['config']} | sequential | 32 | 6 |" in text
     assert f"{statistics.median(ratios):.3f} [" in text
 
@@ -535,8 +629,10 @@ def test_cpu_split_summary_gives_the_median_ratio_with_the_unpatched_tree_on_eac
     record["cpu_split"] = ["0-7", "8-15"]
     (s,) = ab_bench.summarize(record, [32])
     assert s["mode"] == "sequential+cpu-split" and s["pairs"] == 7
-    assert s["ratio_median_by_half"] == {"unpatched on 0-7": pytest.approx(1.025),  # pairs 0, 2, 4, 6
-                                         "unpatched on 8-15": pytest.approx(0.98)}  # pairs 1, 3, 5
+    assert s["ratio_median_by_half"] == {
+        "unpatched on 0-7": pytest.approx(1.025),  # pairs 0, 2, 4, 6
+        "unpatched on 8-15": pytest.approx(0.98),
+    }  # pairs 1, 3, 5
 
 
 def test_too_few_pairs_give_the_range_and_no_interval():
@@ -608,8 +704,9 @@ def test_pinning_a_tree_whose_process_has_exited_says_so():
     gone.wait()
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:
-        pair = ab_bench.Pair(a.configs[0], 0, a, {tree: SimpleNamespace(proc=live, cpus=None)
-                                                  for tree in ab_bench.TREES}, deadline=None)
+        pair = ab_bench.Pair(
+            a.configs[0], 0, a, {tree: SimpleNamespace(proc=live, cpus=None) for tree in ab_bench.TREES}, deadline=None
+        )
         pair.procs = {"unpatched": live, "patched": gone}
         pair.pin(0)
     finally:
@@ -617,8 +714,11 @@ def test_pinning_a_tree_whose_process_has_exited_says_so():
         live.wait()
     [entry] = pair.record["pinning"]
     assert entry["patched"]["server"] == {"processes": 0, "threads": 0, "cpus": ""}
-    assert entry["unpatched"]["server"] == {"processes": 1, "threads": entry["unpatched"]["server"]["threads"],
-                                            "cpus": str(cpu)}
+    assert entry["unpatched"]["server"] == {
+        "processes": 1,
+        "threads": entry["unpatched"]["server"]["threads"],
+        "cpus": str(cpu),
+    }
     assert pair.record["notes"] == ["pair 0: patched server: no process left in its group to pin"]
 
 
@@ -629,8 +729,9 @@ def test_config_seconds_stops_at_the_deadline_with_whole_pairs(tmp_path):
     pair 7's first round: its second round still fits, pair 8 does not."""
     site, base = stand_in_site(tmp_path)
     (site / "sglang" / "move_deadline").write_text("pair7 100")
-    run_stand_in_ab(tmp_path, site, base, "--config-seconds", "600", "--deadline-file",
-                    str(site / "sglang" / "deadline"))
+    run_stand_in_ab(
+        tmp_path, site, base, "--config-seconds", "600", "--deadline-file", str(site / "sglang" / "deadline")
+    )
     (record,) = json.loads((tmp_path / "out" / "ab_results.json").read_text())["records"]
     assert sorted({r["pair"] for r in record["rounds"]}) == list(range(8))
     assert len(record["rounds"]) == 16 and "cpu_split" not in record and "cpus" not in record["rounds"][0]
@@ -640,8 +741,14 @@ def test_config_seconds_stops_at_the_deadline_with_whole_pairs(tmp_path):
 
 def small_plan(tmp_path: Path, n: int = 7, **design) -> Path:
     """A plan file with one cell, triton_nocg_k4s3 at concurrency 8, of ``n`` pairs."""
-    cell = {"config": "triton_nocg_k4s3", "concurrency": 8, "n_pairs": n, "alpha": 0.05,
-            "margin": ab_stats.TOST_MARGIN, "t_crit": {7: 1.943180, 8: 1.894579}[n]}
+    cell = {
+        "config": "triton_nocg_k4s3",
+        "concurrency": 8,
+        "n_pairs": n,
+        "alpha": 0.05,
+        "margin": ab_stats.TOST_MARGIN,
+        "t_crit": {7: 1.943180, 8: 1.894579}[n],
+    }
     path = tmp_path / "plan.json"
     path.write_text(json.dumps({"design": {"mode": "together", "round_margin": 1.5, **design}, "cells": [cell]}))
     return path
@@ -653,8 +760,10 @@ def test_a_plan_fixes_the_pairs_and_refuses_runs_outside_its_design_or_cells(tmp
     assert a.config_pairs == {"triton_nocg_k4s3": 7} and a.plan_cells[("triton_nocg_k4s3", 8)]["n_pairs"] == 7
     for argv, says in [
         (["--configs", "triton_nocg_k4s3@8"], "--mode 'together' (given 'sequential')"),
-        (["--mode", "together", "--round-margin", "1.25", "--configs", "triton_nocg_k4s3@8"],
-         "--round-margin 1.5 (given 1.25)"),
+        (
+            ["--mode", "together", "--round-margin", "1.25", "--configs", "triton_nocg_k4s3@8"],
+            "--round-margin 1.5 (given 1.25)",
+        ),
         (["--mode", "together", "--configs", "triton_nocg_k4s3@8,32"], "triton_nocg_k4s3 at concurrency 32 is not"),
         (["--mode", "together", "--config-seconds", "300", "--configs", "triton_nocg_k4s3@8"], "no --config-seconds"),
     ]:
@@ -662,8 +771,9 @@ def test_a_plan_fixes_the_pairs_and_refuses_runs_outside_its_design_or_cells(tmp
             ab_bench.parse_args(REQUIRED + ["--plan", plan] + argv)
         assert says in capsys.readouterr().err
     # fewer planned pairs than --pairs: --pairs run, the verdict still at the plan's count
-    assert ab_bench.parse_args(REQUIRED + ["--plan", plan, "--mode", "together", "--pairs", "9", "--configs",
-                                           "triton_nocg_k4s3@8"]).config_pairs == {"triton_nocg_k4s3": 9}
+    assert ab_bench.parse_args(
+        REQUIRED + ["--plan", plan, "--mode", "together", "--pairs", "9", "--configs", "triton_nocg_k4s3@8"]
+    ).config_pairs == {"triton_nocg_k4s3": 9}
 
 
 def test_a_plan_run_measures_its_pairs_and_gives_its_verdict_then_report_judges_old_runs_post_hoc(tmp_path):
@@ -681,15 +791,31 @@ def test_a_plan_run_measures_its_pairs_and_gives_its_verdict_then_report_judges_
     t = s["tost"]
     assert (t["n"], t["passed"], t["registered"]) == (7, False, "before the run")
     assert t["ratio_mean"] == pytest.approx(1.25)
-    assert "| not shown within ±2% (TOST, 7 planned pairs), 1.250 [1.250, 1.250] |" in \
-        (tmp_path / "out" / "ab_summary.md").read_text()
+    assert (
+        "| not shown within ±2% (TOST, 7 planned pairs), 1.250 [1.250, 1.250] |"
+        in (tmp_path / "out" / "ab_summary.md").read_text()
+    )
 
     old = tmp_path / "old.json"
     old.write_text(json.dumps({"settings": {"concurrencies": [8]}, "records": [pair_record([1.0, 1.01, 0.99] * 3, 8)]}))
     loose = tmp_path / "loose.json"
-    loose.write_text(json.dumps({"design": {}, "cells": [
-        {"config": "flashinfer_cg_k8s5", "concurrency": 8, "n_pairs": 8, "alpha": 0.05,
-         "margin": ab_stats.TOST_MARGIN, "t_crit": 1.894579}]}))
+    loose.write_text(
+        json.dumps(
+            {
+                "design": {},
+                "cells": [
+                    {
+                        "config": "flashinfer_cg_k8s5",
+                        "concurrency": 8,
+                        "n_pairs": 8,
+                        "alpha": 0.05,
+                        "margin": ab_stats.TOST_MARGIN,
+                        "t_crit": 1.894579,
+                    }
+                ],
+            }
+        )
+    )
     assert report_ab.main([str(old), "--out", str(tmp_path / "report"), "--no-plots", "--plan", str(loose)]) == 0
     (s,) = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert s["tost"]["passed"] and s["tost"]["n"] == 8 and s["tost"]["registered"] == "after the run (post hoc)"
@@ -710,7 +836,9 @@ REAL_DECODE_LOG = """\
 
 def test_accept_length_from_the_servers_decode_windows_in_0_5_12s_format(tmp_path):
     assert ab_bench.window_accept_length(REAL_DECODE_LOG) == {
-        "accept_windows": 2, "accept_length_windows": pytest.approx((1 * 3.92 + 32 * 3.98) / 33)}
+        "accept_windows": 2,
+        "accept_length_windows": pytest.approx((1 * 3.92 + 32 * 3.98) / 33),
+    }
     assert ab_bench.window_accept_length("") == {"accept_windows": 0, "accept_length_windows": None}
     # from an offset on, whole lines only (a line still being written counts in the next run's read)
     log = tmp_path / "server.log"
@@ -729,9 +857,11 @@ def test_the_decode_window_line_is_0_5_12s():
     accept len is its own window's (the counters reset before it is written)."""
     require_release("0.5.12")
     text = wheel_source("0.5.12", "sglang/srt/observability/scheduler_metrics_mixin.py")
-    pieces = ['msg = f"Decode batch{iter_msg}, #running-req: {num_running_reqs}, {token_usage_msg}"',
-              "spec_accept_length = self.spec_num_accept_tokens / self.spec_num_forward_ct",
-              "self.spec_num_accept_tokens = self.spec_num_forward_ct = 0",  # each window its own
-              'msg += f"accept len: {spec_accept_length:.2f}, accept rate: {spec_accept_rate:.2f}, "']
+    pieces = [
+        'msg = f"Decode batch{iter_msg}, #running-req: {num_running_reqs}, {token_usage_msg}"',
+        "spec_accept_length = self.spec_num_accept_tokens / self.spec_num_forward_ct",
+        "self.spec_num_accept_tokens = self.spec_num_forward_ct = 0",  # each window its own
+        'msg += f"accept len: {spec_accept_length:.2f}, accept rate: {spec_accept_rate:.2f}, "',
+    ]
     at = [text.find(p) for p in pieces]
     assert -1 not in at and at == sorted(at)

@@ -32,8 +32,11 @@ def simulate(draw, n: int, true_log_ratio: float, reps: int = REPS) -> dict:
     x = draw((reps, n)) + true_log_ratio
     mean, sd = x.mean(axis=1), x.std(axis=1, ddof=1)
     half = ab_stats.t_quantile(1 - ALPHA, n - 1) * sd / math.sqrt(n)
-    return {"x": x, "passed": (mean - half > -MARGIN) & (mean + half < MARGIN),
-            "covered": (mean - half < true_log_ratio) & (true_log_ratio < mean + half)}
+    return {
+        "x": x,
+        "passed": (mean - half > -MARGIN) & (mean + half < MARGIN),
+        "covered": (mean - half < true_log_ratio) & (true_log_ratio < mean + half),
+    }
 
 
 def measured_log_ratios(config: str, concurrency: int) -> np.ndarray:
@@ -119,13 +122,18 @@ def test_the_committed_plan_is_what_its_generator_writes_and_sizes_each_cell_by_
     plan = json.loads(Path(parity_tost.PLAN).read_text())
     assert (plan["alpha"], plan["margin"], plan["power"]) == pytest.approx((0.05, math.log(1.02), 0.8), abs=1e-15)
     assert [(c["config"], c["concurrency"]) for c in plan["cells"]] == [
-        ("flashinfer_cg_k1s3", 8), ("flashinfer_cg_k1s3", 32), ("flashinfer_cg_k1s3", 64),
-        ("flashinfer_nocg_k4s3", 32), ("triton_nocg_k1s3", 32)]
+        ("flashinfer_cg_k1s3", 8),
+        ("flashinfer_cg_k1s3", 32),
+        ("flashinfer_cg_k1s3", 64),
+        ("flashinfer_nocg_k4s3", 32),
+        ("triton_nocg_k1s3", 32),
+    ]
     for cell in plan["cells"]:
         assert cell["n_pairs"] == ab_stats.tost_pairs(cell["sd_log_ratio"])
         assert cell["t_crit"] == pytest.approx(ab_stats.t_quantile(0.95, cell["n_pairs"] - 1), abs=1e-6)
         assert cell["est_device_s"] == pytest.approx(
-            cell["start_s"] + cell["pre_measure_s"] + cell["n_pairs"] * cell["pair_s"], abs=2)
+            cell["start_s"] + cell["pre_measure_s"] + cell["n_pairs"] * cell["pair_s"], abs=2
+        )
         assert cell["fits_budget"] == (cell["est_device_s"] <= plan["device"]["budget_s"])
         assert ("budget_note" in cell) != cell["fits_budget"]
         assert ("pilot_first" in cell) == (cell["sd_basis"] != parity_tost.IN_DESIGN)
@@ -159,15 +167,24 @@ def test_the_verdict_needs_no_scipy(monkeypatch):
 
 if __name__ == "__main__":  # the table of docs/performance.md
     rng = np.random.default_rng(SEED)
-    print("| noise | sd | n | type I at 1.02 | type I at 1 / 1.02 | power at 1 (exact) | coverage of the 90% interval |")
+    print(
+        "| noise | sd | n | type I at 1.02 | type I at 1 / 1.02 | power at 1 (exact) | coverage of the 90% interval |"
+    )
     shapes = [("normal", sd, lambda shape, sd=sd: rng.normal(0, sd, shape)) for sd in (0.0233, 0.035, 0.0387, 0.1)]
     shapes.append(("t, 3 df", 0.035, lambda shape: rng.standard_t(3, shape) * 0.035 / math.sqrt(3)))
     for config, c in (("flashinfer_cg_k1s3", 8), ("flashinfer_cg_k1s3", 32), ("triton_nocg_k4s3", 32)):
         logs = measured_log_ratios(config, c)
-        shapes.append((f"measured pairs {config} c{c}", float(logs.std(ddof=1)),
-                       lambda shape, r=logs - logs.mean(): rng.choice(r, size=shape)))
+        shapes.append(
+            (
+                f"measured pairs {config} c{c}",
+                float(logs.std(ddof=1)),
+                lambda shape, r=logs - logs.mean(): rng.choice(r, size=shape),
+            )
+        )
     for name, sd, draw in shapes:
         n = ab_stats.tost_pairs(sd)
         up, low, zero = (simulate(draw, n, mu) for mu in (MARGIN, -MARGIN, 0.0))
-        print(f"| {name} | {sd:.4f} | {n} | {up['passed'].mean():.3f} | {low['passed'].mean():.3f} | "
-              f"{zero['passed'].mean():.3f} ({ab_stats.tost_power(n, sd):.3f}) | {zero['covered'].mean():.3f} |")
+        print(
+            f"| {name} | {sd:.4f} | {n} | {up['passed'].mean():.3f} | {low['passed'].mean():.3f} | "
+            f"{zero['passed'].mean():.3f} ({ab_stats.tost_power(n, sd):.3f}) | {zero['covered'].mean():.3f} |"
+        )

@@ -18,7 +18,15 @@ from typing import Optional
 import pytest
 
 from rule_test_support import (
-    COMMON_TEMPLATE, EAGER, FLASHINFER, FLASHINFER_MLA, GRAPH, INIT, Tree, backend_module, write_bystanders,
+    COMMON_TEMPLATE,
+    EAGER,
+    FLASHINFER,
+    FLASHINFER_MLA,
+    GRAPH,
+    INIT,
+    Tree,
+    backend_module,
+    write_bystanders,
 )
 from sglang_draft_layout import api, cli
 
@@ -89,8 +97,11 @@ def test_verbose_lists_every_item_and_quiet_only_the_summary(tree, capsys, monke
     assert "helper definition" in verbose and "per-step kv_indices slice" in verbose
     code, quiet, _ = run(capsys, "check", "-q", str(tree.root))
     assert code == 1
-    assert quiet.splitlines() == [cli.summary(api.check(tree.root)), "next: run",
-                                  f"  sglang-draft-layout apply {tree.root}"]
+    assert quiet.splitlines() == [
+        cli.summary(api.check(tree.root)),
+        "next: run",
+        f"  sglang-draft-layout apply {tree.root}",
+    ]
 
 
 def test_one_count_in_check_apply_and_after(tree, capsys):
@@ -104,8 +115,10 @@ def test_one_count_in_check_apply_and_after(tree, capsys):
     assert applied["summary"]["states"]["patched now"] == to_patch
     assert after["summary"]["states"]["patched"] == to_patch + before["summary"]["states"].get("patched", 0)
     states = ", ".join(f"{count} {state}" for state, count in after["summary"]["states"].items())
-    assert run(capsys, "check", str(tree.root))[1].splitlines()[-1] == \
-        f"3 helpers, {kinds['call site']} call sites: {states}"
+    assert (
+        run(capsys, "check", str(tree.root))[1].splitlines()[-1]
+        == f"3 helpers, {kinds['call site']} call sites: {states}"
+    )
 
 
 def test_summary_wording_is_the_report_counts(tree):
@@ -122,21 +135,40 @@ def test_json_schema(tree, capsys):
     assert data["schema_version"] == api.SCHEMA_VERSION == 1
     assert data["command"] == "check" and data["exit_code"] == 1
     assert data["next"] == f"sglang-draft-layout apply {tree.root}"
-    assert data["target"] == {"root": str(tree.root), "package": str(tree.package), "release": "0.5.12",
-                              "release_source": "_version.py", "release_note": "sglang/_version.py",
-                              "git_describe": None}
+    assert data["target"] == {
+        "root": str(tree.root),
+        "package": str(tree.package),
+        "release": "0.5.12",
+        "release_source": "_version.py",
+        "release_note": "sglang/_version.py",
+        "git_describe": None,
+    }
     assert data["summary"]["total"] == len(data["sites"]) == sum(data["summary"]["states"].values())
-    keys = {"file": str, "line": (int, type(None)), "class_method": str, "kind": str, "site": str, "state": str,
-            "detail": str, "upstream": str, "rule": str, "needs_action": bool, "error": bool,
-            "proof": (dict, type(None))}
+    keys = {
+        "file": str,
+        "line": (int, type(None)),
+        "class_method": str,
+        "kind": str,
+        "site": str,
+        "state": str,
+        "detail": str,
+        "upstream": str,
+        "rule": str,
+        "needs_action": bool,
+        "error": bool,
+        "proof": (dict, type(None)),
+    }
     for site in data["sites"]:
         assert set(site) == set(keys)
         assert all(isinstance(site[key], kind) for key, kind in keys.items()), site
         assert site["upstream"].startswith("PR ")
         assert (tree.root / site["file"]).is_file() or site["state"] == "not in this release"
     [slice_site] = [s for s in data["sites"] if s["rule"] == "step-slice:flashinfer"]
-    assert (slice_site["class_method"], slice_site["kind"], slice_site["state"]) == \
-        ("FlashInferMultiStepDraftBackend.common_template", "call site", "to patch")
+    assert (slice_site["class_method"], slice_site["kind"], slice_site["state"]) == (
+        "FlashInferMultiStepDraftBackend.common_template",
+        "call site",
+        "to patch",
+    )
 
 
 def test_github_annotations(tree, capsys):
@@ -145,8 +177,9 @@ def test_github_annotations(tree, capsys):
     annotations = [line for line in out.splitlines() if line.startswith("::")]
     assert code == 1 and len(annotations) == len(sites)
     for line, site in zip(annotations, sites):
-        assert line.startswith(f"::error file=sglang/{site.file.removeprefix('sglang/')},line={site.line},"
-                               "title=sglang-draft-layout::")
+        assert line.startswith(
+            f"::error file=sglang/{site.file.removeprefix('sglang/')},line={site.line}," "title=sglang-draft-layout::"
+        )
         assert f"{site.scope} ({site.site}): to patch; upstream {site.upstream}; run `sglang-draft-layout apply" in line
     assert out.splitlines()[-2:] == [cli.summary(api.check(tree.root)), f"next: sglang-draft-layout apply {tree.root}"]
 
@@ -179,9 +212,11 @@ def test_apply_lists_files_and_the_fixing_hook_flag(tree, capsys, monkeypatch):
     assert code == 1
     assert {line.split()[1] for line in out.splitlines() if line.startswith("patched  ")} == expected
     assert out.splitlines()[-1] == f"wrote {len(expected)} files"
-    assert run(capsys, "apply", "--exit-non-zero-on-fix", ".")[:2] == \
-        (0, f"SGLang 0.5.12 (_version.py), at .\n{cli.summary(api.check(tree.root))}\n"
-            "nothing to do: every site already follows upstream\n")
+    assert run(capsys, "apply", "--exit-non-zero-on-fix", ".")[:2] == (
+        0,
+        f"SGLang 0.5.12 (_version.py), at .\n{cli.summary(api.check(tree.root))}\n"
+        "nothing to do: every site already follows upstream\n",
+    )
 
 
 def fork_layout(tmp_path: Path, capsys) -> Tree:
@@ -197,8 +232,12 @@ def fork_layout(tmp_path: Path, capsys) -> Tree:
 
 
 def git(root: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-                          capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
 
 def test_apply_prints_the_git_add_of_every_file_it_wrote(tmp_path, capsys, monkeypatch):
@@ -220,7 +259,7 @@ def test_apply_prints_the_git_add_of_every_file_it_wrote(tmp_path, capsys, monke
     assert lines[0] == "SGLang 0.5.12 (_version.py), at ../../.."
     assert max(map(len, lines)) <= 80
     at = lines.index("next: review, then stage exactly the files written, and commit")
-    command = " ".join(line.strip().rstrip("\\").strip() for line in lines[at + 1:])
+    command = " ".join(line.strip().rstrip("\\").strip() for line in lines[at + 1 :])
     assert command == f"git -C ../../.. add {' '.join(patched + new)}"
     subprocess.run(command.split(), check=True)
     assert sorted(git(root, "diff", "--cached", "--name-only").split()) == sorted(patched + new)
@@ -240,8 +279,9 @@ def test_header_states_the_release_from_the_forks_own_files(tmp_path, capsys, mo
     root = tmp_path / "fork"
     monkeypatch.chdir(root)
     (root / "python" / "sglang" / "_version.py").write_text("__version__ = version = '0.5.9'\n")
-    (root / "python" / "pyproject.toml").write_text('[project]\nname = "sglang"\nversion = "0.5.12.post1"\n\n'
-                                                    '[tool.other]\nversion = "9.9"\n')
+    (root / "python" / "pyproject.toml").write_text(
+        '[project]\nname = "sglang"\nversion = "0.5.12.post1"\n\n' '[tool.other]\nversion = "9.9"\n'
+    )
     git(root, "add", "-A")
     git(root, "commit", "-qm", "fork")
     git(root, "tag", "v0.5.6.post2")
@@ -249,13 +289,16 @@ def test_header_states_the_release_from_the_forks_own_files(tmp_path, capsys, mo
     described = git(root, "describe", "--tags").strip()
     assert described.startswith("v0.5.6.post2-1-g")
     assert run(capsys, "check", ".")[1].splitlines()[0] == "SGLang 0.5.12.post1 (pyproject), at ."
-    assert run(capsys, "check", "-v", ".")[1].splitlines()[1] == \
-        f"  release read from python/pyproject.toml; git describe: {described}"
+    assert (
+        run(capsys, "check", "-v", ".")[1].splitlines()[1]
+        == f"  release read from python/pyproject.toml; git describe: {described}"
+    )
     (root / "python" / "pyproject.toml").write_text('[project]\nname = "sglang"\ndynamic = ["version"]\n')
     assert run(capsys, "check", ".")[1].splitlines()[0] == "SGLang 0.5.9 (_version.py), at ."
     (root / "python" / "sglang" / "_version.py").unlink()
-    assert run(capsys, "check", ".")[1].splitlines()[0] == \
-        f"SGLang, release not stated (git describe: {described}), at ."
+    assert (
+        run(capsys, "check", ".")[1].splitlines()[0] == f"SGLang, release not stated (git describe: {described}), at ."
+    )
     target = report_json(capsys, "check", ".")["target"]
     assert (target["release"], target["release_source"], target["git_describe"]) == (None, "none", described)
 
@@ -265,8 +308,9 @@ def test_found_upward_from_a_subfolder(tree, capsys, monkeypatch):
     data = report_json(capsys, "check", ".")
     assert data["target"]["root"] == str(tree.root) and data["exit_code"] == 1
     assert data["next"] == "sglang-draft-layout apply ."
-    assert run(capsys, "check", "-q", "--no-tests", ".")[1].splitlines()[-1] == \
-        "  sglang-draft-layout apply --no-tests ."
+    assert (
+        run(capsys, "check", "-q", "--no-tests", ".")[1].splitlines()[-1] == "  sglang-draft-layout apply --no-tests ."
+    )
 
 
 def test_no_such_path_and_not_a_tree(tmp_path, capsys):
@@ -280,8 +324,11 @@ def test_a_file_as_target_is_refused_in_one_line(tree, capsys, command):
     before = tree.snapshot()
     named = tree.path("srt/speculative/spec_utils.py")
     assert run(capsys, command, str(named)) == (
-        2, "", f"error: {named}: a file, not a folder (TARGET names the tree, which is patched whole: "
-               f"e.g. {named.parent})\n")
+        2,
+        "",
+        f"error: {named}: a file, not a folder (TARGET names the tree, which is patched whole: "
+        f"e.g. {named.parent})\n",
+    )
     assert tree.snapshot() == before
     with pytest.raises(api.TargetError, match="a file, not a folder"):
         api.check(named)
@@ -295,8 +342,10 @@ def test_a_tree_vendored_below_the_folder_is_named_with_the_command_to_run(tmp_p
     monkeypatch.chdir(repository)
     code, out, err = run(capsys, "apply", "--no-tests", ".")
     assert (code, out) == (2, "")
-    assert err == f"error: {repository}: not in an SGLang tree; one is below it: {below}; run: " \
-                  f"sglang-draft-layout apply --no-tests {below}\n"
+    assert (
+        err == f"error: {repository}: not in an SGLang tree; one is below it: {below}; run: "
+        f"sglang-draft-layout apply --no-tests {below}\n"
+    )
     command = err.split("run: ", 1)[1].split()
     assert run(capsys, *command[1:])[0] == 0  # the command as printed patches the vendored tree
     assert run(capsys, "check", below)[0] == 0
@@ -306,8 +355,10 @@ def test_two_vendored_trees_are_both_named(tmp_path, capsys):
     for name in ("a", "b"):
         Tree(tmp_path / name, capsys)
     err = run(capsys, "check", str(tmp_path))[2]
-    assert err == f"error: {tmp_path}: not in an SGLang tree; these are below it: a, b; run: " \
-                  f"sglang-draft-layout check {tmp_path / 'a'}\n"
+    assert (
+        err == f"error: {tmp_path}: not in an SGLang tree; these are below it: a, b; run: "
+        f"sglang-draft-layout check {tmp_path / 'a'}\n"
+    )
 
 
 @pytest.fixture
@@ -319,9 +370,11 @@ def refused(tree: Tree) -> Tree:
     return tree
 
 
-KEEP_ADVICE = re.compile(r"keep the fork's code \(`# sglang-draft-layout: keep` on (that|each|this) line, or "
-                         r"`--keep srt/layers/attention/flashinfer_backend.py:FlashInferMultiStepDraftBackend\."
-                         r"common_template`\) or rewrite it to a form docs/sites.md lists")
+KEEP_ADVICE = re.compile(
+    r"keep the fork's code \(`# sglang-draft-layout: keep` on (that|each|this) line, or "
+    r"`--keep srt/layers/attention/flashinfer_backend.py:FlashInferMultiStepDraftBackend\."
+    r"common_template`\) or rewrite it to a form docs/sites.md lists"
+)
 
 
 def joined(text: str) -> list[str]:
@@ -402,8 +455,10 @@ def test_github_annotations_on_a_refused_tree_name_the_refusal(refused, capsys):
         if "unrecognised" in line:
             assert "; no rule knows this form: " in line and KEEP_ADVICE.search(line).group(1) == "this"
         else:
-            assert line.endswith(f"; `sglang-draft-layout apply {refused.root}` refuses the tree until the 2 sites "
-                                 f"no rule knows ({where}) are kept or rewritten")
+            assert line.endswith(
+                f"; `sglang-draft-layout apply {refused.root}` refuses the tree until the 2 sites "
+                f"no rule knows ({where}) are kept or rewritten"
+            )
     assert out.splitlines()[-1].startswith(f"next: {where}: keep the fork's code")
     assert out.splitlines()[-1].endswith(f"; then run `sglang-draft-layout check {refused.root}`")
 
@@ -432,8 +487,9 @@ def test_colour_only_on_a_terminal_and_never_with_no_color():
 def _on_a_terminal(argv: list[str], env: dict[str, str]) -> str:
     """Run the CLI with its stdout on a pseudo-terminal; what it printed."""
     primary, secondary = pty.openpty()
-    process = subprocess.Popen([sys.executable, "-m", "sglang_draft_layout", *argv], stdout=secondary,
-                               stderr=subprocess.DEVNULL, env=env)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sglang_draft_layout", *argv], stdout=secondary, stderr=subprocess.DEVNULL, env=env
+    )
     os.close(secondary)
     chunks = []
     while True:
@@ -498,8 +554,11 @@ def test_options_give_the_flags_of_the_next_command():
         more: tuple[str, ...] = ()
 
     assert api.Options().cli_flags() == [] and api.Options(tests=False).cli_flags() == ["--no-tests"]
-    assert api.Options(gpu_test=True, cpu_suite="stage-a-test-cpu").cli_flags() == \
-        ["--cpu-suite", "stage-a-test-cpu", "--gpu-test"]
+    assert api.Options(gpu_test=True, cpu_suite="stage-a-test-cpu").cli_flags() == [
+        "--cpu-suite",
+        "stage-a-test-cpu",
+        "--gpu-test",
+    ]
     assert Grown(more=("a.py:C.m", "b.py:D.n")).cli_flags() == ["--more", "a.py:C.m", "--more", "b.py:D.n"]
     assert cli._options(cli.parser().parse_args(["apply", "--no-tests", "x"])) == api.Options(tests=False)
     assert cli._options(cli.parser().parse_args(["check", "--tests", "x"])) == api.Options(tests=True)

@@ -13,8 +13,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def bash(script: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-c", f". benchmark/gpu/flashinfer_aot.sh; {script}"], cwd=REPO,
-                          capture_output=True, text=True, env={**os.environ, **(env or {})}, check=True)
+    return subprocess.run(
+        ["bash", "-c", f". benchmark/gpu/flashinfer_aot.sh; {script}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        check=True,
+    )
 
 
 def test_install_puts_only_modules_that_load_where_flashinfer_looks(tmp_path):

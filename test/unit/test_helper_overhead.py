@@ -12,8 +12,12 @@ import helper_overhead  # noqa: E402
 
 
 def test_per_iteration_adds_the_layout_the_width_and_steps_minus_one_used_lengths():
-    diffs = {"out_cache_loc layout": -700.0, "row width (int)": 50.0, "used length (int)": 30.0,
-             "site: capacity check": 200.0}
+    diffs = {
+        "out_cache_loc layout": -700.0,
+        "row width (int)": 50.0,
+        "used length (int)": 30.0,
+        "site: capacity check": 200.0,
+    }
     assert helper_overhead.per_iteration_ns(diffs, steps=3) == {"triton": -590.0, "flashinfer": -390.0}
     assert helper_overhead.per_iteration_ns(diffs, steps=8)["triton"] == -700.0 + 50.0 + 7 * 30.0
 

@@ -211,9 +211,7 @@ def test_used_len_examples(seq_lens_sum, topk, bs, num_steps, used):
 def test_used_len_fits_buffer_width(data, num_seqs, topk, num_steps):
     max_context_len = data.draw(st.integers(num_steps, 4096), label="max_context_len")
     max_seq_len = max_context_len - num_steps
-    seq_lens = data.draw(
-        st.lists(st.integers(0, max_seq_len), min_size=num_seqs, max_size=num_seqs)
-    )
+    seq_lens = data.draw(st.lists(st.integers(0, max_seq_len), min_size=num_seqs, max_size=num_seqs))
     bs = topk * num_seqs
     width = draft_kv_indices_buffer_width(num_seqs, topk, max_context_len)
     for steps in range(1, num_steps + 1):
@@ -304,9 +302,7 @@ def _disallowed_imports(source: str) -> list[str]:
     for node in tree.body:
         if isinstance(node, ast.If) and _is_type_checking_test(node.test) and not node.orelse:
             for child in node.body:
-                if isinstance(child, ast.Import) and all(
-                    a.name == "torch" and a.asname is None for a in child.names
-                ):
+                if isinstance(child, ast.Import) and all(a.name == "torch" and a.asname is None for a in child.names):
                     type_checking_imports.add(id(child))
     bad = []
     for node in ast.walk(tree):
@@ -326,8 +322,7 @@ def _disallowed_imports(source: str) -> list[str]:
         elif (
             isinstance(node, ast.Call)
             and isinstance(node.func, (ast.Name, ast.Attribute))
-            and (getattr(node.func, "id", None) or getattr(node.func, "attr", None))
-            in {"__import__", "import_module"}
+            and (getattr(node.func, "id", None) or getattr(node.func, "attr", None)) in {"__import__", "import_module"}
         ):
             bad.append(ast.unparse(node))
     return bad
@@ -336,16 +331,18 @@ def _disallowed_imports(source: str) -> list[str]:
 @pytest.mark.parametrize(
     "source,ok",
     [
-        ("from __future__ import annotations\nfrom typing import TYPE_CHECKING\n"
-         "if TYPE_CHECKING:\n    import torch\n", True),
+        (
+            "from __future__ import annotations\nfrom typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    import torch\n",
+            True,
+        ),
         ("import typing\nif typing.TYPE_CHECKING:\n    import torch\n", True),
         ("import torch\n", False),
         ("import os\n", False),
         ("from sglang.srt.utils import x\n", False),
         ("from . import sibling\n", False),
         ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import numpy\n", False),
-        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n"
-         "else:\n    import torch\n", False),
+        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n" "else:\n    import torch\n", False),
         ("def f():\n    import torch\n", False),
         ("def f():\n    from typing import Any\n", True),
         ("from typing import TYPE_CHECKING\nimport typing as t, os\n", False),
@@ -378,13 +375,8 @@ def test_helper_bodies_use_only_params_locals_and_builtins(func):
     assert isinstance(fn, ast.FunctionDef)
     params = {a.arg for a in fn.args.args + fn.args.kwonlyargs}
     body = ast.Module(body=fn.body, type_ignores=[])
-    stored = {
-        n.id for n in ast.walk(body) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
-    }
-    loaded = {
-        n.id for n in ast.walk(body) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
-    }
+    stored = {n.id for n in ast.walk(body) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    loaded = {n.id for n in ast.walk(body) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     free = loaded - params - stored - set(dir(builtins))
     assert free == set(), f"{func.__name__} uses module-level names {sorted(free)}"
     assert not fn.decorator_list
-

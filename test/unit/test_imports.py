@@ -45,19 +45,23 @@ def lint(code: str, line_length: int) -> tuple[str, str]:
 
 CASES = {
     "existing parenthesised list: name in sorted place": (
-        header("from sglang.srt.speculative.spec_utils import (\n"
-               "    assign_draft_cache_locs,\n"
-               "    generate_draft_decode_kv_indices,\n"
-               "    get_src_tgt_cache_loc,\n"
-               ")\n"),
+        header(
+            "from sglang.srt.speculative.spec_utils import (\n"
+            "    assign_draft_cache_locs,\n"
+            "    generate_draft_decode_kv_indices,\n"
+            "    get_src_tgt_cache_loc,\n"
+            ")\n"
+        ),
         [WIDTH],
         88,
-        header("from sglang.srt.speculative.spec_utils import (\n"
-               "    assign_draft_cache_locs,\n"
-               "    draft_kv_indices_buffer_width,\n"
-               "    generate_draft_decode_kv_indices,\n"
-               "    get_src_tgt_cache_loc,\n"
-               ")\n"),
+        header(
+            "from sglang.srt.speculative.spec_utils import (\n"
+            "    assign_draft_cache_locs,\n"
+            "    draft_kv_indices_buffer_width,\n"
+            "    generate_draft_decode_kv_indices,\n"
+            "    get_src_tgt_cache_loc,\n"
+            ")\n"
+        ),
     ),
     "existing one-line import that still fits": (
         header("from sglang.srt.speculative.spec_utils import fast\n"),
@@ -69,21 +73,25 @@ CASES = {
         header("from sglang.srt.speculative.spec_utils import generate_draft_decode_kv_indices\n"),
         [WIDTH, USED_LEN],
         88,
-        header("from sglang.srt.speculative.spec_utils import (\n"
-               "    draft_kv_indices_buffer_width,\n"
-               "    draft_kv_indices_used_len,\n"
-               "    generate_draft_decode_kv_indices,\n"
-               ")\n"),
+        header(
+            "from sglang.srt.speculative.spec_utils import (\n"
+            "    draft_kv_indices_buffer_width,\n"
+            "    draft_kv_indices_used_len,\n"
+            "    generate_draft_decode_kv_indices,\n"
+            ")\n"
+        ),
     ),
     "no import of the module yet: between its sorted neighbours": (
         header("from sglang.srt.speculative.spec_info import SpecInput\n"),
         [WIDTH, USED_LEN],
         88,
-        header("from sglang.srt.speculative.spec_info import SpecInput\n"
-               "from sglang.srt.speculative.spec_utils import (\n"
-               "    draft_kv_indices_buffer_width,\n"
-               "    draft_kv_indices_used_len,\n"
-               ")\n"),
+        header(
+            "from sglang.srt.speculative.spec_info import SpecInput\n"
+            "from sglang.srt.speculative.spec_utils import (\n"
+            "    draft_kv_indices_buffer_width,\n"
+            "    draft_kv_indices_used_len,\n"
+            ")\n"
+        ),
     ),
     "no import of the module yet: a short one on one line": (
         header(),
@@ -95,38 +103,48 @@ CASES = {
         header("from sglang.srt.speculative.spec_utils import generate_draft_decode_kv_indices\n"),
         [WIDTH],
         120,
-        header("from sglang.srt.speculative.spec_utils import draft_kv_indices_buffer_width, "
-               "generate_draft_decode_kv_indices\n"),
+        header(
+            "from sglang.srt.speculative.spec_utils import draft_kv_indices_buffer_width, "
+            "generate_draft_decode_kv_indices\n"
+        ),
     ),
     "order_by_type: CONSTANTS, then Classes, then functions": (
-        header("from sglang.srt.speculative.spec_utils import (\n"
-               "    TREE_SPEC_KERNEL_AVAILABLE,\n"
-               "    SpecInput,\n"
-               "    assign_draft_cache_locs,\n"
-               ")\n"),
+        header(
+            "from sglang.srt.speculative.spec_utils import (\n"
+            "    TREE_SPEC_KERNEL_AVAILABLE,\n"
+            "    SpecInput,\n"
+            "    assign_draft_cache_locs,\n"
+            ")\n"
+        ),
         [(SPEC_UTILS, "DraftLayout"), (SPEC_UTILS, "MAX_TOPK"), (SPEC_UTILS, "b_helper")],
         88,
-        header("from sglang.srt.speculative.spec_utils import (\n"
-               "    MAX_TOPK,\n"
-               "    TREE_SPEC_KERNEL_AVAILABLE,\n"
-               "    DraftLayout,\n"
-               "    SpecInput,\n"
-               "    assign_draft_cache_locs,\n"
-               "    b_helper,\n"
-               ")\n"),
+        header(
+            "from sglang.srt.speculative.spec_utils import (\n"
+            "    MAX_TOPK,\n"
+            "    TREE_SPEC_KERNEL_AVAILABLE,\n"
+            "    DraftLayout,\n"
+            "    SpecInput,\n"
+            "    assign_draft_cache_locs,\n"
+            "    b_helper,\n"
+            ")\n"
+        ),
     ),
     "comment in an existing parenthesised import kept": (
-        header("from sglang.srt.speculative.spec_utils import (  # noqa: F401\n"
-               "    assign_draft_cache_locs,\n"
-               "    get_src_tgt_cache_loc,\n"
-               ")\n"),
+        header(
+            "from sglang.srt.speculative.spec_utils import (  # noqa: F401\n"
+            "    assign_draft_cache_locs,\n"
+            "    get_src_tgt_cache_loc,\n"
+            ")\n"
+        ),
         [WIDTH],
         88,
-        header("from sglang.srt.speculative.spec_utils import (  # noqa: F401\n"
-               "    assign_draft_cache_locs,\n"
-               "    draft_kv_indices_buffer_width,\n"
-               "    get_src_tgt_cache_loc,\n"
-               ")\n"),
+        header(
+            "from sglang.srt.speculative.spec_utils import (  # noqa: F401\n"
+            "    assign_draft_cache_locs,\n"
+            "    draft_kv_indices_buffer_width,\n"
+            "    get_src_tgt_cache_loc,\n"
+            ")\n"
+        ),
     ),
     "name already imported: nothing changes": (
         header("from sglang.srt.speculative.spec_utils import draft_kv_indices_buffer_width\n"),
@@ -144,54 +162,54 @@ CASES = {
         header("from sglang.srt.speculative.spec_info import SpecInput\n"),
         [PER_STEP, WIDTH],
         88,
-        header("from sglang.srt.speculative.eagle_utils import per_step_draft_out_cache_loc\n"
-               "from sglang.srt.speculative.spec_info import SpecInput\n"
-               "from sglang.srt.speculative.spec_utils import draft_kv_indices_buffer_width\n"),
+        header(
+            "from sglang.srt.speculative.eagle_utils import per_step_draft_out_cache_loc\n"
+            "from sglang.srt.speculative.spec_info import SpecInput\n"
+            "from sglang.srt.speculative.spec_utils import draft_kv_indices_buffer_width\n"
+        ),
     ),
     "module opening string after from __future__ import annotations": (
-        'from __future__ import annotations\n'
-        '\n'
+        "from __future__ import annotations\n"
+        "\n"
         '"""\n'
-        'Opening string of the module.\n'
+        "Opening string of the module.\n"
         '"""\n'
-        '\n'
-        'import os\n'
-        '\n'
-        'import torch\n'
-        '\n'
-        'from sglang.srt.layers.radix_attention import AttentionType\n'
-        'from sglang.srt.utils import is_cuda\n'
-        '\n'
-        '\n'
-        'class Backend:\n'
-        '    pass\n',
+        "\n"
+        "import os\n"
+        "\n"
+        "import torch\n"
+        "\n"
+        "from sglang.srt.layers.radix_attention import AttentionType\n"
+        "from sglang.srt.utils import is_cuda\n"
+        "\n"
+        "\n"
+        "class Backend:\n"
+        "    pass\n",
         [WIDTH, USED_LEN],
         88,
-        'from __future__ import annotations\n'
-        '\n'
+        "from __future__ import annotations\n"
+        "\n"
         '"""\n'
-        'Opening string of the module.\n'
+        "Opening string of the module.\n"
         '"""\n'
-        '\n'
-        'import os\n'
-        '\n'
-        'import torch\n'
-        '\n'
-        'from sglang.srt.layers.radix_attention import AttentionType\n'
-        'from sglang.srt.speculative.spec_utils import (\n'
-        '    draft_kv_indices_buffer_width,\n'
-        '    draft_kv_indices_used_len,\n'
-        ')\n'
-        'from sglang.srt.utils import is_cuda\n'
-        '\n'
-        '\n'
-        'class Backend:\n'
-        '    pass\n',
+        "\n"
+        "import os\n"
+        "\n"
+        "import torch\n"
+        "\n"
+        "from sglang.srt.layers.radix_attention import AttentionType\n"
+        "from sglang.srt.speculative.spec_utils import (\n"
+        "    draft_kv_indices_buffer_width,\n"
+        "    draft_kv_indices_used_len,\n"
+        ")\n"
+        "from sglang.srt.utils import is_cuda\n"
+        "\n"
+        "\n"
+        "class Backend:\n"
+        "    pass\n",
     ),
     "import only inside if TYPE_CHECKING: a module-level one is added, the block untouched": (
-        header() + "\n"
-        "if TYPE_CHECKING:\n"
-        "    from sglang.srt.speculative.spec_utils import SpecInput\n",
+        header() + "\n" "if TYPE_CHECKING:\n" "    from sglang.srt.speculative.spec_utils import SpecInput\n",
         [WIDTH],
         88,
         header("from sglang.srt.speculative.spec_utils import draft_kv_indices_buffer_width\n") + "\n"
@@ -200,27 +218,27 @@ CASES = {
     ),
     "import torch when missing: its own third-party section": (
         '"""Helpers."""\n'
-        '\n'
-        'import logging\n'
-        '\n'
-        'from sglang.srt.utils import is_cuda\n'
-        '\n'
-        '\n'
-        'def helper():\n'
-        '    return torch.int32\n',
+        "\n"
+        "import logging\n"
+        "\n"
+        "from sglang.srt.utils import is_cuda\n"
+        "\n"
+        "\n"
+        "def helper():\n"
+        "    return torch.int32\n",
         [("torch", "")],
         88,
         '"""Helpers."""\n'
-        '\n'
-        'import logging\n'
-        '\n'
-        'import torch\n'
-        '\n'
-        'from sglang.srt.utils import is_cuda\n'
-        '\n'
-        '\n'
-        'def helper():\n'
-        '    return torch.int32\n',
+        "\n"
+        "import logging\n"
+        "\n"
+        "import torch\n"
+        "\n"
+        "from sglang.srt.utils import is_cuda\n"
+        "\n"
+        "\n"
+        "def helper():\n"
+        "    return torch.int32\n",
     ),
     "first-party imports split by an if block: into the run its neighbours are in": (
         "import torch\n"
@@ -279,24 +297,18 @@ CASES = {
         "from sglang.srt.layers.late import Late  # noqa: E402\n",
     ),
     "no first-party block yet: a new block after the last import": (
-        '"""A module."""\n'
-        '\n'
-        'import logging\n'
-        '\n'
-        'import torch\n'
-        '\n'
-        'logger = logging.getLogger(__name__)\n',
+        '"""A module."""\n' "\n" "import logging\n" "\n" "import torch\n" "\n" "logger = logging.getLogger(__name__)\n",
         [WIDTH],
         88,
         '"""A module."""\n'
-        '\n'
-        'import logging\n'
-        '\n'
-        'import torch\n'
-        '\n'
-        'from sglang.srt.speculative.spec_utils import draft_kv_indices_buffer_width\n'
-        '\n'
-        'logger = logging.getLogger(__name__)\n',
+        "\n"
+        "import logging\n"
+        "\n"
+        "import torch\n"
+        "\n"
+        "from sglang.srt.speculative.spec_utils import draft_kv_indices_buffer_width\n"
+        "\n"
+        "logger = logging.getLogger(__name__)\n",
     ),
 }
 
@@ -325,4 +337,5 @@ def test_other_lines_are_untouched():
     before = header("from sglang.srt.speculative.spec_info import SpecInput\n") + "x = [1,2]\n"
     result = add_imports(before, [WIDTH])
     assert result == before.replace(
-        "SpecInput\n", "SpecInput\nfrom sglang.srt.speculative.spec_utils import draft_kv_indices_buffer_width\n")
+        "SpecInput\n", "SpecInput\nfrom sglang.srt.speculative.spec_utils import draft_kv_indices_buffer_width\n"
+    )

@@ -9,31 +9,53 @@ import textwrap
 import pytest
 
 from sglang_draft_layout.layout_patterns import (
-    CAPACITY, LAUNCH, OUT_CACHE_LOC, ROWS, STEP_LENGTH, draft_layout_classes, draft_layout_forms, has_keep_pragma,
-    inline_draft_layout, nodes_of, out_cache_loc_layouts, view_reads, view_rebinds,
+    CAPACITY,
+    LAUNCH,
+    OUT_CACHE_LOC,
+    ROWS,
+    STEP_LENGTH,
+    draft_layout_classes,
+    draft_layout_forms,
+    has_keep_pragma,
+    inline_draft_layout,
+    nodes_of,
+    out_cache_loc_layouts,
+    view_reads,
+    view_rebinds,
 )
 from sglang_draft_layout.rules.base import Source
 from sglang_draft_layout.rules.structural_guard import may_hold_draft_layout
 
 
 def method(body: str) -> ast.FunctionDef:
-    return ast.parse("def f(self, max_bs, forward_batch, o, n, i, order, f):\n" + textwrap.indent(textwrap.dedent(body), "    ")).body[0]
+    return ast.parse(
+        "def f(self, max_bs, forward_batch, o, n, i, order, f):\n" + textwrap.indent(textwrap.dedent(body), "    ")
+    ).body[0]
 
 
 FORMS = {
     "inline rows": ("x = torch.empty((self.speculative_num_steps, max_bs * self.max_context_len))", {ROWS}),
     "rows via a local": ("w = max_bs * self.max_context_len\nx = torch.zeros((self.speculative_num_steps, w))", {ROWS}),
-    "helper rows": ("w = draft_kv_indices_buffer_width(max_bs, self.topk, self.max_context_len)\n"
-                    "x = torch.zeros((self.speculative_num_steps, w))", {ROWS}),
+    "helper rows": (
+        "w = draft_kv_indices_buffer_width(max_bs, self.topk, self.max_context_len)\n"
+        "x = torch.zeros((self.speculative_num_steps, w))",
+        {ROWS},
+    ),
     "other rows": ("x = torch.empty((self.speculative_num_steps, max_bs))", set()),
     "step length": ("y = row[i][: seq_lens_sum * self.topk + bs * (i + 1)]", {STEP_LENGTH}),
     "capacity length": ("n = seq_lens_sum * self.topk + bs * self.speculative_num_steps", {CAPACITY}),
     "helper capacity": ("n = draft_kv_indices_used_len(s, self.topk, bs, self.speculative_num_steps)", {CAPACITY}),
     "launch": ("generate_draft_decode_kv_indices[(1,)](a, b)", {LAUNCH}),
-    "out_cache_loc": ("o = o.reshape(bs, self.topk, self.speculative_num_steps)\n"
-                      "o = o.permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)", {OUT_CACHE_LOC}),
-    "delegates": ("for i in range(self.speculative_num_steps - 1):\n"
-                  "    self.attn_backends[i].init_forward_metadata(forward_batch)", set()),
+    "out_cache_loc": (
+        "o = o.reshape(bs, self.topk, self.speculative_num_steps)\n"
+        "o = o.permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)",
+        {OUT_CACHE_LOC},
+    ),
+    "delegates": (
+        "for i in range(self.speculative_num_steps - 1):\n"
+        "    self.attn_backends[i].init_forward_metadata(forward_batch)",
+        set(),
+    ),
 }
 
 
@@ -42,8 +64,11 @@ def test_draft_layout_forms(body, forms):
     assert draft_layout_forms(method(body)) == forms
 
 
-@pytest.mark.parametrize("body", [body for body, forms in FORMS.values() if forms],
-                         ids=[name for name, (_body, forms) in FORMS.items() if forms])
+@pytest.mark.parametrize(
+    "body",
+    [body for body, forms in FORMS.values() if forms],
+    ids=[name for name, (_body, forms) in FORMS.items() if forms],
+)
 def test_text_filter_lets_every_form_through(body):
     assert may_hold_draft_layout(body)
 
@@ -53,11 +78,18 @@ def test_text_filter_ignores_an_unrelated_topk_sum():
 
 
 def test_width_reverted_through_a_local_is_inline():
-    tree = ast.parse("class B:\n" + textwrap.indent(
-        "def init_cuda_graph_state(self, max_bs, max_num_tokens):\n"
-        "    kv_indices_width = max_bs * self.max_context_len\n"
-        "    self.rows = torch.zeros((self.speculative_num_steps, kv_indices_width))\n", "    "))
-    assert inline_draft_layout(tree) == [("B", "init_cuda_graph_state", 4, "row width without draft_kv_indices_buffer_width")]
+    tree = ast.parse(
+        "class B:\n"
+        + textwrap.indent(
+            "def init_cuda_graph_state(self, max_bs, max_num_tokens):\n"
+            "    kv_indices_width = max_bs * self.max_context_len\n"
+            "    self.rows = torch.zeros((self.speculative_num_steps, kv_indices_width))\n",
+            "    ",
+        )
+    )
+    assert inline_draft_layout(tree) == [
+        ("B", "init_cuda_graph_state", 4, "row width without draft_kv_indices_buffer_width")
+    ]
     assert draft_layout_classes(tree) == ["B"]
 
 
@@ -68,8 +100,12 @@ def test_nodes_of_walks_once_in_source_order():
 
 
 def test_a_per_step_layout_is_reported_once():
-    tree = ast.parse("class W:\n" + textwrap.indent("def draft_forward(self, o, bs):\n" + textwrap.indent(
-        FORMS["out_cache_loc"][0] + "\n", "    "), "    "))
+    tree = ast.parse(
+        "class W:\n"
+        + textwrap.indent(
+            "def draft_forward(self, o, bs):\n" + textwrap.indent(FORMS["out_cache_loc"][0] + "\n", "    "), "    "
+        )
+    )
     assert [(c, m, line) for c, m, line, _what in inline_draft_layout(tree)] == [("W", "draft_forward", 3)]
 
 
@@ -103,8 +139,11 @@ def test_class_blocks_parse_only_wanted_classes_at_their_lines():
 def test_class_blocks_fall_back_to_the_whole_file():
     code = CODE.replace('return "marker"', 'return """marker\nclass Other:\n"""')
     source = Source.class_blocks("m.py", code, lambda text: "marker" in text)
-    assert [n.name for n in source.tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))] == \
-        ["helper", "Wanted", "Other"]
+    assert [n.name for n in source.tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))] == [
+        "helper",
+        "Wanted",
+        "Other",
+    ]
 
 
 # ---- a fork's own spelling of the per-step out_cache_loc split -----------------------
@@ -117,7 +156,7 @@ SPELLINGS = {
     "width topk * n, steps -1": f"{SPLIT}.permute(2, 0, 1).reshape(-1, self.topk * n)",
     "width a local": f"w = n * self.topk\n{SPLIT}.permute(2, 0, 1).reshape(self.speculative_num_steps, w)",
     "topk and steps locals": "topk = self.topk\nsteps = self.speculative_num_steps\nbs = n\nstep_width = bs * topk\n"
-                             "x = o.reshape(bs, topk, steps).permute(2, 0, 1).reshape(steps, step_width)[i]",
+    "x = o.reshape(bs, topk, steps).permute(2, 0, 1).reshape(steps, step_width)[i]",
     "movedim(2, 0)": f"{SPLIT}.movedim(2, 0).reshape(self.speculative_num_steps, -1)",
     "movedim(-1, 0)": f"{SPLIT}.movedim(-1, 0).flatten(1)",
     "two transposes": f"{SPLIT}.transpose(1, 2).transpose(0, 1).flatten(start_dim=1)",
@@ -125,23 +164,23 @@ SPELLINGS = {
     "returned": f"return {SPLIT[4:]}.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
     "a keyword argument": f"f(loc={SPLIT[4:]}.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)[i])",
     "3-d view bound to a local": "r = o.view(n, self.topk, self.speculative_num_steps)\n"
-                                 "x = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
+    "x = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
     "bound view, topk and steps locals, movedim": "topk = self.topk\nsteps = self.speculative_num_steps\n"
-                                                  "rows = o.reshape(n, topk, steps)\nx = rows.movedim(-1, 0).flatten(1)",
+    "rows = o.reshape(n, topk, steps)\nx = rows.movedim(-1, 0).flatten(1)",
     "bound view, returned subscripted": "rows = o.view(n, self.topk, self.speculative_num_steps)\n"
-                                        "return rows.transpose(1, 2).transpose(0, 1).flatten(1)[i]",
+    "return rows.transpose(1, 2).transpose(0, 1).flatten(1)[i]",
     "bound view, a statement between": "r = o.view(n, self.topk, self.speculative_num_steps)\ny = 1\n"
-                                       "x = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
+    "x = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
     "bound view, a block between": "r = o.view(n, self.topk, self.speculative_num_steps)\nif n:\n    y = 1\n"
-                                   "z = 2\nx = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
+    "z = 2\nx = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
     "two statements, a statement between": "o = o.view(n, self.topk, self.speculative_num_steps)\ny = 1\n"
-                                           "o = o.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
+    "o = o.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
     "bound view, moved in a nested block": "r = o.view(n, self.topk, self.speculative_num_steps)\nif n:\n"
-                                           "    x = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
+    "    x = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
     "bound view, moved two blocks down": "r = o.view(n, self.topk, self.speculative_num_steps)\nwith f:\n"
-                                         "    y = 1\n    if n:\n        return r.movedim(-1, 0).flatten(1)[i]",
+    "    y = 1\n    if n:\n        return r.movedim(-1, 0).flatten(1)[i]",
     "bound view, moved in a loop below it": "r = o.view(n, self.topk, self.speculative_num_steps)\nfor i in f:\n"
-                                            "    x = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)[i]",
+    "    x = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)[i]",
 }
 NOT_THE_LAYOUT = {
     "one transpose": f"{SPLIT}.transpose(0, 2).reshape(self.speculative_num_steps, -1)",
@@ -153,16 +192,16 @@ NOT_THE_LAYOUT = {
     "rows last": f"{SPLIT}.permute(2, 0, 1).reshape(-1, self.speculative_num_steps)",
     "steps a different number": f"{SPLIT}.permute(2, 0, 1).reshape(self.speculative_num_steps + 1, -1)",
     "topk local rebound": "topk = self.topk\ntopk = 1\n"
-                          "x = o.view(n, topk, self.speculative_num_steps).permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
+    "x = o.view(n, topk, self.speculative_num_steps).permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
     "topk a parameter": "x = o.view(n, max_bs, self.speculative_num_steps).permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
     "flatten(0)": f"{SPLIT}.permute(2, 0, 1).flatten(0)",
     "permute by a variable": f"{SPLIT}.permute(*order).reshape(self.speculative_num_steps, -1)",
     "bound view, moved in a nested def": "r = o.view(n, self.topk, self.speculative_num_steps)\nif n:\n"
-                                         "    def g():\n"
-                                         "        return r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
+    "    def g():\n"
+    "        return r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
     "bound view, rebound in the block of its move": "r = o.view(n, self.topk, self.speculative_num_steps)\nif n:\n"
-                                                    "    r = f\n"
-                                                    "    x = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
+    "    r = f\n"
+    "    x = r.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)",
 }
 
 
@@ -209,9 +248,15 @@ def test_the_other_reads_of_a_bound_view(body, lines):
     assert [name.lineno for name in view_reads(func, split)] == lines
 
 
-@pytest.mark.parametrize("between, moved", [
-    ("y = 1\n", MOVED), ("if n:\n    y = r\n", MOVED), ("", f"f({MOVED})"),
-], ids=["a statement", "a block reading the view", "none, moved inside a call"])
+@pytest.mark.parametrize(
+    "between, moved",
+    [
+        ("y = 1\n", MOVED),
+        ("if n:\n    y = r\n", MOVED),
+        ("", f"f({MOVED})"),
+    ],
+    ids=["a statement", "a block reading the view", "none, moved inside a call"],
+)
 def test_the_statements_between_a_bound_view_and_its_move(between, moved):
     func = method(f"{BOUND}{between}x = {moved}")
     [split] = out_cache_loc_layouts(func)
@@ -264,8 +309,7 @@ NESTED_REBINDS = {
     "a with target": (f"with f as o:\n    x = {MOVED}", [("o", 3)]),
     "a walrus in the if test": (f"if (n := f):\n    x = {MOVED}", [("n", 3)]),
     "an earlier branch": (f"if i:\n    n = 2\nelse:\n    x = {MOVED}", [("n", 4)]),
-    "an except name, two blocks down": (f"try:\n    y = 1\nexcept E as o:\n    if i:\n        x = {MOVED}",
-                                        [("o", 5)]),
+    "an except name, two blocks down": (f"try:\n    y = 1\nexcept E as o:\n    if i:\n        x = {MOVED}", [("o", 5)]),
 }
 
 
@@ -282,11 +326,16 @@ def test_the_two_statement_form_has_no_bound_view():
 
 
 def test_split_inside_a_forks_method_is_reported_inline():
-    tree = ast.parse("class B:\n" + textwrap.indent(
-        "def _rows(self, forward_batch):\n" + textwrap.indent(SPELLINGS["topk and steps locals"], "    ") + "\n",
-        "    "))
+    tree = ast.parse(
+        "class B:\n"
+        + textwrap.indent(
+            "def _rows(self, forward_batch):\n" + textwrap.indent(SPELLINGS["topk and steps locals"], "    ") + "\n",
+            "    ",
+        )
+    )
     assert [(c, m, what) for c, m, _line, what in inline_draft_layout(tree)] == [
-        ("B", "_rows", "per-step out_cache_loc without per_step_draft_out_cache_loc")]
+        ("B", "_rows", "per-step out_cache_loc without per_step_draft_out_cache_loc")
+    ]
 
 
 KEEP = "# sglang-draft-layout: keep"
@@ -294,8 +343,10 @@ KEEP = "# sglang-draft-layout: keep"
 
 @pytest.mark.parametrize("where", ["def line", "statement", "statement's last line"])
 def test_keep_pragma_leaves_a_site_out_of_the_inline_report(where):
-    body = "o = o.reshape(bs, self.topk, self.speculative_num_steps)\n" \
-           "o = o.permute(2, 0, 1).reshape(\n    self.speculative_num_steps, -1\n)"
+    body = (
+        "o = o.reshape(bs, self.topk, self.speculative_num_steps)\n"
+        "o = o.permute(2, 0, 1).reshape(\n    self.speculative_num_steps, -1\n)"
+    )
     code = "class W:\n    def draft_forward(self, o, bs):\n" + textwrap.indent(body, "        ") + "\n"
     lines = code.splitlines()
     index = {"def line": 1, "statement": 2, "statement's last line": 2}[where]

@@ -51,10 +51,16 @@ torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.25 GiB.
 
 def test_the_log_figures_of_a_0_5_12_server():
     log = memory_cost.parse_server_log(REAL_LOG)
-    assert log["kv_cache"] == [{"tokens": 111171, "gb": pytest.approx(13.58), "k_gb": 6.79, "v_gb": 6.79},
-                               {"tokens": 111171, "gb": pytest.approx(0.42), "k_gb": 0.21, "v_gb": 0.21}]
-    assert (log["max_total_num_tokens"], log["max_running_requests"], log["context_len"],
-            log["available_gpu_mem_gb"]) == (111171, 32, 2048, 78.49)
+    assert log["kv_cache"] == [
+        {"tokens": 111171, "gb": pytest.approx(13.58), "k_gb": 6.79, "v_gb": 6.79},
+        {"tokens": 111171, "gb": pytest.approx(0.42), "k_gb": 0.21, "v_gb": 0.21},
+    ]
+    assert (
+        log["max_total_num_tokens"],
+        log["max_running_requests"],
+        log["context_len"],
+        log["available_gpu_mem_gb"],
+    ) == (111171, 32, 2048, 78.49)
     assert log["target_graph_bs"][-1] == 32 and len(log["target_graph_bs"]) == 20
     assert log["target_graph"] == {"seconds": 28.82, "mem_usage_gb": 1.72, "avail_after_gb": 80.34}
     assert log["draft_graph"] == {"seconds": 4.03, "mem_usage_gb": 0.79, "avail_after_gb": 78.49}
@@ -73,25 +79,39 @@ def test_the_lines_read_are_0_5_12s():
     """Each figure's f-string is in the 0.5.12 wheel, and so are the two rules the 256 case works
     around: EAGLE resets --max-running-requests to 48, and no graph is captured above the request pool."""
     require_release("0.5.12")
-    src = {name: wheel_source("0.5.12", f"sglang/srt/{name}") for name in (
-        "mem_cache/memory_pool.py", "managers/scheduler.py", "speculative/eagle_worker_v2.py",
-        "model_executor/model_runner.py", "model_executor/cuda_graph_runner.py", "server_args.py")}
+    src = {
+        name: wheel_source("0.5.12", f"sglang/srt/{name}")
+        for name in (
+            "mem_cache/memory_pool.py",
+            "managers/scheduler.py",
+            "speculative/eagle_worker_v2.py",
+            "model_executor/model_runner.py",
+            "model_executor/cuda_graph_runner.py",
+            "server_args.py",
+        )
+    }
     expected = {
         "mem_cache/memory_pool.py": [
             'f"KV Cache is allocated. #tokens: {num_tokens}, K size: {k_size_GB:.2f} GB, V size: {v_size_GB:.2f} GB"',
-            'f"KV Cache is allocated. #tokens: {num_tokens}, KV size: {kv_size_GB:.2f} GB"'],
+            'f"KV Cache is allocated. #tokens: {num_tokens}, KV size: {kv_size_GB:.2f} GB"',
+        ],
         "managers/scheduler.py": [
-            'f"max_total_num_tokens={self.max_total_num_tokens}, "', 'f"max_running_requests={self.max_running_requests}, "',
-            'f"context_len={self.model_config.context_len}, "'],
+            'f"max_total_num_tokens={self.max_total_num_tokens}, "',
+            'f"max_running_requests={self.max_running_requests}, "',
+            'f"context_len={self.model_config.context_len}, "',
+        ],
         "speculative/eagle_worker_v2.py": [
             'f"Capture draft cuda graph end. Time elapsed: {time.perf_counter() - tic:.2f} s. mem usage='
-            '{(before_mem - after_mem):.2f} GB. avail mem={after_mem:.2f} GB."'],
+            '{(before_mem - after_mem):.2f} GB. avail mem={after_mem:.2f} GB."'
+        ],
         "model_executor/model_runner.py": [
             'f"Capture {graph_backend[self.device]} end. Time elapsed: {time.perf_counter() - tic:.2f} s. "',
-            'f"mem usage={self.graph_mem_usage:.2f} GB. avail mem={after_mem:.2f} GB."'],
+            'f"mem usage={self.graph_mem_usage:.2f} GB. avail mem={after_mem:.2f} GB."',
+        ],
         "model_executor/cuda_graph_runner.py": [
             'f"Capture cuda graph bs {self.capture_bs}"',
-            "capture_bs = [bs for bs in capture_bs if bs <= num_max_requests]"],
+            "capture_bs = [bs for bs in capture_bs if bs <= num_max_requests]",
+        ],
         "server_args.py": ["Max running requests is reset to 48 for speculative decoding."],
     }
     for name, pieces in expected.items():
@@ -103,7 +123,7 @@ def test_the_formula_beside_each_figure():
     # the measurement of issue 29: FlashInfer topk 8 / 5 steps, 48 running requests, context 32768
     f = memory_cost.formulas("flashinfer", {"args": [48, 384]}, topk=8, steps=5)
     assert f["unpatched_bytes"] == 48 * 32768 * 5 * 4 and f["patched_bytes"] == 48 * 8 * 32768 * 5 * 4
-    assert (f["patched_bytes"] - f["unpatched_bytes"]) / 2 ** 30 == pytest.approx(0.205, abs=1e-3)  # 1.20 -> 1.40 GB
+    assert (f["patched_bytes"] - f["unpatched_bytes"]) / 2**30 == pytest.approx(0.205, abs=1e-3)  # 1.20 -> 1.40 GB
     mla = memory_cost.formulas("fimla", {"args": [256, 256]}, topk=1, steps=3)
     assert mla["unpatched_bytes"] == mla["patched_bytes"] == 256 * 32768 * 3 * 4
     assert memory_cost.formulas("flashinfer", None, topk=8, steps=5) is None
@@ -175,9 +195,29 @@ def test_one_server_at_a_time_with_sglangs_own_sizing_and_the_formula_beside(tmp
     monkeypatch.setenv("FAKE_EVENTS", str(tmp_path))
     monkeypatch.delenv("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", raising=False)
     base = 31000 + (hash(str(tmp_path)) % 400) * 20
-    assert memory_cost.main(["--models", str(tmp_path / "models8b"), "--site", str(tmp_path / "site"),
-                             "--patched", str(tmp_path / "patched"), "--out", str(tmp_path / "out"),
-                             "--base-port", str(base), "--startup-timeout", "60", "--configs", "0", "1", "4"]) == 0
+    assert (
+        memory_cost.main(
+            [
+                "--models",
+                str(tmp_path / "models8b"),
+                "--site",
+                str(tmp_path / "site"),
+                "--patched",
+                str(tmp_path / "patched"),
+                "--out",
+                str(tmp_path / "out"),
+                "--base-port",
+                str(base),
+                "--startup-timeout",
+                "60",
+                "--configs",
+                "0",
+                "1",
+                "4",
+            ]
+        )
+        == 0
+    )
     events = [json.loads(line) for line in (tmp_path / "events.log").read_text().splitlines()]
     starts = [e for e in events if "start" in e]
     # one server at a time: every start is followed by its own stop before the next start
@@ -191,12 +231,14 @@ def test_one_server_at_a_time_with_sglangs_own_sizing_and_the_formula_beside(tmp
     bs256 = [e["argv"] for e in starts if "--cuda-graph-max-bs" in e["argv"]]
     assert len(bs256) == 2 and all(a[a.index("--max-running-requests") + 1] == "256" for a in bs256)
     assert all("--max-running-requests" not in e["argv"] for e in starts if e["argv"] not in bs256)
-    assert [e["argv"][e["argv"].index("--model-path") + 1].split("/")[-2] for e in starts] == \
-        ["models8b"] * 4 + ["ds_models"] * 2
+    assert [e["argv"][e["argv"].index("--model-path") + 1].split("/")[-2] for e in starts] == ["models8b"] * 4 + [
+        "ds_models"
+    ] * 2
 
     result = json.loads((tmp_path / "out" / "memory_cost.json").read_text())
     assert [(s["config"], s["tree"]) for s in result["servers"]] == [
-        (c, t) for c in ("flashinfer_cgdef_k8s5",) * 2 + ("fimla_cgdef_k1s3",) for t in ("unpatched", "patched")]
+        (c, t) for c in ("flashinfer_cgdef_k8s5",) * 2 + ("fimla_cgdef_k1s3",) for t in ("unpatched", "patched")
+    ]
     default, big, mla = result["comparison"]
     assert default["max_running_requests"] == [48, 48] and default["kv_pool_tokens"] == [858017, 858017]
     assert default["formula_bytes"] == [5 * 48 * 32768 * 4, 5 * 48 * 8 * 32768 * 4]
@@ -208,6 +250,9 @@ def test_one_server_at_a_time_with_sglangs_own_sizing_and_the_formula_beside(tmp
     assert mla["formula_bytes"][0] == mla["formula_bytes"][1] and mla["draft_graph_mem_diff_gb"] == 0
     assert all(s["healthy"] for s in result["servers"])
     logs = sorted(os.listdir(tmp_path / "out" / "logs"))
-    assert "server_flashinfer_cgdef_k8s5_patched_bs256.log" in logs and "server_fimla_cgdef_k1s3_unpatched_bsdefault.log" in logs
+    assert (
+        "server_flashinfer_cgdef_k8s5_patched_bs256.log" in logs
+        and "server_fimla_cgdef_k1s3_unpatched_bsdefault.log" in logs
+    )
     assert "memprobe_flashinfer_cgdef_k8s5_patched_bs256.jsonl" in logs
     assert "| flashinfer_cgdef_k8s5 |" in (tmp_path / "out" / "memory_cost.md").read_text()

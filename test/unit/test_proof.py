@@ -20,12 +20,14 @@ from sglang_draft_layout.proof.world import PROBES
 from sglang_draft_layout.rules.base import State
 
 RULE = rule("draft-forward:EagleDraftWorker")
-SPLIT = ("        out_cache_loc = out_cache_loc.reshape(\n"
-         "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
-         "        )\n"
-         "        out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(\n"
-         "            self.speculative_num_steps, -1\n"
-         "        )\n")
+SPLIT = (
+    "        out_cache_loc = out_cache_loc.reshape(\n"
+    "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+    "        )\n"
+    "        out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(\n"
+    "            self.speculative_num_steps, -1\n"
+    "        )\n"
+)
 NAMES = {"bs": "forward_batch.batch_size", "topk": "self.topk", "steps": "self.speculative_num_steps"}
 
 
@@ -50,12 +52,20 @@ def _torch_rows(expression: str, n: int, k: int, s: int):
 DIMS = st.permutations(["bs", "topk", "steps"]).map(tuple)
 MOVES = st.one_of(
     st.permutations([0, 1, 2]).map(lambda p: f".permute({p[0]}, {p[1]}, {p[2]})"),
-    st.tuples(st.integers(0, 2), st.integers(0, 2)).filter(lambda d: d[0] != d[1])
+    st.tuples(st.integers(0, 2), st.integers(0, 2))
+    .filter(lambda d: d[0] != d[1])
     .map(lambda d: f".transpose({d[0]}, {d[1]})"),
     st.tuples(st.integers(-1, 2), st.integers(0, 2)).map(lambda d: f".movedim({d[0]}, {d[1]})"),
 )
-ENDS = st.sampled_from([".reshape({steps}, -1)", ".reshape(-1, {bs} * {topk})", ".flatten(1)",
-                        ".reshape({steps}, {bs} * {topk})", ".reshape(-1, {topk})"])
+ENDS = st.sampled_from(
+    [
+        ".reshape({steps}, -1)",
+        ".reshape(-1, {bs} * {topk})",
+        ".flatten(1)",
+        ".reshape({steps}, {bs} * {topk})",
+        ".reshape(-1, {topk})",
+    ]
+)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -73,21 +83,31 @@ def test_apply_never_writes_a_rewrite_whose_rows_differ(sglang_tree, dims, minus
         assert finding.proof is not None and finding.proof.proven
 
 
-@pytest.mark.parametrize("split, why", [
-    (SPLIT.replace("forward_batch.batch_size,", "-1,"), "the rewritten code raises AssertionError"),
-    ("        out_cache_loc = out_cache_loc.view(-1, self.speculative_num_steps)\n" + SPLIT,
-     "the rewritten code raises AssertionError"),
-    ("        rows = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
-     "        with contextlib.suppress(RuntimeError):\n"
-     "            out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n",
-     "may swallow the layout's errors"),
-    ("        rows = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
-     "        try:\n"
-     "            out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n"
-     "        finally:\n"
-     "            return None\n",
-     "a `finally` that returns"),
-], ids=["-1 batch", "2-d buffer first", "suppress", "finally returns"])
+@pytest.mark.parametrize(
+    "split, why",
+    [
+        (SPLIT.replace("forward_batch.batch_size,", "-1,"), "the rewritten code raises AssertionError"),
+        (
+            "        out_cache_loc = out_cache_loc.view(-1, self.speculative_num_steps)\n" + SPLIT,
+            "the rewritten code raises AssertionError",
+        ),
+        (
+            "        rows = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
+            "        with contextlib.suppress(RuntimeError):\n"
+            "            out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n",
+            "may swallow the layout's errors",
+        ),
+        (
+            "        rows = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
+            "        try:\n"
+            "            out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n"
+            "        finally:\n"
+            "            return None\n",
+            "a `finally` that returns",
+        ),
+    ],
+    ids=["-1 batch", "2-d buffer first", "suppress", "finally returns"],
+)
 def test_unprovable_rewrites_are_refused_in_one_line(sglang_tree, split, why):
     sglang_tree.write(WORKER_V2, _worker(split))
     [finding] = sglang_tree.plan([RULE]).findings
@@ -121,7 +141,8 @@ def test_a_narrow_row_is_widened_to_upstreams_and_said_so(sglang_tree):
 def test_a_wider_row_than_upstreams_is_not_narrowed(sglang_tree):
     """Branches times topk (a fork counting branches twice): the helper's row would be topk times narrower."""
     text = backend_module("FlashInferMultiStepDraftBackend").replace(
-        "max_bs * self.max_context_len", "max_num_tokens * self.topk * self.max_context_len")
+        "max_bs * self.max_context_len", "max_num_tokens * self.topk * self.max_context_len"
+    )
     sglang_tree.write("srt/layers/attention/flashinfer_backend.py", text)
     [finding] = sglang_tree.plan([rule("graph-width:flashinfer")]).findings
     assert finding.state is State.UNRECOGNISED

@@ -30,8 +30,13 @@ MOVES = st.one_of(
     st.just(("contiguous", ())),
 )
 ENDS = st.one_of(
-    st.just(("reshape", (4, -1))), st.just(("reshape", (-1, 6))), st.just(("reshape", ((4, 6),))),
-    st.just(("view", (4, -1))), st.just(("flatten", (1,))), st.just(("flatten", ())), st.just(("reshape", (5, -1))),
+    st.just(("reshape", (4, -1))),
+    st.just(("reshape", (-1, 6))),
+    st.just(("reshape", ((4, 6),))),
+    st.just(("view", (4, -1))),
+    st.just(("flatten", (1,))),
+    st.just(("flatten", ())),
+    st.just(("reshape", (5, -1))),
 )
 
 

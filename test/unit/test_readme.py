@@ -17,20 +17,25 @@ README = (REPO / "README.md").read_text()
 
 def commands() -> list[str]:
     """The README's indented command lines (4 spaces, outside fenced blocks), in order."""
-    return [line.strip() for line in README.splitlines() if line.startswith("    ") and line.strip()
-            and not line.startswith("     ")]
+    return [
+        line.strip()
+        for line in README.splitlines()
+        if line.startswith("    ") and line.strip() and not line.startswith("     ")
+    ]
 
 
 def test_first_two_commands_install_demo_and_run_the_tests():
-    assert commands()[:2] == ["pip install . && sglang-draft-layout demo",
-                              "pip install torch==2.13.0 triton==3.9.0 -e '.[test]' && python -m pytest -n auto --dist worksteal"]
+    assert commands()[:2] == [
+        "pip install . && sglang-draft-layout demo",
+        "pip install torch==2.13.0 triton==3.9.0 -e '.[test]' && python -m pytest -n auto --dist worksteal",
+    ]
     assert commands()[1] in (REPO / ".ci" / "run").read_text()
 
 
 def pre_commit_snippet() -> str:
     """The README's ``.pre-commit-config.yaml`` entry (test/fork_ci/test_precommit_hook.py runs it)."""
-    snippet = README[README.index("```yaml\n- repo:") + len("```yaml\n"):]
-    return snippet[:snippet.index("```")]
+    snippet = README[README.index("```yaml\n- repo:") + len("```yaml\n") :]
+    return snippet[: snippet.index("```")]
 
 
 def test_pre_commit_snippet_names_real_hooks_and_a_commit_not_a_tag():
@@ -43,8 +48,8 @@ def test_pre_commit_snippet_names_real_hooks_and_a_commit_not_a_tag():
 
 def python_snippet() -> str:
     """The README's Python API example."""
-    snippet = README[README.index("```python\n") + len("```python\n"):]
-    return snippet[:snippet.index("```")]
+    snippet = README[README.index("```python\n") + len("```python\n") :]
+    return snippet[: snippet.index("```")]
 
 
 def run_snippet(root: Path, capsys) -> str:
@@ -62,7 +67,8 @@ def test_api_snippet_reports_a_refused_tree_and_writes_nothing(sglang_tree, caps
     assert report.exit_code == 2 and report.errors and not set(report.errors) & set(report.to_do)
     printed = run_snippet(sglang_tree.root, capsys).splitlines()
     assert [line for line in printed if line.startswith("refused: ")] == [
-        f"refused: {item.file}:{item.line}: {item.scope}: {item.detail}" for item in report.errors]
+        f"refused: {item.file}:{item.line}: {item.scope}: {item.detail}" for item in report.errors
+    ]
     assert sglang_tree.snapshot() == before
 
 
@@ -78,7 +84,14 @@ def test_every_option_the_readme_names_exists():
     subparsers = cli.parser()._subparsers._group_actions[0].choices
     known = {option for sub in subparsers.values() for action in sub._actions for option in action.option_strings}
     named = set(re.findall(r"`(--[a-z-]+)", README)) | set(re.findall(r"`(-[vq])`", README))
-    server_flags = {"--speculative-num-steps", "--speculative-eagle-topk", "--disable-cuda-graph", "--tags",
-                    "--theirs", "--force-reinstall", "--no-deps"}
+    server_flags = {
+        "--speculative-num-steps",
+        "--speculative-eagle-topk",
+        "--disable-cuda-graph",
+        "--tags",
+        "--theirs",
+        "--force-reinstall",
+        "--no-deps",
+    }
     assert named - server_flags <= known, named - server_flags - known
     assert {"--format", "--exit-code", "--exit-non-zero-on-fix", "--no-tests", "-v", "-q"} <= known

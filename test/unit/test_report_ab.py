@@ -12,16 +12,35 @@ import report_ab  # noqa: E402
 
 
 def run(tree: str, tag: str, tps: float, wall: float, **extra) -> dict:
-    return {"tree": tree, "tag": tag, "concurrency": 32, "prompts": 64, "status": 0, "wall_s": wall,
-            "completed": 64, "duration": wall - 2, "output_throughput": tps, **extra}
+    return {
+        "tree": tree,
+        "tag": tag,
+        "concurrency": 32,
+        "prompts": 64,
+        "status": 0,
+        "wall_s": wall,
+        "completed": 64,
+        "duration": wall - 2,
+        "output_throughput": tps,
+        **extra,
+    }
 
 
 def test_run_times_use_t_start_and_else_add_up_the_walls():
-    timed = {"runs": [run("unpatched", "warmup", 1.0, 10.0, t_start=100.0),
-                      run("patched", "warmup", 1.0, 12.0, t_start=100.5)]}
+    timed = {
+        "runs": [
+            run("unpatched", "warmup", 1.0, 10.0, t_start=100.0),
+            run("patched", "warmup", 1.0, 12.0, t_start=100.5),
+        ]
+    }
     assert report_ab.run_times(timed) == [0.0, 0.5]  # measured together: the recorded starts
-    untimed = {"runs": [run("unpatched", "warmup", 1.0, 10.0), run("patched", "warmup", 1.0, 12.0),
-                        run("unpatched", "pair0", 1.0, 21.5)]}
+    untimed = {
+        "runs": [
+            run("unpatched", "warmup", 1.0, 10.0),
+            run("patched", "warmup", 1.0, 12.0),
+            run("unpatched", "pair0", 1.0, 21.5),
+        ]
+    }
     assert report_ab.run_times(untimed) == [0.0, 10.0, 22.0]
 
 
@@ -30,9 +49,22 @@ def test_report_tables_from_a_results_file(tmp_path):
     for k, ratio in enumerate([1.01, 0.99, 1.0, 1.02, 0.98, 1.0]):
         for tree, tps in (("unpatched", 3000.0), ("patched", 3000.0 * ratio)):
             rounds.append(dict(run(tree, f"pair{k}", tps, 22.0), pair=k, accept_length=4.0))
-    record = {"config": "triton_nocg_k4s3", "notes": [], "runs": rounds, "rounds": rounds, "memory": {},
-              "exactness": {"patched": {"all_match_rule": True, "accept_min": 4.0, "accept_mean": 4.0,
-                                        "accept_max": 4.0, "accept_all_exact": True}}}
+    record = {
+        "config": "triton_nocg_k4s3",
+        "notes": [],
+        "runs": rounds,
+        "rounds": rounds,
+        "memory": {},
+        "exactness": {
+            "patched": {
+                "all_match_rule": True,
+                "accept_min": 4.0,
+                "accept_mean": 4.0,
+                "accept_max": 4.0,
+                "accept_all_exact": True,
+            }
+        },
+    }
     path = tmp_path / "ab_results.json"
     not_started = {"config": "flashinfer_cg_k1s3", "notes": ["not started: deadline"], "rounds": []}
     path.write_text(json.dumps({"settings": {"concurrencies": [32]}, "records": [record, not_started]}))

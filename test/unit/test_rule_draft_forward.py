@@ -11,8 +11,16 @@ import black
 import pytest
 
 from rule_test_support import (
-    DRAFT_FORWARD, WORKER_HEADER, WORKER_V1, WORKER_V2, assert_refused, line_of, method_source, rule,
-    worker_module, write_bystanders,
+    DRAFT_FORWARD,
+    WORKER_HEADER,
+    WORKER_V1,
+    WORKER_V2,
+    assert_refused,
+    line_of,
+    method_source,
+    rule,
+    worker_module,
+    write_bystanders,
 )
 from sglang_draft_layout.rules.base import State
 from support.fork_edits import WORKER_TWO_SPLITS
@@ -23,7 +31,8 @@ RULE = rule("draft-forward:EagleDraftWorker")
 RULE_V1 = rule("draft-forward:EAGLEWorker")
 DETAIL = "no `reshape(bs, topk, steps)` + `permute((2, 0, 1)).reshape(steps, -1)` of out_cache_loc"
 HEADER_AFTER = WORKER_HEADER.replace(
-    "import organize_draft_results\n", "import (\n    organize_draft_results,\n    per_step_draft_out_cache_loc,\n)\n")
+    "import organize_draft_results\n", "import (\n    organize_draft_results,\n    per_step_draft_out_cache_loc,\n)\n"
+)
 
 AFTER = """\
     def draft_forward(self, forward_batch):
@@ -68,10 +77,12 @@ def test_before_after_whole_file(sglang_tree):
 def test_v1_worker_keeps_the_comment_above(sglang_tree):
     before = DRAFT_FORWARD.replace(
         "        out_cache_loc = out_cache_loc.reshape(\n",
-        "        # TODO: only speculative_num_steps - 1 slots are needed\n        out_cache_loc = out_cache_loc.reshape(\n")
+        "        # TODO: only speculative_num_steps - 1 slots are needed\n        out_cache_loc = out_cache_loc.reshape(\n",
+    )
     after = AFTER.replace(
         "        out_cache_loc = per_step_draft_out_cache_loc(\n",
-        "        # TODO: only speculative_num_steps - 1 slots are needed\n        out_cache_loc = per_step_draft_out_cache_loc(\n")
+        "        # TODO: only speculative_num_steps - 1 slots are needed\n        out_cache_loc = per_step_draft_out_cache_loc(\n",
+    )
     sglang_tree.write(WORKER_V1, worker_module("EAGLEWorker", before))
     sglang_tree.apply([RULE_V1])
     assert sglang_tree.read(WORKER_V1) == worker_module("EAGLEWorker", after, header=HEADER_AFTER)
@@ -88,31 +99,37 @@ def test_both_workers_in_one_plan(sglang_tree):
 
 
 def _draft_forward(layout: str, params: str = "self, forward_batch") -> str:
-    return (f"    def draft_forward({params}):\n"
-            "        out_cache_loc = forward_batch.out_cache_loc\n"
-            f"{layout}"
-            "        return out_cache_loc[0]\n")
+    return (
+        f"    def draft_forward({params}):\n"
+        "        out_cache_loc = forward_batch.out_cache_loc\n"
+        f"{layout}"
+        "        return out_cache_loc[0]\n"
+    )
 
 
 def helper_call(target="out_cache_loc", buffer="out_cache_loc", batch_size="forward_batch.batch_size", pad="        "):
-    return (f"{pad}{target} = per_step_draft_out_cache_loc(\n"
-            f"{pad}    {buffer},\n"
-            f"{pad}    {batch_size},\n"
-            f"{pad}    self.topk,\n"
-            f"{pad}    self.speculative_num_steps,\n"
-            f"{pad})\n")
+    return (
+        f"{pad}{target} = per_step_draft_out_cache_loc(\n"
+        f"{pad}    {buffer},\n"
+        f"{pad}    {batch_size},\n"
+        f"{pad}    self.topk,\n"
+        f"{pad}    self.speculative_num_steps,\n"
+        f"{pad})\n"
+    )
 
 
 #: a split that is an argument of a call, rewritten in place (black's layout of the exploded helper call)
-IN_A_CALL_AFTER = ("        self.use(\n"
-                   "            per_step_draft_out_cache_loc(\n"
-                   "                out_cache_loc,\n"
-                   "                forward_batch.batch_size,\n"
-                   "                self.topk,\n"
-                   "                self.speculative_num_steps,\n"
-                   "            ),\n"
-                   "            1,\n"
-                   "        )\n")
+IN_A_CALL_AFTER = (
+    "        self.use(\n"
+    "            per_step_draft_out_cache_loc(\n"
+    "                out_cache_loc,\n"
+    "                forward_batch.batch_size,\n"
+    "                self.topk,\n"
+    "                self.speculative_num_steps,\n"
+    "            ),\n"
+    "            1,\n"
+    "        )\n"
+)
 
 
 STRUCTURAL = {
@@ -148,8 +165,7 @@ STRUCTURAL = {
         "            out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(\n"
         "                self.speculative_num_steps, -1\n"
         "            )\n",
-        "        if self.topk > 0:\n"
-        "            # steps first\n" + helper_call(pad="            "),
+        "        if self.topk > 0:\n" "            # steps first\n" + helper_call(pad="            "),
     ),
 }
 
@@ -166,20 +182,31 @@ def test_import_added_when_the_file_has_no_eagle_utils_import(sglang_tree):
     header = '"""Worker (mimic)."""\n\nimport torch\n\n\n'
     sglang_tree.write(WORKER_V2, worker_module(CLS, header=header))
     sglang_tree.apply([RULE])
-    assert sglang_tree.read(WORKER_V2) == worker_module(CLS, AFTER, header=header.replace(
-        "import torch\n", "import torch\n\nfrom sglang.srt.speculative.eagle_utils import per_step_draft_out_cache_loc\n"))
+    assert sglang_tree.read(WORKER_V2) == worker_module(
+        CLS,
+        AFTER,
+        header=header.replace(
+            "import torch\n",
+            "import torch\n\nfrom sglang.srt.speculative.eagle_utils import per_step_draft_out_cache_loc\n",
+        ),
+    )
 
 
-@pytest.mark.parametrize("layout", [
-    helper_call(),
-    "        out_cache_loc = per_step_draft_out_cache_loc(out_cache_loc, forward_batch.batch_size, self.topk, self.speculative_num_steps)\n",
-], ids=["0.5.13-like", "one line"])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        helper_call(),
+        "        out_cache_loc = per_step_draft_out_cache_loc(out_cache_loc, forward_batch.batch_size, self.topk, self.speculative_num_steps)\n",
+    ],
+    ids=["0.5.13-like", "one line"],
+)
 def test_already_upstream_is_patched_and_unchanged(sglang_tree, layout):
     text = worker_module(CLS, _draft_forward(layout), header=HEADER_AFTER)
     sglang_tree.write(WORKER_V2, text)
     plan = sglang_tree.plan([RULE])
     assert [(f.state, f.line) for f in plan.findings] == [
-        (State.PATCHED, line_of(text, "out_cache_loc = per_step_draft_out_cache_loc("))]
+        (State.PATCHED, line_of(text, "out_cache_loc = per_step_draft_out_cache_loc("))
+    ]
     assert plan.changes == ()
 
 
@@ -187,13 +214,16 @@ REFUSED = {
     "no reshape at all": "",
     "other permutation": (
         "        out_cache_loc = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
-        "        out_cache_loc = out_cache_loc.permute((1, 0, 2)).reshape(self.speculative_num_steps, -1)\n"),
+        "        out_cache_loc = out_cache_loc.permute((1, 0, 2)).reshape(self.speculative_num_steps, -1)\n"
+    ),
     "steps and topk swapped": (
         "        out_cache_loc = out_cache_loc.reshape(forward_batch.batch_size, self.speculative_num_steps, self.topk)\n"
-        "        out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)\n"),
+        "        out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)\n"
+    ),
     "rows last": (
         "        out_cache_loc = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
-        "        out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(-1, self.speculative_num_steps)\n"),
+        "        out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(-1, self.speculative_num_steps)\n"
+    ),
 }
 
 
@@ -204,7 +234,10 @@ def test_unknown_layout_is_unrecognised_at_the_def(sglang_tree, layout):
     plan = sglang_tree.plan([RULE])
     [finding] = plan.findings
     assert (finding.state, finding.line, finding.detail) == (
-        State.UNRECOGNISED, line_of(text, "def draft_forward"), DETAIL)
+        State.UNRECOGNISED,
+        line_of(text, "def draft_forward"),
+        DETAIL,
+    )
     assert plan.changes == ()
 
 
@@ -295,7 +328,9 @@ FORK_SPELLINGS = {
         "        steps = self.speculative_num_steps\n"
         "        # [bs, topk, steps]\n"
         "        # steps first\n"
-        + helper_call(target="step_slots").replace("self.topk,", "topk,").replace("self.speculative_num_steps,", "steps,"),
+        + helper_call(target="step_slots")
+        .replace("self.topk,", "topk,")
+        .replace("self.speculative_num_steps,", "steps,"),
     ),
     "bound view moved inside a call": (
         "        # [bs, topk, steps]\n"
@@ -353,8 +388,7 @@ FORK_SPELLINGS = {
         "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
         "        )  # each request's draft slots\n"
         "        out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n",
-        "        # [bs, topk, steps]\n"
-        "        # each request's draft slots\n" + helper_call(),
+        "        # [bs, topk, steps]\n" "        # each request's draft slots\n" + helper_call(),
     ),
     # the comments written in a replaced statement go above the helper, none lost
     "annotated, black chain": (
@@ -372,9 +406,7 @@ FORK_SPELLINGS = {
         "        out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(  # steps first\n"
         "            self.speculative_num_steps, -1\n"
         "        )  # one row per step\n",
-        "        # [bs, topk, steps]\n"
-        "        # steps first\n"
-        "        # one row per step\n" + helper_call(),
+        "        # [bs, topk, steps]\n" "        # steps first\n" "        # one row per step\n" + helper_call(),
     ),
     "bound view, the move's comment at its end": (
         "        rows = out_cache_loc.view(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
@@ -387,8 +419,7 @@ FORK_SPELLINGS = {
         "        rows = out_cache_loc.view(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
         "\n"
         "        out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n",
-        "        topk_p = None\n"
-        "\n" + helper_call(),
+        "        topk_p = None\n" "\n" + helper_call(),
     ),
     "bound view, returned subscripted after a blank line": (
         "        rows = out_cache_loc.view(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
@@ -397,7 +428,9 @@ FORK_SPELLINGS = {
         "        return rows.movedim(-1, 0).flatten(1)[self.speculative_step_id]\n",
         "        self.count += 1\n"
         "\n"
-        + helper_call().replace("out_cache_loc = ", "return ").replace("        )\n", "        )[self.speculative_step_id]\n"),
+        + helper_call()
+        .replace("out_cache_loc = ", "return ")
+        .replace("        )\n", "        )[self.speculative_step_id]\n"),
     ),
     # the view's statement goes, its comments (above it, at its end) onto the move in the block below
     "bound view moved into an if block, comments carried": (
@@ -435,8 +468,9 @@ FORK_SPELLINGS = {
         "        if self.speculative_num_steps == 1:\n"
         "            return out_cache_loc\n"
         "        else:\n"
-        + helper_call(pad="            ").replace("out_cache_loc = ", "return ").replace(
-            "            )\n", "            )[0]\n"),
+        + helper_call(pad="            ")
+        .replace("out_cache_loc = ", "return ")
+        .replace("            )\n", "            )[0]\n"),
     ),
     "an attribute target, its value in parentheses (black's form of a long line)": (
         "        self.draft_step_out_cache_loc_rows_for_every_speculative_decoding_step = (\n"
@@ -456,8 +490,10 @@ FORK_SPELLINGS = {
         "            .permute(2, 0, 1)\n"
         "            .reshape(self.speculative_num_steps, -1)\n"
         "        )\n",
-        helper_call(target="self.draft_step_out_cache_loc_rows_for_every_one_of_the_speculative_decoding_steps_here",
-                    batch_size="bs"),
+        helper_call(
+            target="self.draft_step_out_cache_loc_rows_for_every_one_of_the_speculative_decoding_steps_here",
+            batch_size="bs",
+        ),
     ),
     "bound view moved into a call on one line": (
         "        bs = forward_batch.batch_size\n"
@@ -528,59 +564,82 @@ def test_black_clean_spellings_are_among_those_above():
     clean = [name for name, (before, _) in SPELLINGS.items() if black_clean(worker_module(CLS, _draft_forward(before)))]
     assert len(clean) >= 13 and {name for name in clean if "long" in name} == {
         "an attribute target, its value in parentheses (black's form of a long line)",
-        "an attribute target too long for parentheses to help", "a local name long enough for parentheses"}
+        "an attribute target too long for parentheses to help",
+        "a local name long enough for parentheses",
+    }
 
 
 def test_a_split_inside_a_call_is_rewritten_in_place(sglang_tree):
-    before = ("        self.use(\n"
-              "            out_cache_loc.view(\n"
-              "                forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
-              "            ).permute(2, 0, 1).reshape(self.speculative_num_steps, -1),\n"
-              "            1,\n"
-              "        )\n")
+    before = (
+        "        self.use(\n"
+        "            out_cache_loc.view(\n"
+        "                forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+        "            ).permute(2, 0, 1).reshape(self.speculative_num_steps, -1),\n"
+        "            1,\n"
+        "        )\n"
+    )
     sglang_tree.write(WORKER_V2, worker_module(CLS, _draft_forward(before)))
     sglang_tree.apply([RULE])
     assert sglang_tree.read(WORKER_V2) == worker_module(CLS, _draft_forward(IN_A_CALL_AFTER), header=HEADER_AFTER)
 
 
 def test_a_bound_view_read_again_is_refused(sglang_tree):
-    layout = ("        rows = out_cache_loc.view(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
-              "        out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n"
-              "        first = rows[:, 0]\n")
+    layout = (
+        "        rows = out_cache_loc.view(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
+        "        out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n"
+        "        first = rows[:, 0]\n"
+    )
     text = worker_module(CLS, OTHER, _draft_forward(layout))
     sglang_tree.write(WORKER_V2, text)
     write_bystanders(sglang_tree, besides=WORKER_V2)
-    detail = (f"the 3-d view `rows` of its split is also read at line {line_of(text, 'first = rows[:, 0]')}: "
-              "rewriting the split would remove it")
+    detail = (
+        f"the 3-d view `rows` of its split is also read at line {line_of(text, 'first = rows[:, 0]')}: "
+        "rewriting the split would remove it"
+    )
     [finding] = sglang_tree.plan([RULE]).findings
     assert (finding.state, finding.detail) == (State.UNRECOGNISED, detail)
-    assert_refused(sglang_tree, WORKER_V2, line_of(text, "rows = out_cache_loc.view("), SCOPE, "per-step out_cache_loc",
-                   detail)
+    assert_refused(
+        sglang_tree, WORKER_V2, line_of(text, "rows = out_cache_loc.view("), SCOPE, "per-step out_cache_loc", detail
+    )
 
 
 GAP_VIEW = "        rows = out_cache_loc.view(forward_batch.batch_size, self.topk, self.speculative_num_steps)\n"
 GAP_MOVE = "        out_cache_loc = rows.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n"
 #: a statement between a bound 3-d view and its move -> (the line that refuses the split, why)
 GAP_REFUSED = {
-    "the batch rebound": ("        forward_batch = self.next_batch\n",
-                          "`forward_batch` is rebound at line {gap} between the 3-d view `rows` (line {view}) "
-                          "and its move (line {move}): rewrite the split by hand"),
-    "the batch size set": ("        forward_batch.batch_size = 1\n",
-                           "`forward_batch.batch_size` is rebound at line {gap} between the 3-d view `rows` "
-                           "(line {view}) and its move (line {move}): rewrite the split by hand"),
-    "the buffer rebound in a loop": ("        for out_cache_loc in self.buffers:\n            pass\n",
-                                     "`out_cache_loc` is rebound at line {gap} between the 3-d view `rows` "
-                                     "(line {view}) and its move (line {move}): rewrite the split by hand"),
-    "topk set": ("        self.topk += 1\n",
-                 "`self.topk` is rebound at line {gap} between the 3-d view `rows` (line {view}) "
-                 "and its move (line {move}): rewrite the split by hand"),
-    "the view's local rebound": ("        rows = self.rows\n",
-                                 "`rows` is rebound at line {gap} between the 3-d view `rows` (line {view}) "
-                                 "and its move (line {move}): rewrite the split by hand"),
-    "the view read": ("        first = rows[:, 0]\n",
-                      "the 3-d view `rows` of its split is also read at line {gap}: rewriting the split would remove it"),
-    "the view captured": ("        pick = lambda i: rows[i]\n",
-                          "the 3-d view `rows` of its split is also read at line {gap}: rewriting the split would remove it"),
+    "the batch rebound": (
+        "        forward_batch = self.next_batch\n",
+        "`forward_batch` is rebound at line {gap} between the 3-d view `rows` (line {view}) "
+        "and its move (line {move}): rewrite the split by hand",
+    ),
+    "the batch size set": (
+        "        forward_batch.batch_size = 1\n",
+        "`forward_batch.batch_size` is rebound at line {gap} between the 3-d view `rows` "
+        "(line {view}) and its move (line {move}): rewrite the split by hand",
+    ),
+    "the buffer rebound in a loop": (
+        "        for out_cache_loc in self.buffers:\n            pass\n",
+        "`out_cache_loc` is rebound at line {gap} between the 3-d view `rows` "
+        "(line {view}) and its move (line {move}): rewrite the split by hand",
+    ),
+    "topk set": (
+        "        self.topk += 1\n",
+        "`self.topk` is rebound at line {gap} between the 3-d view `rows` (line {view}) "
+        "and its move (line {move}): rewrite the split by hand",
+    ),
+    "the view's local rebound": (
+        "        rows = self.rows\n",
+        "`rows` is rebound at line {gap} between the 3-d view `rows` (line {view}) "
+        "and its move (line {move}): rewrite the split by hand",
+    ),
+    "the view read": (
+        "        first = rows[:, 0]\n",
+        "the 3-d view `rows` of its split is also read at line {gap}: rewriting the split would remove it",
+    ),
+    "the view captured": (
+        "        pick = lambda i: rows[i]\n",
+        "the 3-d view `rows` of its split is also read at line {gap}: rewriting the split would remove it",
+    ),
 }
 
 
@@ -602,24 +661,28 @@ NESTED_REFUSED = {
     "moved in a loop below it": (
         "        for i in range(self.speculative_num_steps):\n"
         f"            forward_batch.out_cache_loc = {NESTED_MOVE}[i]\n",
-        "the 3-d view `rows` (line {view}) is moved inside a loop (line {first}): rewrite the split by hand"),
+        "the 3-d view `rows` (line {view}) is moved inside a loop (line {first}): rewrite the split by hand",
+    ),
     # the test runs on every pass: the helper there would read the buffer the body rebinds
     "moved in a while loop's test": (
         f"        while {NESTED_MOVE}.numel() > forward_batch.batch_size:\n"
         "            out_cache_loc = self.next_buffer()\n",
-        "the 3-d view `rows` (line {view}) is moved inside a loop (line {first}): rewrite the split by hand"),
+        "the 3-d view `rows` (line {view}) is moved inside a loop (line {first}): rewrite the split by hand",
+    ),
     # a lambda runs later, a comprehension on every item: the helper there would read the buffer
     # (and the names they bind) then
     "moved in a lambda": (
         "        if self.topk > 0:\n"
         f"            step_rows = lambda: {NESTED_MOVE}\n"
         "        out_cache_loc = self.next_buffer()\n",
-        "the 3-d view `rows` (line {view}) is moved inside a lambda (line {second}): rewrite the split by hand"),
+        "the 3-d view `rows` (line {view}) is moved inside a lambda (line {second}): rewrite the split by hand",
+    ),
     "moved in a comprehension binding the batch": (
         "        if self.topk > 0:\n"
         f"            out_cache_loc = [{NESTED_MOVE} for forward_batch in self.batches]\n",
         "the 3-d view `rows` (line {view}) is moved inside a comprehension (line {second}): "
-        "rewrite the split by hand"),
+        "rewrite the split by hand",
+    ),
     # its errors (a buffer of another length) were raised by the view, before the `try`
     "moved into a try body with a handler": (
         "        try:\n"
@@ -627,40 +690,45 @@ NESTED_REFUSED = {
         "        except RuntimeError:\n"
         "            out_cache_loc = forward_batch.out_cache_loc\n",
         "the 3-d view `rows` (line {view}) is moved into the body of a `try` (line {first}), whose handlers "
-        "would catch its errors: rewrite the split by hand"),
+        "would catch its errors: rewrite the split by hand",
+    ),
     "moved in two branches": (
         "        if self.topk == 1:\n"
         "            out_cache_loc = rows.movedim(-1, 0).flatten(1)\n"
         "        else:\n"
         f"            out_cache_loc = {NESTED_MOVE}\n",
-        "the 3-d view `rows` (line {view}) is moved in 2 places (lines {second}, {fourth}): rewrite the split by hand"),
+        "the 3-d view `rows` (line {view}) is moved in 2 places (lines {second}, {fourth}): rewrite the split by hand",
+    ),
     "the batch rebound in the block before the move": (
         "        if self.topk > 0:\n"
         "            forward_batch = self.next_batch\n"
         f"            out_cache_loc = {NESTED_MOVE}\n",
         "`forward_batch` is rebound at line {second} between the 3-d view `rows` (line {view}) "
-        "and its move (line {third}): rewrite the split by hand"),
+        "and its move (line {third}): rewrite the split by hand",
+    ),
     "the buffer rebound by the block's header": (
-        "        with self.buffers() as out_cache_loc:\n"
-        f"            out_cache_loc = {NESTED_MOVE}\n",
+        "        with self.buffers() as out_cache_loc:\n" f"            out_cache_loc = {NESTED_MOVE}\n",
         "`out_cache_loc` is rebound at line {first} between the 3-d view `rows` (line {view}) "
-        "and its move (line {second}): rewrite the split by hand"),
+        "and its move (line {second}): rewrite the split by hand",
+    ),
     # the move's own statement binds before the move what the view reads: a match capture, a walrus
     "the batch captured by the pattern of the move's guard": (
         "        match self.mode:\n"
         f"            case (forward_batch, _) if {NESTED_MOVE}.numel():\n"
         "                out_cache_loc = forward_batch.out_cache_loc\n",
         "`forward_batch` is rebound at line {second} between the 3-d view `rows` (line {view}) "
-        "and its move (line {second}): rewrite the split by hand"),
+        "and its move (line {second}): rewrite the split by hand",
+    ),
     "the batch bound by a walrus before the move in its statement": (
         f"        if (forward_batch := self.next_batch) is not None and {NESTED_MOVE}.numel():\n"
         "            out_cache_loc = forward_batch.out_cache_loc\n",
         "`forward_batch` is rebound at line {first} between the 3-d view `rows` (line {view}) "
-        "and its move (line {first}): rewrite the split by hand"),
+        "and its move (line {first}): rewrite the split by hand",
+    ),
     "the view read by the block's header": (
-        "        if rows.numel():\n"
-        f"            out_cache_loc = {NESTED_MOVE}\n",
-        "the 3-d view `rows` of its split is also read at line {first}: rewriting the split would remove it"),
+        "        if rows.numel():\n" f"            out_cache_loc = {NESTED_MOVE}\n",
+        "the 3-d view `rows` of its split is also read at line {first}: rewriting the split would remove it",
+    ),
 }
 
 
@@ -683,12 +751,17 @@ def test_apply_refuses_a_rebound_batch_size_and_writes_nothing(sglang_tree):
     sglang_tree.write(WORKER_V2, text)
     write_bystanders(sglang_tree, besides=WORKER_V2)
     view, move = line_of(text, GAP_VIEW.strip()), line_of(text, GAP_MOVE.strip())
-    assert_refused(sglang_tree, WORKER_V2, view, SCOPE, "per-step out_cache_loc",
-                   why.format(gap=view + 1, view=view, move=move))
+    assert_refused(
+        sglang_tree, WORKER_V2, view, SCOPE, "per-step out_cache_loc", why.format(gap=view + 1, view=view, move=move)
+    )
 
 
-TWO_SPLITS_AFTER = ("        if self.topk == 1:\n" + helper_call(pad="            ")
-                    + "        else:\n" + helper_call(pad="            "))
+TWO_SPLITS_AFTER = (
+    "        if self.topk == 1:\n"
+    + helper_call(pad="            ")
+    + "        else:\n"
+    + helper_call(pad="            ")
+)
 
 
 def test_every_split_of_the_method_is_rewritten_in_one_apply(sglang_tree):
@@ -712,7 +785,9 @@ def test_a_split_left_beside_the_helper_is_still_to_patch(sglang_tree):
 
 
 def test_two_splits_in_one_statement_are_refused(sglang_tree):
-    split = "out_cache_loc.view(forward_batch.batch_size, self.topk, self.speculative_num_steps).movedim(-1, 0).flatten(1)"
+    split = (
+        "out_cache_loc.view(forward_batch.batch_size, self.topk, self.speculative_num_steps).movedim(-1, 0).flatten(1)"
+    )
     layout = f"        out_cache_loc = self.pick({split}, {split.replace('view', 'reshape')})\n"
     text = worker_module(CLS, _draft_forward(layout))
     sglang_tree.write(WORKER_V2, text)
@@ -720,23 +795,35 @@ def test_two_splits_in_one_statement_are_refused(sglang_tree):
     [finding] = plan.findings
     line = line_of(text, "out_cache_loc = self.pick(")
     assert (finding.state, finding.line, finding.detail) == (
-        State.UNRECOGNISED, line, f"two per-step out_cache_loc splits in one statement (line {line}): rewrite them by hand")
+        State.UNRECOGNISED,
+        line,
+        f"two per-step out_cache_loc splits in one statement (line {line}): rewrite them by hand",
+    )
     assert plan.changes == ()
 
 
-@pytest.mark.parametrize("layout", [
-    "        out_cache_loc = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps); "
-    "out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)\n",
-    "        if self.speculative_num_steps > 1: out_cache_loc = out_cache_loc.reshape(\n"
-    "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
-    "        ).permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)\n",
-])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        "        out_cache_loc = out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps); "
+        "out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)\n",
+        "        if self.speculative_num_steps > 1: out_cache_loc = out_cache_loc.reshape(\n"
+        "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+        "        ).permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)\n",
+    ],
+)
 def test_a_split_sharing_its_line_is_unrecognised_naming_the_line(sglang_tree, layout):
     """libcst keeps `;`-joined statements and a one-line block as one line: `check` and `apply` say
     so (a line black would split), and apply writes nothing."""
     text = worker_module(CLS, _draft_forward(layout))
     sglang_tree.write(WORKER_V2, text)
     write_bystanders(sglang_tree, besides=WORKER_V2)
-    assert_refused(sglang_tree, WORKER_V2, line_of(text, "out_cache_loc = out_cache_loc.reshape("), SCOPE,
-                   "per-step out_cache_loc", "more than one statement on this line (`;` or a one-line block): "
-                   "put each on a line of its own, as black does")
+    assert_refused(
+        sglang_tree,
+        WORKER_V2,
+        line_of(text, "out_cache_loc = out_cache_loc.reshape("),
+        SCOPE,
+        "per-step out_cache_loc",
+        "more than one statement on this line (`;` or a one-line block): "
+        "put each on a line of its own, as black does",
+    )

@@ -138,7 +138,8 @@ MULTI_SPLITS = MULTI_STEP.replace(
     "        for i in range(self.speculative_num_steps - 1):\n"
     "            forward_batch.out_cache_loc = rows[i]\n"
     "            self.attn_backends[i].init_forward_metadata(forward_batch)\n"
-    "        forward_batch.out_cache_loc = whole\n")
+    "        forward_batch.out_cache_loc = whole\n",
+)
 
 
 def of(plan: engine.Plan, site) -> "engine.Finding":
@@ -147,24 +148,38 @@ def of(plan: engine.Plan, site) -> "engine.Finding":
     return finding
 
 
-def module(cls: str = CLS, in_graph: str = "", multi: str = MULTI_STEP, multi_in_graph: str = MULTI_IN_GRAPH,
-           imported: bool = False) -> str:
-    return (HEADER + (IMPORT if imported else "") + PER_STEP_BEFORE.format(cls=cls, in_graph=in_graph)
-            + multi.format(cls=cls, in_graph=multi_in_graph if in_graph else ""))
+def module(
+    cls: str = CLS,
+    in_graph: str = "",
+    multi: str = MULTI_STEP,
+    multi_in_graph: str = MULTI_IN_GRAPH,
+    imported: bool = False,
+) -> str:
+    return (
+        HEADER
+        + (IMPORT if imported else "")
+        + PER_STEP_BEFORE.format(cls=cls, in_graph=in_graph)
+        + multi.format(cls=cls, in_graph=multi_in_graph if in_graph else "")
+    )
 
 
 def test_hip_decode_branch_before_after(sglang_tree):
     before = module()
     sglang_tree.write(HIP, before)
     finding = of(sglang_tree.apply([DECODE_RULE]), DECODE_RULE)
-    assert (finding.state, finding.line) == (State.TO_PATCH, line_of(before, "metadata = self.init_forward_metadata_decode("))
+    assert (finding.state, finding.line) == (
+        State.TO_PATCH,
+        line_of(before, "metadata = self.init_forward_metadata_decode("),
+    )
     assert finding.proof.proven and "the fork's bug fixed" in finding.proof.summary()
     after = sglang_tree.read(HIP)
     assert DECODE_AFTER in method_source(after, f"{CLS}.init_forward_metadata")
     assert after == module(imported=True).replace(
         DECODE_AFTER.split("            # DSv4")[0] + "            metadata = self.init_forward_metadata_decode(\n"
         "                seq_lens=forward_batch.seq_lens,\n"
-        "                out_cache_loc=forward_batch.out_cache_loc,\n            )\n", DECODE_AFTER)
+        "                out_cache_loc=forward_batch.out_cache_loc,\n            )\n",
+        DECODE_AFTER,
+    )
     sglang_tree.assert_idempotent([DECODE_RULE])
 
 
@@ -176,19 +191,29 @@ def test_hip_decode_branch_split_by_the_caller(sglang_tree):
 
 
 def test_hip_decode_branch_split_twice_is_refused(sglang_tree):
-    text = module(multi=MULTI_SPLITS, imported=True).replace(
-        "            metadata = self.init_forward_metadata_decode(\n", DECODE_AFTER.split("            metadata =")[0].split(
-            "is_decode_or_idle():\n")[1] + "            metadata = self.init_forward_metadata_decode(\n").replace(
-        "out_cache_loc=forward_batch.out_cache_loc,\n            )\n        else", "out_cache_loc=out_cache_loc,\n            )\n        else")
+    text = (
+        module(multi=MULTI_SPLITS, imported=True)
+        .replace(
+            "            metadata = self.init_forward_metadata_decode(\n",
+            DECODE_AFTER.split("            metadata =")[0].split("is_decode_or_idle():\n")[1]
+            + "            metadata = self.init_forward_metadata_decode(\n",
+        )
+        .replace(
+            "out_cache_loc=forward_batch.out_cache_loc,\n            )\n        else",
+            "out_cache_loc=out_cache_loc,\n            )\n        else",
+        )
+    )
     sglang_tree.write(HIP, text)
     finding = of(sglang_tree.plan([DECODE_RULE]), DECODE_RULE)
     assert finding.state is State.UNRECOGNISED and "twice" in finding.detail
 
 
 @pytest.mark.parametrize("in_graph", [IN_GRAPH_LOCAL, IN_GRAPH_INLINE], ids=["through a local", "inline"])
-@pytest.mark.parametrize("relative, cls, site", [(HIP, CLS, IN_GRAPH_HIP),
-                                                 (DSV4, "DeepseekV4AttnBackend", IN_GRAPH_CUDA)],
-                         ids=["hip", "cuda"])
+@pytest.mark.parametrize(
+    "relative, cls, site",
+    [(HIP, CLS, IN_GRAPH_HIP), (DSV4, "DeepseekV4AttnBackend", IN_GRAPH_CUDA)],
+    ids=["hip", "cuda"],
+)
 def test_in_graph_before_after(sglang_tree, in_graph, relative, cls, site):
     sglang_tree.write(relative, module(cls, in_graph))
     finding = of(sglang_tree.apply([site]), site)
@@ -212,7 +237,8 @@ def test_in_graph_caller_that_splits(sglang_tree):
         "        rows = per_step_draft_out_cache_loc(\n"
         "            forward_batch.out_cache_loc, forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
         "        )\n"
-        "        for attn_backend in self.attn_backends:\n")
+        "        for attn_backend in self.attn_backends:\n",
+    )
     sglang_tree.write(HIP, module(in_graph=IN_GRAPH_LOCAL, multi_in_graph=splitting, imported=True))
     finding = of(sglang_tree.plan([IN_GRAPH_HIP]), IN_GRAPH_HIP)
     assert finding.state is State.BY_CALLER
@@ -222,8 +248,14 @@ def test_in_graph_caller_that_splits(sglang_tree):
 
 
 def test_in_graph_other_target_is_unrecognised(sglang_tree):
-    sglang_tree.write(HIP, module(in_graph=IN_GRAPH_LOCAL.replace(
-        "out_cache_loc = forward_batch.out_cache_loc\n", "out_cache_loc = forward_batch.out_cache_loc[:4]\n")))
+    sglang_tree.write(
+        HIP,
+        module(
+            in_graph=IN_GRAPH_LOCAL.replace(
+                "out_cache_loc = forward_batch.out_cache_loc\n", "out_cache_loc = forward_batch.out_cache_loc[:4]\n"
+            )
+        ),
+    )
     finding = of(sglang_tree.plan([IN_GRAPH_HIP]), IN_GRAPH_HIP)
     assert finding.state is State.UNRECOGNISED
 
@@ -231,7 +263,8 @@ def test_in_graph_other_target_is_unrecognised(sglang_tree):
 def test_step_slice_joins_its_condition_where_black_would():
     assert step_slice("fb", 12, 88).startswith("if (\n    fb.forward_mode.is_decode_or_idle()\n    and self.topk > 0\n")
     assert step_slice("fb", 12, 120).startswith(
-        "if fb.forward_mode.is_decode_or_idle() and self.topk > 0 and self.speculative_num_steps > 1:\n")
+        "if fb.forward_mode.is_decode_or_idle() and self.topk > 0 and self.speculative_num_steps > 1:\n"
+    )
 
 
 # ---- a class no rule names: a correct hand layout is left, a wrong one patched ----------------
@@ -293,9 +326,11 @@ class OwnDraftBackend:
 '''
 
 
-@pytest.mark.parametrize("width, state", [("self.max_context_len", State.TO_PATCH),
-                                          ("self.topk * self.max_context_len", State.BY_HAND)],
-                         ids=["narrow row: patched", "upstream's width by hand: left"])
+@pytest.mark.parametrize(
+    "width, state",
+    [("self.max_context_len", State.TO_PATCH), ("self.topk * self.max_context_len", State.BY_HAND)],
+    ids=["narrow row: patched", "upstream's width by hand: left"],
+)
 def test_guard_class_row_width(sglang_tree, width, state):
     sglang_tree.write(OWN, NARROW.format(width=width))
     plan = engine.plan(sglang_tree.target(), rules=list(RULES))
@@ -306,6 +341,7 @@ def test_guard_class_row_width(sglang_tree, width, state):
 
 # ---- what the written CPU test calls: layout_patterns.wrong_draft_layout ---------------------
 
+
 def test_rule_classes_are_the_classes_the_rules_name_or_read():
     from sglang_draft_layout.layout_patterns import RULE_CLASSES
     from sglang_draft_layout.rules.base import MODULE_SCOPE
@@ -314,11 +350,15 @@ def test_rule_classes_are_the_classes_the_rules_name_or_read():
     assert RULE_CLASSES == named
 
 
-@pytest.mark.parametrize("cls, width, wrong", [
-    ("OwnDraftBackend", "self.topk * self.max_context_len", False),
-    ("OwnDraftBackend", "self.max_context_len", True),
-    ("TritonMultiStepDraftBackend", "self.topk * self.max_context_len", True),
-], ids=["own class, upstream's width by hand", "own class, narrow row", "a rule's class, by hand"])
+@pytest.mark.parametrize(
+    "cls, width, wrong",
+    [
+        ("OwnDraftBackend", "self.topk * self.max_context_len", False),
+        ("OwnDraftBackend", "self.max_context_len", True),
+        ("TritonMultiStepDraftBackend", "self.topk * self.max_context_len", True),
+    ],
+    ids=["own class, upstream's width by hand", "own class, narrow row", "a rule's class, by hand"],
+)
 def test_wrong_draft_layout(cls, width, wrong):
     import ast
 

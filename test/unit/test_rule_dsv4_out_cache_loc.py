@@ -33,7 +33,8 @@ from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
 '''
 HEADER_AFTER = HEADER.replace(
     "import AttentionBackend\n",
-    "import AttentionBackend\nfrom sglang.srt.speculative.eagle_utils import per_step_draft_out_cache_loc\n")
+    "import AttentionBackend\nfrom sglang.srt.speculative.eagle_utils import per_step_draft_out_cache_loc\n",
+)
 
 INIT = """\
     def __init__(self, topk, speculative_num_steps, speculative_step_id=0):
@@ -122,7 +123,10 @@ def test_before_after_whole_file(sglang_tree):
     plan = sglang_tree.apply([RULE])
 
     [finding] = plan.findings
-    assert (finding.state, finding.line) == (State.TO_PATCH, line_of(before, "metadata = self.init_forward_metadata_decode("))
+    assert (finding.state, finding.line) == (
+        State.TO_PATCH,
+        line_of(before, "metadata = self.init_forward_metadata_decode("),
+    )
     after = sglang_tree.read(DSV4)
     assert method_source(after, SCOPE) == AFTER
     assert after == dsv4_module(INIT, AFTER, DECODE, header=HEADER_AFTER)
@@ -150,30 +154,40 @@ STRUCTURAL = {
             "                seq_lens=forward_batch.seq_lens,\n"
             "                out_cache_loc=forward_batch.out_cache_loc,\n"
             "            )\n",
-            "            metadata = self.init_forward_metadata_decode(out_cache_loc=forward_batch.out_cache_loc, max_seq_len=max_seq_len)\n"),
+            "            metadata = self.init_forward_metadata_decode(out_cache_loc=forward_batch.out_cache_loc, max_seq_len=max_seq_len)\n",
+        ),
         AFTER.replace(
             "            metadata = self.init_forward_metadata_decode(\n"
             "                max_seq_len=max_seq_len,\n"
             "                seq_lens=forward_batch.seq_lens,\n"
             "                out_cache_loc=out_cache_loc,\n"
             "            )\n",
-            "            metadata = self.init_forward_metadata_decode(out_cache_loc=out_cache_loc, max_seq_len=max_seq_len)\n"),
+            "            metadata = self.init_forward_metadata_decode(out_cache_loc=out_cache_loc, max_seq_len=max_seq_len)\n",
+        ),
     ),
     "statements and comments before the call": (
         BEFORE.replace(
             "            metadata = self.init_forward_metadata_decode(\n",
             "            seq_lens = forward_batch.seq_lens\n\n"
             "            # Build the decode metadata.\n"
-            "            metadata = self.init_forward_metadata_decode(\n"),
+            "            metadata = self.init_forward_metadata_decode(\n",
+        ),
         AFTER.replace(
             "            # DSv4 bakes",
             "            seq_lens = forward_batch.seq_lens\n\n"
             "            # Build the decode metadata.\n"
-            "            # DSv4 bakes"),
+            "            # DSv4 bakes",
+        ),
     ),
     "returned directly": (
-        BEFORE.replace("            metadata = self.init_forward_metadata_decode(", "            return self.init_forward_metadata_decode("),
-        AFTER.replace("            metadata = self.init_forward_metadata_decode(", "            return self.init_forward_metadata_decode("),
+        BEFORE.replace(
+            "            metadata = self.init_forward_metadata_decode(",
+            "            return self.init_forward_metadata_decode(",
+        ),
+        AFTER.replace(
+            "            metadata = self.init_forward_metadata_decode(",
+            "            return self.init_forward_metadata_decode(",
+        ),
     ),
 }
 
@@ -214,11 +228,17 @@ def test_already_upstream_is_patched_and_unchanged(sglang_tree, method):
 
 
 REFUSED = {
-    "sliced buffer": BEFORE.replace("out_cache_loc=forward_batch.out_cache_loc,\n            )\n        elif",
-                                    "out_cache_loc=forward_batch.out_cache_loc[: forward_batch.batch_size],\n            )\n        elif"),
-    "local buffer": BEFORE.replace("out_cache_loc=forward_batch.out_cache_loc,\n            )\n        elif",
-                                   "out_cache_loc=loc,\n            )\n        elif"),
-    "no init_forward_metadata_decode call": BEFORE.replace("self.init_forward_metadata_decode(", "self.build_decode_metadata("),
+    "sliced buffer": BEFORE.replace(
+        "out_cache_loc=forward_batch.out_cache_loc,\n            )\n        elif",
+        "out_cache_loc=forward_batch.out_cache_loc[: forward_batch.batch_size],\n            )\n        elif",
+    ),
+    "local buffer": BEFORE.replace(
+        "out_cache_loc=forward_batch.out_cache_loc,\n            )\n        elif",
+        "out_cache_loc=loc,\n            )\n        elif",
+    ),
+    "no init_forward_metadata_decode call": BEFORE.replace(
+        "self.init_forward_metadata_decode(", "self.build_decode_metadata("
+    ),
     "no decode branch": BEFORE.replace("is_decode_or_idle()", "is_decode()"),
 }
 
@@ -272,30 +292,36 @@ def test_file_absent_before_0_5_12(sglang_tree):
 
 CALLS_OWN_METHOD = BEFORE.replace(
     "                out_cache_loc=forward_batch.out_cache_loc,\n            )\n        elif",
-    "                out_cache_loc=self._get_mtp_decode_out_cache_loc(forward_batch),\n            )\n        elif")
+    "                out_cache_loc=self._get_mtp_decode_out_cache_loc(forward_batch),\n            )\n        elif",
+)
 OWN_METHOD = fork_edits.OWN_METHOD.lstrip("\n")
-OWN_METHOD_AFTER = OWN_METHOD.replace("""\
+OWN_METHOD_AFTER = OWN_METHOD.replace(
+    """\
         return (
             out_cache_loc.reshape(bs, topk, steps)
             .permute(2, 0, 1)
             .reshape(steps, step_width)[self.speculative_step_id]
         )
-""", """\
+""",
+    """\
         return per_step_draft_out_cache_loc(
             out_cache_loc,
             bs,
             topk,
             steps,
         )[self.speculative_step_id]
-""")
+""",
+)
 #: the split written in the decode branch itself, through a local feeding out_cache_loc=
-INLINE_LOCAL = BEFORE.replace("""\
+INLINE_LOCAL = BEFORE.replace(
+    """\
             metadata = self.init_forward_metadata_decode(
                 max_seq_len=max_seq_len,
                 seq_lens=forward_batch.seq_lens,
                 out_cache_loc=forward_batch.out_cache_loc,
             )
-""", """\
+""",
+    """\
             step_loc = forward_batch.out_cache_loc
             if self.speculative_num_steps > 1:
                 step_loc = step_loc.view(
@@ -314,7 +340,8 @@ INLINE_LOCAL = BEFORE.replace("""\
                 seq_lens=forward_batch.seq_lens,
                 out_cache_loc=step_loc,
             )
-""")
+""",
+)
 
 
 def test_own_method_split_is_rewritten_there(sglang_tree):
@@ -340,13 +367,15 @@ def test_an_unproven_first_split_is_left_and_the_proven_one_rewritten(sglang_tre
 
 
 #: the decode branch splits in two branches, each in its own spelling
-TWO_SPLITS = BEFORE.replace("""\
+TWO_SPLITS = BEFORE.replace(
+    """\
             metadata = self.init_forward_metadata_decode(
                 max_seq_len=max_seq_len,
                 seq_lens=forward_batch.seq_lens,
                 out_cache_loc=forward_batch.out_cache_loc,
             )
-""", """\
+""",
+    """\
             out_cache_loc = forward_batch.out_cache_loc
             bs = forward_batch.batch_size
             if self.topk > 1 and self.speculative_num_steps > 1:
@@ -363,7 +392,8 @@ TWO_SPLITS = BEFORE.replace("""\
                 seq_lens=forward_batch.seq_lens,
                 out_cache_loc=out_cache_loc,
             )
-""")
+""",
+)
 FIRST_SPLIT = """\
                 out_cache_loc = (
                     out_cache_loc.reshape(bs, self.topk, self.speculative_num_steps)
@@ -392,7 +422,9 @@ def test_every_split_feeding_the_site_is_rewritten_in_one_apply(sglang_tree):
     sglang_tree.write(DSV4, text)
     [finding] = sglang_tree.apply([RULE]).findings
     assert (finding.state, finding.line) == (
-        State.TO_PATCH, line_of(text, "out_cache_loc.reshape(bs, self.topk, self.speculative_num_steps)"))
+        State.TO_PATCH,
+        line_of(text, "out_cache_loc.reshape(bs, self.topk, self.speculative_num_steps)"),
+    )
     assert sglang_tree.read(DSV4) == dsv4_module(INIT, TWO_SPLITS_AFTER, DECODE, header=HEADER_AFTER)
     assert [f.state for f in sglang_tree.plan([RULE]).findings] == [State.PATCHED]
     sglang_tree.assert_idempotent([RULE])
@@ -445,32 +477,51 @@ ALIAS_CHAINS = {
         _decode_from(BS + ROWS_HELPER + STEP_ROW, "step_loc"),
     ),
     "three locals, the row taken first": (
-        _decode_from(BS + ROWS_SPLIT.replace("-1)\n", "-1)[self.speculative_step_id]\n")
-                     + "            row = rows\n            step_loc = row\n", "step_loc"),
-        _decode_from(BS + ROWS_HELPER.replace("            )\n", "            )[self.speculative_step_id]\n")
-                     + "            row = rows\n            step_loc = row\n", "step_loc"),
+        _decode_from(
+            BS
+            + ROWS_SPLIT.replace("-1)\n", "-1)[self.speculative_step_id]\n")
+            + "            row = rows\n            step_loc = row\n",
+            "step_loc",
+        ),
+        _decode_from(
+            BS
+            + ROWS_HELPER.replace("            )\n", "            )[self.speculative_step_id]\n")
+            + "            row = rows\n            step_loc = row\n",
+            "step_loc",
+        ),
     ),
     "a local bound twice, each value an alias bound once": (
-        _decode_from(BS + ROWS_SPLIT + "            step_loc = out_cache_loc\n"
-                     "            if self.speculative_num_steps > 1:\n    " + STEP_ROW, "step_loc"),
-        _decode_from(BS + ROWS_HELPER + "            step_loc = out_cache_loc\n"
-                     "            if self.speculative_num_steps > 1:\n    " + STEP_ROW, "step_loc"),
+        _decode_from(
+            BS + ROWS_SPLIT + "            step_loc = out_cache_loc\n"
+            "            if self.speculative_num_steps > 1:\n    " + STEP_ROW,
+            "step_loc",
+        ),
+        _decode_from(
+            BS + ROWS_HELPER + "            step_loc = out_cache_loc\n"
+            "            if self.speculative_num_steps > 1:\n    " + STEP_ROW,
+            "step_loc",
+        ),
     ),
     "rows annotated": (
         _decode_from(BS + ROWS_SPLIT.replace("rows = (", "rows: torch.Tensor = (") + STEP_ROW, "step_loc"),
         _decode_from(BS + ROWS_HELPER.replace("rows = ", "rows: torch.Tensor = ") + STEP_ROW, "step_loc"),
     ),
     "a comprehension's own name like the chain's (it binds nothing around it)": (
-        _decode_from(BS + ROWS_SPLIT + "            widths = [len(rows) for rows in self.attn_backends]\n"
-                     + STEP_ROW, "step_loc"),
-        _decode_from(BS + ROWS_HELPER + "            widths = [len(rows) for rows in self.attn_backends]\n"
-                     + STEP_ROW, "step_loc"),
+        _decode_from(
+            BS + ROWS_SPLIT + "            widths = [len(rows) for rows in self.attn_backends]\n" + STEP_ROW, "step_loc"
+        ),
+        _decode_from(
+            BS + ROWS_HELPER + "            widths = [len(rows) for rows in self.attn_backends]\n" + STEP_ROW,
+            "step_loc",
+        ),
     ),
     "a bound 3-d view, a statement between": (
-        _decode_from(BS + "            slots = out_cache_loc.view(bs, self.topk, self.speculative_num_steps)\n"
-                     "            seq_lens = forward_batch.seq_lens\n"
-                     "            rows = slots.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n"
-                     + STEP_ROW, "step_loc"),
+        _decode_from(
+            BS + "            slots = out_cache_loc.view(bs, self.topk, self.speculative_num_steps)\n"
+            "            seq_lens = forward_batch.seq_lens\n"
+            "            rows = slots.permute(2, 0, 1).reshape(self.speculative_num_steps, -1)\n" + STEP_ROW,
+            "step_loc",
+        ),
         _decode_from(BS + "            seq_lens = forward_batch.seq_lens\n" + ROWS_HELPER + STEP_ROW, "step_loc"),
     ),
 }
@@ -484,7 +535,9 @@ def test_a_split_through_a_chain_of_locals_is_rewritten_where_it_is(sglang_tree,
     sglang_tree.write(DSV4, text)
     [finding] = sglang_tree.apply([RULE]).findings
     assert (finding.state, finding.detail) == (
-        State.TO_PATCH, "the fork's own split (in init_forward_metadata): via per_step_draft_out_cache_loc")
+        State.TO_PATCH,
+        "the fork's own split (in init_forward_metadata): via per_step_draft_out_cache_loc",
+    )
     assert sglang_tree.read(DSV4) == dsv4_module(INIT, after, DECODE, header=HEADER_AFTER)
     assert [f.state for f in sglang_tree.plan([RULE]).findings] == [State.PATCHED]
     sglang_tree.assert_idempotent([RULE])
@@ -493,7 +546,9 @@ def test_a_split_through_a_chain_of_locals_is_rewritten_where_it_is(sglang_tree,
 #: a local of the chain bound more than once: which value reaches out_cache_loc= is not proven
 CHAIN_BOUND_TWICE = _decode_from(
     BS + ROWS_SPLIT + "            if self.speculative_num_steps == 1:\n"
-    "                rows = out_cache_loc[None]\n" + STEP_ROW, "step_loc")
+    "                rows = out_cache_loc[None]\n" + STEP_ROW,
+    "step_loc",
+)
 
 
 def test_a_chain_of_locals_with_one_bound_twice_is_refused(sglang_tree):
@@ -501,11 +556,15 @@ def test_a_chain_of_locals_with_one_bound_twice_is_refused(sglang_tree):
     sglang_tree.write(DSV4, text)
     write_bystanders(sglang_tree, besides=DSV4)
     lines = f"{line_of(text, 'rows = (')}, {line_of(text, 'rows = out_cache_loc[None]')}"
-    detail = (f"out_cache_loc= comes through `rows`, bound more than once in init_forward_metadata (lines {lines}): "
-              "rewrite its split by hand")
+    detail = (
+        f"out_cache_loc= comes through `rows`, bound more than once in init_forward_metadata (lines {lines}): "
+        "rewrite its split by hand"
+    )
     [finding] = sglang_tree.plan([RULE]).findings
     assert (finding.state, finding.detail) == (State.UNRECOGNISED, detail)
-    assert_refused(sglang_tree, DSV4, line_of(text, "metadata = self.init_forward_metadata_decode("), SCOPE, SITE, detail)
+    assert_refused(
+        sglang_tree, DSV4, line_of(text, "metadata = self.init_forward_metadata_decode("), SCOPE, SITE, detail
+    )
 
 
 #: the bound view's move short enough for black to break inside the subscript instead
@@ -532,8 +591,12 @@ SUBSCRIPT_JOINED = """\
 
 
 def test_a_subscript_black_broke_is_joined_after_the_helper_call(sglang_tree):
-    before = TWO_SPLITS.replace(TWO_SPLITS[TWO_SPLITS.index("            out_cache_loc = forward_batch"):
-                                           TWO_SPLITS.index("            metadata = ")], SUBSCRIPT_BROKEN)
+    before = TWO_SPLITS.replace(
+        TWO_SPLITS[
+            TWO_SPLITS.index("            out_cache_loc = forward_batch") : TWO_SPLITS.index("            metadata = ")
+        ],
+        SUBSCRIPT_BROKEN,
+    )
     after = before.replace(SUBSCRIPT_BROKEN, SUBSCRIPT_JOINED)
     for method in (before, after):  # both as black writes them
         assert black.format_str("class A:\n" + method, mode=black.Mode()) == "class A:\n" + method
@@ -544,13 +607,15 @@ def test_a_subscript_black_broke_is_joined_after_the_helper_call(sglang_tree):
 
 
 #: the decode branch binding the 3-d view once and moving it in each of two branches below it
-VIEW_MOVED_TWICE = BEFORE.replace("""\
+VIEW_MOVED_TWICE = BEFORE.replace(
+    """\
             metadata = self.init_forward_metadata_decode(
                 max_seq_len=max_seq_len,
                 seq_lens=forward_batch.seq_lens,
                 out_cache_loc=forward_batch.out_cache_loc,
             )
-""", """\
+""",
+    """\
             rows = forward_batch.out_cache_loc.view(
                 forward_batch.batch_size, self.topk, self.speculative_num_steps
             )
@@ -565,16 +630,20 @@ VIEW_MOVED_TWICE = BEFORE.replace("""\
                 seq_lens=forward_batch.seq_lens,
                 out_cache_loc=step_loc,
             )
-""")
+""",
+)
 
 
 def test_a_bound_view_moved_in_two_branches_is_refused_in_one_line(sglang_tree):
     text = dsv4_module(INIT, VIEW_MOVED_TWICE, DECODE)
     sglang_tree.write(DSV4, text)
     write_bystanders(sglang_tree, besides=DSV4)
-    view, first, second = (line_of(text, s) for s in ("rows = forward_batch", "step_loc = rows.movedim",
-                                                       "step_loc = rows.permute"))
-    detail = f"the 3-d view `rows` (line {view}) is moved in 2 places (lines {first}, {second}): rewrite the split by hand"
+    view, first, second = (
+        line_of(text, s) for s in ("rows = forward_batch", "step_loc = rows.movedim", "step_loc = rows.permute")
+    )
+    detail = (
+        f"the 3-d view `rows` (line {view}) is moved in 2 places (lines {first}, {second}): rewrite the split by hand"
+    )
     [finding] = sglang_tree.plan([RULE]).findings
     assert (finding.state, finding.line, finding.detail) == (State.UNRECOGNISED, view, detail)
     assert_refused(sglang_tree, DSV4, view, SCOPE, SITE, detail)
@@ -609,20 +678,23 @@ class DeepseekV4MultiStepBackend(DeepseekV4AttnBackend):
             .reshape(self.speculative_num_steps, -1)
         )
 """
-MULTI_STEP_AFTER = MULTI_STEP.replace("""\
+MULTI_STEP_AFTER = MULTI_STEP.replace(
+    """\
         return (
             forward_batch.out_cache_loc.reshape(num_reqs, self.topk, self.speculative_num_steps)
             .permute(2, 0, 1)
             .reshape(self.speculative_num_steps, -1)
         )
-""", """\
+""",
+    """\
         return per_step_draft_out_cache_loc(
             forward_batch.out_cache_loc,
             num_reqs,
             self.topk,
             self.speculative_num_steps,
         )
-""")
+""",
+)
 PLAIN_MULTI_STEP = """
 
 class DeepseekV4MultiStepBackend(DeepseekV4AttnBackend):
@@ -641,7 +713,10 @@ def test_caller_split_is_handled_by_the_caller_and_not_split_again(sglang_tree):
     caller_line = line_of(text, "forward_batch.out_cache_loc = step_out_cache_loc[i]")
     assert site.detail == f"DeepseekV4MultiStepBackend.init_forward_metadata at {DSV4}:{caller_line}"
     assert site.edits == ()
-    assert (guard.state, guard.rule.scope) == (State.TO_PATCH, "DeepseekV4MultiStepBackend._split_out_cache_loc_per_step")
+    assert (guard.state, guard.rule.scope) == (
+        State.TO_PATCH,
+        "DeepseekV4MultiStepBackend._split_out_cache_loc_per_step",
+    )
     after = sglang_tree.read(DSV4)
     assert after == dsv4_module(INIT, BEFORE, DECODE, header=HEADER_AFTER) + MULTI_STEP_AFTER
     again = sglang_tree.plan([RULE])
@@ -662,10 +737,15 @@ def test_a_path_that_splits_twice_is_refused(sglang_tree, per_step):
     text = dsv4_module(INIT, per_step, DECODE, OWN_METHOD, header=HEADER_AFTER) + MULTI_STEP_AFTER
     sglang_tree.write(DSV4, text)
     [finding, _guard] = sglang_tree.plan([RULE]).findings
-    assert (finding.state, finding.line) == (State.UNRECOGNISED, line_of(text, "metadata = self.init_forward_metadata_decode("))
+    assert (finding.state, finding.line) == (
+        State.UNRECOGNISED,
+        line_of(text, "metadata = self.init_forward_metadata_decode("),
+    )
     assert finding.detail.startswith("splits the per-step out_cache_loc twice: here (in ")
-    assert finding.detail.endswith("and in its caller DeepseekV4MultiStepBackend.init_forward_metadata (line "
-                                   f"{line_of(text, 'forward_batch.out_cache_loc = step_out_cache_loc[i]')}); keep one of them")
+    assert finding.detail.endswith(
+        "and in its caller DeepseekV4MultiStepBackend.init_forward_metadata (line "
+        f"{line_of(text, 'forward_batch.out_cache_loc = step_out_cache_loc[i]')}); keep one of them"
+    )
     code, _out, err = sglang_tree.cli("check")
     assert code == 2 and "twice" in err
 
@@ -717,8 +797,11 @@ def test_a_double_split_is_kept_on_the_dsv4_site_not_on_its_caller(sglang_tree, 
         assert problems == [(CLS, "twice")]
 
 
-@pytest.mark.parametrize("scope, code", [(SCOPE, 0), ("DeepseekV4MultiStepBackend.init_forward_metadata", 2)],
-                         ids=["--keep the DSv4 site", "--keep the caller"])
+@pytest.mark.parametrize(
+    "scope, code",
+    [(SCOPE, 0), ("DeepseekV4MultiStepBackend.init_forward_metadata", 2)],
+    ids=["--keep the DSv4 site", "--keep the caller"],
+)
 def test_keep_flag_on_a_double_split_judges_as_the_comment_does(sglang_tree, scope, code):
     sglang_tree.write(DSV4, dsv4_module(INIT, AFTER, DECODE, header=HEADER_AFTER) + MULTI_STEP_AFTER)
     found, out, err = sglang_tree.cli("check", "--no-tests", "--keep", f"{DSV4}:{scope}")
@@ -752,7 +835,9 @@ def test_a_double_split_under_the_worker_is_kept_on_the_dsv4_site_only(sglang_tr
     else:
         row = f"{WORKER_V2}:{line_of(worker, '= out_cache_loc[i]')}"
         assert code == 2 and f"and in its caller EagleDraftWorker.draft_forward ({row})" in err
-        code, _out, err = sglang_tree.cli("check", "--no-tests", "--keep", f"{WORKER_V2}:EagleDraftWorker.draft_forward")
+        code, _out, err = sglang_tree.cli(
+            "check", "--no-tests", "--keep", f"{WORKER_V2}:EagleDraftWorker.draft_forward"
+        )
         assert code == 2 and f"and in its caller EagleDraftWorker.draft_forward ({row})" in err  # --keep as the comment
         assert problems == [(CLS, "twice")]
 
@@ -760,7 +845,9 @@ def test_a_double_split_under_the_worker_is_kept_on_the_dsv4_site_only(sglang_tr
 # ---- the decode branch moved out of init_forward_metadata: check and the written test agree ----
 
 #: 0.5.12's multi-step backend (builds the per-step backends, hands each the whole batch): the path the written test walks
-BUILDING_MULTI_STEP = MULTI_STEP[: MULTI_STEP.index("    def init_forward_metadata")] + PLAIN_MULTI_STEP.split("\n", 3)[3]
+BUILDING_MULTI_STEP = (
+    MULTI_STEP[: MULTI_STEP.index("    def init_forward_metadata")] + PLAIN_MULTI_STEP.split("\n", 3)[3]
+)
 #: the per-step backend's init_forward_metadata, its whole body moved into a method of its own
 MOVED_INIT = """\
     def init_forward_metadata(self, forward_batch):
@@ -771,7 +858,8 @@ MOVED_INIT = """\
 def moved(method: str) -> str:
     """``method`` (a form of init_forward_metadata) as ``_init_metadata``, returning its metadata."""
     return method.replace("def init_forward_metadata(", "def _init_metadata(").replace(
-        "        self.forward_metadata = metadata\n", "        return metadata\n")
+        "        self.forward_metadata = metadata\n", "        return metadata\n"
+    )
 
 
 #: the decode branch alone moved into a method of its own; the verify branch stays in init_forward_metadata
@@ -817,8 +905,12 @@ def deeper(method: str, calls_back: bool = False) -> str:
     """``moved(method)`` as ``_init_metadata_body``, under DEEPER; with ``calls_back``, calling ``_init_metadata``."""
     body = moved(method).replace("def _init_metadata(", "def _init_metadata_body(")
     if calls_back:
-        body = body.replace("        max_seq_len =", "        if forward_batch.again:\n"
-                            "            return self._init_metadata(forward_batch)\n        max_seq_len =", 1)
+        body = body.replace(
+            "        max_seq_len =",
+            "        if forward_batch.again:\n"
+            "            return self._init_metadata(forward_batch)\n        max_seq_len =",
+            1,
+        )
     return body
 
 
@@ -831,28 +923,69 @@ MOVED = {
     "moved, own method": ((moved(CALLS_OWN_METHOD), OWN_METHOD), BUILDING_MULTI_STEP, State.TO_PATCH, None),
     "moved, caller splits": ((moved(BEFORE),), MULTI_STEP_AFTER, State.BY_CALLER, None),
     "moved, caller and upstream's split": ((moved(AFTER),), MULTI_STEP_AFTER, State.UNRECOGNISED, TWICE),
-    "moved, caller and own method": ((moved(CALLS_OWN_METHOD), OWN_METHOD), MULTI_STEP_AFTER, State.UNRECOGNISED, TWICE),
+    "moved, caller and own method": (
+        (moved(CALLS_OWN_METHOD), OWN_METHOD),
+        MULTI_STEP_AFTER,
+        State.UNRECOGNISED,
+        TWICE,
+    ),
     "two deep, no split": ((DEEPER, deeper(BEFORE)), BUILDING_MULTI_STEP, State.TO_PATCH, NEVER),
     "two deep, upstream's split": ((DEEPER, deeper(AFTER)), BUILDING_MULTI_STEP, State.PATCHED, None),
     "two deep, caller splits": ((DEEPER, deeper(BEFORE)), MULTI_STEP_AFTER, State.BY_CALLER, None),
     "two deep, caller and upstream's split": ((DEEPER, deeper(AFTER)), MULTI_STEP_AFTER, State.UNRECOGNISED, TWICE),
-    "two deep, own method two deep": ((DEEPER, deeper(CALLS_OWN_METHOD), OWN_METHOD_DEEP), BUILDING_MULTI_STEP,
-                                      State.TO_PATCH, None),
-    "two deep, caller and own method two deep": ((DEEPER, deeper(CALLS_OWN_METHOD), OWN_METHOD_DEEP),
-                                                 MULTI_STEP_AFTER, State.UNRECOGNISED, TWICE),
-    "calling each other, no split": ((DEEPER_CYCLE, deeper(BEFORE, calls_back=True)), BUILDING_MULTI_STEP,
-                                     State.TO_PATCH, NEVER),
-    "calling each other, caller and upstream's split": ((DEEPER_CYCLE, deeper(AFTER, calls_back=True)),
-                                                        MULTI_STEP_AFTER, State.UNRECOGNISED, TWICE),
-    "own method two deep": ((CALLS_OWN_METHOD.replace("def init_forward_metadata(", "def _init_metadata(").replace(
-        "        self.forward_metadata = metadata\n", "        return metadata\n"), OWN_METHOD_DEEP),
-        BUILDING_MULTI_STEP, State.TO_PATCH, None),
-    "decode moved, no split": ((PARTIAL_DECODE.format(loc="forward_batch.out_cache_loc"),), BUILDING_MULTI_STEP,
-                               State.TO_PATCH, NEVER),
-    "decode moved, own method": ((PARTIAL_DECODE.format(loc="self._get_mtp_decode_out_cache_loc(forward_batch)"),
-                                  OWN_METHOD), BUILDING_MULTI_STEP, State.TO_PATCH, None),
-    "decode moved, caller and own method": ((PARTIAL_DECODE.format(loc="self._get_mtp_decode_out_cache_loc(forward_batch)"),
-                                             OWN_METHOD), MULTI_STEP_AFTER, State.UNRECOGNISED, TWICE),
+    "two deep, own method two deep": (
+        (DEEPER, deeper(CALLS_OWN_METHOD), OWN_METHOD_DEEP),
+        BUILDING_MULTI_STEP,
+        State.TO_PATCH,
+        None,
+    ),
+    "two deep, caller and own method two deep": (
+        (DEEPER, deeper(CALLS_OWN_METHOD), OWN_METHOD_DEEP),
+        MULTI_STEP_AFTER,
+        State.UNRECOGNISED,
+        TWICE,
+    ),
+    "calling each other, no split": (
+        (DEEPER_CYCLE, deeper(BEFORE, calls_back=True)),
+        BUILDING_MULTI_STEP,
+        State.TO_PATCH,
+        NEVER,
+    ),
+    "calling each other, caller and upstream's split": (
+        (DEEPER_CYCLE, deeper(AFTER, calls_back=True)),
+        MULTI_STEP_AFTER,
+        State.UNRECOGNISED,
+        TWICE,
+    ),
+    "own method two deep": (
+        (
+            CALLS_OWN_METHOD.replace("def init_forward_metadata(", "def _init_metadata(").replace(
+                "        self.forward_metadata = metadata\n", "        return metadata\n"
+            ),
+            OWN_METHOD_DEEP,
+        ),
+        BUILDING_MULTI_STEP,
+        State.TO_PATCH,
+        None,
+    ),
+    "decode moved, no split": (
+        (PARTIAL_DECODE.format(loc="forward_batch.out_cache_loc"),),
+        BUILDING_MULTI_STEP,
+        State.TO_PATCH,
+        NEVER,
+    ),
+    "decode moved, own method": (
+        (PARTIAL_DECODE.format(loc="self._get_mtp_decode_out_cache_loc(forward_batch)"), OWN_METHOD),
+        BUILDING_MULTI_STEP,
+        State.TO_PATCH,
+        None,
+    ),
+    "decode moved, caller and own method": (
+        (PARTIAL_DECODE.format(loc="self._get_mtp_decode_out_cache_loc(forward_batch)"), OWN_METHOD),
+        MULTI_STEP_AFTER,
+        State.UNRECOGNISED,
+        TWICE,
+    ),
 }
 
 
@@ -899,6 +1032,7 @@ def test_a_decode_call_moved_without_its_branch_is_no_site_check_knows(sglang_tr
     assert (finding.state, finding.detail) == (State.UNRECOGNISED, DETAIL)
     assert [who for _cls, who in written_test_problems(sglang_tree)] == [NEVER]
 
+
 #: where the keep comment goes in the moved double split, and whether that keeps the path
 MOVED_KEEP_ON = {
     "init_forward_metadata's def line": (MOVED_INIT, True),
@@ -928,10 +1062,15 @@ def test_pragma_keeps_an_unrecognised_site_and_the_rest_is_patched(sglang_tree, 
     if where == "def line":
         method = KEPT_FORM.replace("forward_batch):\n", "forward_batch):  # sglang-draft-layout: keep\n", 1)
     elif where == "site's statement":
-        method = KEPT_FORM.replace("metadata = self.init_forward_metadata_decode(\n",
-                                   "metadata = self.init_forward_metadata_decode(  # sglang-draft-layout: keep\n", 1)
+        method = KEPT_FORM.replace(
+            "metadata = self.init_forward_metadata_decode(\n",
+            "metadata = self.init_forward_metadata_decode(  # sglang-draft-layout: keep\n",
+            1,
+        )
     else:
-        method = KEPT_FORM.replace("[: forward_batch.batch_size],\n", "[: forward_batch.batch_size],  # sglang-draft-layout: keep\n")
+        method = KEPT_FORM.replace(
+            "[: forward_batch.batch_size],\n", "[: forward_batch.batch_size],  # sglang-draft-layout: keep\n"
+        )
     text = dsv4_module(INIT, method, DECODE)
     sglang_tree.write(DSV4, text)
     write_bystanders(sglang_tree, besides=DSV4)
@@ -953,11 +1092,15 @@ def test_pragma_on_another_statement_keeps_nothing(sglang_tree):
     assert finding.state is State.UNRECOGNISED
 
 
-@pytest.mark.parametrize("spec", [
-    f"srt/layers/attention/deepseek_v4_backend.py:{SCOPE}",
-    f"sglang/srt/layers/attention/deepseek_v4_backend.py:{SCOPE}",
-    f"deepseek_v4_backend.py:{SCOPE}",
-], ids=["under the package", "with sglang/", "file name"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        f"srt/layers/attention/deepseek_v4_backend.py:{SCOPE}",
+        f"sglang/srt/layers/attention/deepseek_v4_backend.py:{SCOPE}",
+        f"deepseek_v4_backend.py:{SCOPE}",
+    ],
+    ids=["under the package", "with sglang/", "file name"],
+)
 def test_keep_flag_keeps_the_site(sglang_tree, spec):
     text = dsv4_module(INIT, KEPT_FORM, DECODE)
     sglang_tree.write(DSV4, text)
@@ -1010,7 +1153,8 @@ WORKER_INITS_PER_STEP = """\
 
 @pytest.mark.parametrize("columns", [80, 200])
 def test_check_lists_the_site_the_caller_handles_on_one_line_with_the_callers_file_and_line(
-        sglang_tree, monkeypatch, columns):
+    sglang_tree, monkeypatch, columns
+):
     text = dsv4_module(INIT, BEFORE, DECODE) + MULTI_STEP
     sglang_tree.write(DSV4, text)
     monkeypatch.setenv("COLUMNS", str(columns))
@@ -1025,8 +1169,11 @@ def test_check_lists_the_site_the_caller_handles_on_one_line_with_the_callers_fi
     assert out.splitlines()[out.splitlines().index(row) + 1].startswith("  ")  # the next row: no detail line
 
 
-@pytest.mark.parametrize("per_step, state", [(BEFORE, State.BY_CALLER), (AFTER, State.UNRECOGNISED)],
-                         ids=["no split here: handled by the worker", "a split here too: twice"])
+@pytest.mark.parametrize(
+    "per_step, state",
+    [(BEFORE, State.BY_CALLER), (AFTER, State.UNRECOGNISED)],
+    ids=["no split here: handled by the worker", "a split here too: twice"],
+)
 def test_a_worker_that_inits_each_step_with_its_row_is_a_caller(sglang_tree, per_step, state):
     from rule_test_support import WORKER_V2, worker_module
 
@@ -1034,7 +1181,9 @@ def test_a_worker_that_inits_each_step_with_its_row_is_a_caller(sglang_tree, per
     worker = worker_module("EagleDraftWorker", WORKER_INITS_PER_STEP)
     sglang_tree.write(WORKER_V2, worker)
     [finding] = sglang_tree.plan([RULE]).findings
-    caller = f"EagleDraftWorker.draft_forward (srt/speculative/eagle_worker_v2.py:{line_of(worker, '= out_cache_loc[i]')})"
+    caller = (
+        f"EagleDraftWorker.draft_forward (srt/speculative/eagle_worker_v2.py:{line_of(worker, '= out_cache_loc[i]')})"
+    )
     assert finding.state is state
     if state is State.BY_CALLER:
         assert finding.detail == caller.replace(" (", " at ").rstrip(")")
@@ -1048,7 +1197,12 @@ def test_a_worker_that_only_forwards_each_row_is_no_caller(sglang_tree):
     from rule_test_support import WORKER_V2, worker_module
 
     sglang_tree.write(DSV4, dsv4_module(INIT, BEFORE, DECODE))
-    sglang_tree.write(WORKER_V2, worker_module("EagleDraftWorker", WORKER_INITS_PER_STEP.replace(
-        "            backend.init_forward_metadata(forward_batch)\n", "")))
+    sglang_tree.write(
+        WORKER_V2,
+        worker_module(
+            "EagleDraftWorker",
+            WORKER_INITS_PER_STEP.replace("            backend.init_forward_metadata(forward_batch)\n", ""),
+        ),
+    )
     [finding] = sglang_tree.plan([RULE]).findings
     assert finding.state is State.TO_PATCH

@@ -14,7 +14,13 @@ import inspect
 import pytest
 
 from rule_test_support import (
-    EAGLE_UTILS, EAGLE_UTILS_MODULE, SPEC_UTILS, SPEC_UTILS_MODULE, line_of, rule, write_bystanders,
+    EAGLE_UTILS,
+    EAGLE_UTILS_MODULE,
+    SPEC_UTILS,
+    SPEC_UTILS_MODULE,
+    line_of,
+    rule,
+    write_bystanders,
 )
 from sglang_draft_layout.rules.base import State
 from sglang_draft_layout.speculative import eagle_utils, spec_utils
@@ -65,9 +71,12 @@ def test_eagle_utils_before_after_whole_file(sglang_tree):
     sglang_tree.write(EAGLE_UTILS, EAGLE_UTILS_MODULE)
     plan = sglang_tree.apply([PER_STEP])
     assert [(f.state, f.line) for f in plan.findings] == [
-        (State.TO_PATCH, line_of(EAGLE_UTILS_MODULE, "def organize_draft_results("))]
+        (State.TO_PATCH, line_of(EAGLE_UTILS_MODULE, "def organize_draft_results("))
+    ]
     # torch is imported already: the import is not added twice.
-    assert sglang_tree.read(EAGLE_UTILS) == insert_before(EAGLE_UTILS_MODULE, "def organize_draft_results(", PER_STEP_SOURCE)
+    assert sglang_tree.read(EAGLE_UTILS) == insert_before(
+        EAGLE_UTILS_MODULE, "def organize_draft_results(", PER_STEP_SOURCE
+    )
     sglang_tree.assert_idempotent([PER_STEP])
 
 
@@ -76,13 +85,16 @@ def test_eagle_utils_without_torch_gets_the_import_once(sglang_tree):
     sglang_tree.write(EAGLE_UTILS, before)
     sglang_tree.apply([PER_STEP])
     expected = insert_before(before, "def organize_draft_results(", PER_STEP_SOURCE).replace(
-        "import logging\n", "import logging\n\nimport torch\n")
+        "import logging\n", "import logging\n\nimport torch\n"
+    )
     assert sglang_tree.read(EAGLE_UTILS) == expected
     sglang_tree.assert_idempotent([PER_STEP])
 
 
 def test_first_definition_a_class(sglang_tree):
-    before = EAGLE_UTILS_MODULE.replace("def organize_draft_results(", "class TreeMaskMode:\n    FULL = 0\n\n\ndef organize_draft_results(")
+    before = EAGLE_UTILS_MODULE.replace(
+        "def organize_draft_results(", "class TreeMaskMode:\n    FULL = 0\n\n\ndef organize_draft_results("
+    )
     sglang_tree.write(EAGLE_UTILS, before)
     sglang_tree.apply([PER_STEP])
     assert sglang_tree.read(EAGLE_UTILS) == insert_before(before, "class TreeMaskMode:", PER_STEP_SOURCE)
@@ -129,10 +141,14 @@ def append(text: str, *definitions: str) -> str:
     return text + "".join("\n\n" + d for d in definitions)
 
 
-@pytest.mark.parametrize("spec_utils_defs, eagle_utils_defs", [
-    ((WIDTH_SOURCE, USED_LEN_SOURCE), (PER_STEP_SOURCE,)),
-    ((UPSTREAM_WIDTH, UPSTREAM_USED_LEN), (UPSTREAM_PER_STEP,)),
-], ids=["ours", "0.5.13's form"])
+@pytest.mark.parametrize(
+    "spec_utils_defs, eagle_utils_defs",
+    [
+        ((WIDTH_SOURCE, USED_LEN_SOURCE), (PER_STEP_SOURCE,)),
+        ((UPSTREAM_WIDTH, UPSTREAM_USED_LEN), (UPSTREAM_PER_STEP,)),
+    ],
+    ids=["ours", "0.5.13's form"],
+)
 def test_current_bodies_anywhere_are_patched_and_kept(sglang_tree, spec_utils_defs, eagle_utils_defs):
     spec = append(SPEC_UTILS_MODULE, *spec_utils_defs)
     sglang_tree.write(SPEC_UTILS, spec)
@@ -143,10 +159,14 @@ def test_current_bodies_anywhere_are_patched_and_kept(sglang_tree, spec_utils_de
     assert plan.changes == ()
 
 
-@pytest.mark.parametrize("relative, module, earlier, current, rules", [
-    (SPEC_UTILS, SPEC_UTILS_MODULE, EARLIER_WIDTH, WIDTH_SOURCE, [WIDTH]),
-    (EAGLE_UTILS, EAGLE_UTILS_MODULE, EARLIER_PER_STEP, PER_STEP_SOURCE, [PER_STEP]),
-], ids=["width without its int32 guard", "per-step layout without its assert"])
+@pytest.mark.parametrize(
+    "relative, module, earlier, current, rules",
+    [
+        (SPEC_UTILS, SPEC_UTILS_MODULE, EARLIER_WIDTH, WIDTH_SOURCE, [WIDTH]),
+        (EAGLE_UTILS, EAGLE_UTILS_MODULE, EARLIER_PER_STEP, PER_STEP_SOURCE, [PER_STEP]),
+    ],
+    ids=["width without its int32 guard", "per-step layout without its assert"],
+)
 def test_earlier_body_is_replaced_by_ours(sglang_tree, relative, module, earlier, current, rules):
     # the earlier body's own comments go with it (they described that body)
     earlier = earlier.replace(":\n", ":  # the earlier body's note\n", 1)
@@ -159,17 +179,37 @@ def test_earlier_body_is_replaced_by_ours(sglang_tree, relative, module, earlier
 
 
 FOREIGN = {
-    "width without topk": ("draft_kv_indices_buffer_width", SPEC_UTILS, SPEC_UTILS_MODULE,
-                           "def draft_kv_indices_buffer_width(num_seqs, topk, max_context_len):\n"
-                           "    return num_seqs * max_context_len\n"),
-    "width guarded at 2**32": ("draft_kv_indices_buffer_width", SPEC_UTILS, SPEC_UTILS_MODULE,
-                               EARLIER_WIDTH.replace("    return", "    assert num_seqs * topk * max_context_len < 2**32\n    return")),
-    "used length off by one": ("draft_kv_indices_used_len", SPEC_UTILS, SPEC_UTILS_MODULE,
-                               UPSTREAM_USED_LEN.replace("bs * num_steps", "bs * (num_steps + 1)")),
-    "per-step layout topk last": ("per_step_draft_out_cache_loc", EAGLE_UTILS, EAGLE_UTILS_MODULE,
-                                  UPSTREAM_PER_STEP.replace("view(bs, topk, steps)", "view(bs, steps, topk)")),
-    "per-step returning the buffer": ("per_step_draft_out_cache_loc", EAGLE_UTILS, EAGLE_UTILS_MODULE,
-                                      "def per_step_draft_out_cache_loc(loc, bs, topk, steps):\n    return loc\n"),
+    "width without topk": (
+        "draft_kv_indices_buffer_width",
+        SPEC_UTILS,
+        SPEC_UTILS_MODULE,
+        "def draft_kv_indices_buffer_width(num_seqs, topk, max_context_len):\n"
+        "    return num_seqs * max_context_len\n",
+    ),
+    "width guarded at 2**32": (
+        "draft_kv_indices_buffer_width",
+        SPEC_UTILS,
+        SPEC_UTILS_MODULE,
+        EARLIER_WIDTH.replace("    return", "    assert num_seqs * topk * max_context_len < 2**32\n    return"),
+    ),
+    "used length off by one": (
+        "draft_kv_indices_used_len",
+        SPEC_UTILS,
+        SPEC_UTILS_MODULE,
+        UPSTREAM_USED_LEN.replace("bs * num_steps", "bs * (num_steps + 1)"),
+    ),
+    "per-step layout topk last": (
+        "per_step_draft_out_cache_loc",
+        EAGLE_UTILS,
+        EAGLE_UTILS_MODULE,
+        UPSTREAM_PER_STEP.replace("view(bs, topk, steps)", "view(bs, steps, topk)"),
+    ),
+    "per-step returning the buffer": (
+        "per_step_draft_out_cache_loc",
+        EAGLE_UTILS,
+        EAGLE_UTILS_MODULE,
+        "def per_step_draft_out_cache_loc(loc, bs, topk, steps):\n    return loc\n",
+    ),
 }
 
 
@@ -183,15 +223,18 @@ def test_foreign_body_is_unrecognised_and_apply_refuses_naming_it(sglang_tree, n
     snapshot = sglang_tree.snapshot()
     code, out, err = sglang_tree.cli("apply")
     assert (code, out) == (2, "")
-    assert err == (f"error: {sglang_tree.path(relative)}:{line_of(before, f'def {name}(')}: {name}: helper definition: "
-                   f"def {name} has a body no rule knows; rewrite it to a form docs/sites.md lists; nothing written\n")
+    assert err == (
+        f"error: {sglang_tree.path(relative)}:{line_of(before, f'def {name}(')}: {name}: helper definition: "
+        f"def {name} has a body no rule knows; rewrite it to a form docs/sites.md lists; nothing written\n"
+    )
     assert sglang_tree.snapshot() == snapshot
 
 
 def test_a_method_of_that_name_does_not_count(sglang_tree):
     before = SPEC_UTILS_MODULE.replace(
         "TREE_TRAVERSE_TIME_THRESHOLD = 1\n",
-        "TREE_TRAVERSE_TIME_THRESHOLD = 1\n\n\nclass Sizes:\n    def draft_kv_indices_buffer_width(self):\n        return 0\n")
+        "TREE_TRAVERSE_TIME_THRESHOLD = 1\n\n\nclass Sizes:\n    def draft_kv_indices_buffer_width(self):\n        return 0\n",
+    )
     sglang_tree.write(SPEC_UTILS, before)
     plan = sglang_tree.plan([WIDTH])
     assert plan.findings[0].state is State.TO_PATCH
@@ -202,14 +245,17 @@ def test_no_definition_to_anchor_is_unrecognised_and_nothing_written(sglang_tree
     write_bystanders(sglang_tree, besides=SPEC_UTILS)
     plan = sglang_tree.plan(SPEC_RULES)
     assert [(f.state, f.detail) for f in plan.findings] == [
-        (State.UNRECOGNISED, "no top-level function to insert the helper before")] * 2
+        (State.UNRECOGNISED, "no top-level function to insert the helper before")
+    ] * 2
     assert plan.changes == ()
     before = sglang_tree.snapshot()
     code, out, err = sglang_tree.cli("apply")
     assert (code, out) == (2, "")
-    assert err == "".join(f"error: {sglang_tree.path(SPEC_UTILS)}: {name}: helper definition: no top-level function to "
-                          "insert the helper before; rewrite it to a form docs/sites.md lists; nothing written\n"
-                          for name in ("draft_kv_indices_buffer_width", "draft_kv_indices_used_len"))
+    assert err == "".join(
+        f"error: {sglang_tree.path(SPEC_UTILS)}: {name}: helper definition: no top-level function to "
+        "insert the helper before; rewrite it to a form docs/sites.md lists; nothing written\n"
+        for name in ("draft_kv_indices_buffer_width", "draft_kv_indices_used_len")
+    )
     assert sglang_tree.snapshot() == before
 
 

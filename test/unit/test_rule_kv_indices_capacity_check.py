@@ -10,8 +10,20 @@ from __future__ import annotations
 import pytest
 
 from rule_test_support import (
-    AFTER_STEP_SLICE_END, COMMON_TEMPLATE, EAGER, FLASHINFER, FLASHINFER_MLA, GRAPH, INIT, assert_refused,
-    backend_header, backend_module, line_of, method_source, rule, write_bystanders,
+    AFTER_STEP_SLICE_END,
+    COMMON_TEMPLATE,
+    EAGER,
+    FLASHINFER,
+    FLASHINFER_MLA,
+    GRAPH,
+    INIT,
+    assert_refused,
+    backend_header,
+    backend_module,
+    line_of,
+    method_source,
+    rule,
+    write_bystanders,
 )
 from sglang_draft_layout.rules import RULES
 from sglang_draft_layout.rules.base import State
@@ -64,13 +76,16 @@ def test_flashinfer_mla(sglang_tree):
     sglang_tree.write(FLASHINFER_MLA, backend_module(cls))
     sglang_tree.apply([rule("capacity-check:flashinfer_mla")])
     assert sglang_tree.read(FLASHINFER_MLA) == backend_module(
-        cls, INIT, AFTER, EAGER, GRAPH, header=backend_header("draft_kv_indices_used_len"))
+        cls, INIT, AFTER, EAGER, GRAPH, header=backend_header("draft_kv_indices_used_len")
+    )
     sglang_tree.assert_idempotent([rule("capacity-check:flashinfer_mla")])
 
 
 def test_only_the_flashinfer_backends_get_the_check():
     assert sorted(r.id for r in RULES if r.id.startswith("capacity-check:")) == [
-        "capacity-check:flashinfer", "capacity-check:flashinfer_mla"]
+        "capacity-check:flashinfer",
+        "capacity-check:flashinfer_mla",
+    ]
 
 
 def test_with_the_step_slice_rule_one_import_and_both_edits(sglang_tree):
@@ -79,7 +94,8 @@ def test_with_the_step_slice_rule_one_import_and_both_edits(sglang_tree):
     sglang_tree.apply(rules)
     expected = AFTER.replace("seq_lens_sum * self.topk + bs * (i + 1)", AFTER_STEP_SLICE_END)
     assert sglang_tree.read(FLASHINFER) == backend_module(
-        CLS, INIT, expected, EAGER, GRAPH, header=backend_header("draft_kv_indices_used_len"))
+        CLS, INIT, expected, EAGER, GRAPH, header=backend_header("draft_kv_indices_used_len")
+    )
     sglang_tree.assert_idempotent(rules)
 
 
@@ -160,17 +176,23 @@ UPSTREAM_ASSERT_BUFFER_FITS = """\
 """
 
 
-@pytest.mark.parametrize("method", [
-    UPSTREAM_ASSERT_BUFFER_FITS,
-    UPSTREAM_ASSERT_BUFFER_FITS.replace("required_kv_indices_len = ", "need = ").replace(
-        "            required_kv_indices_len,\n", "            need,\n"),
-    UPSTREAM_ASSERT_BUFFER_FITS.replace(
-        "        required_kv_indices_len = draft_kv_indices_used_len(\n"
-        "            seq_lens_sum, self.topk, bs, self.speculative_num_steps\n"
-        "        )\n",
-        "        required_kv_indices_len = self.required_len(seq_lens_sum, bs)\n"),
-    AFTER,
-], ids=["0.5.13 assert_buffer_fits", "renamed local", "assert_buffer_fits alone", "this rule's own output"])
+@pytest.mark.parametrize(
+    "method",
+    [
+        UPSTREAM_ASSERT_BUFFER_FITS,
+        UPSTREAM_ASSERT_BUFFER_FITS.replace("required_kv_indices_len = ", "need = ").replace(
+            "            required_kv_indices_len,\n", "            need,\n"
+        ),
+        UPSTREAM_ASSERT_BUFFER_FITS.replace(
+            "        required_kv_indices_len = draft_kv_indices_used_len(\n"
+            "            seq_lens_sum, self.topk, bs, self.speculative_num_steps\n"
+            "        )\n",
+            "        required_kv_indices_len = self.required_len(seq_lens_sum, bs)\n",
+        ),
+        AFTER,
+    ],
+    ids=["0.5.13 assert_buffer_fits", "renamed local", "assert_buffer_fits alone", "this rule's own output"],
+)
 def test_already_upstream_is_patched_and_unchanged(sglang_tree, method):
     text = backend_module(CLS, INIT, method, header=backend_header("draft_kv_indices_used_len"))
     sglang_tree.write(FLASHINFER, text)
@@ -186,7 +208,10 @@ def test_no_kernel_launch_is_unrecognised(sglang_tree):
     plan = sglang_tree.plan([RULE])
     [finding] = plan.findings
     assert (finding.state, finding.line, finding.detail) == (
-        State.UNRECOGNISED, line_of(text, "def common_template"), DETAIL_NO_LAUNCH)
+        State.UNRECOGNISED,
+        line_of(text, "def common_template"),
+        DETAIL_NO_LAUNCH,
+    )
     assert plan.changes == ()
 
 
@@ -196,7 +221,10 @@ def test_unknown_slice_leaves_no_operands_and_is_unrecognised(sglang_tree):
     sglang_tree.write(FLASHINFER, text)
     [finding] = sglang_tree.plan([RULE]).findings
     assert (finding.state, finding.line, finding.detail) == (
-        State.UNRECOGNISED, line_of(text, "def common_template"), DETAIL_NO_SLICE)
+        State.UNRECOGNISED,
+        line_of(text, "def common_template"),
+        DETAIL_NO_SLICE,
+    )
 
 
 def test_apply_refuses_and_writes_nothing(sglang_tree):
@@ -205,8 +233,14 @@ def test_apply_refuses_and_writes_nothing(sglang_tree):
     text = backend_module(cls, INIT, template, EAGER, GRAPH)
     sglang_tree.write(FLASHINFER_MLA, text)
     write_bystanders(sglang_tree, besides=FLASHINFER_MLA)
-    assert_refused(sglang_tree, FLASHINFER_MLA, line_of(text, "def common_template"), f"{cls}.common_template",
-                   "kv_indices capacity check", DETAIL_NO_LAUNCH)
+    assert_refused(
+        sglang_tree,
+        FLASHINFER_MLA,
+        line_of(text, "def common_template"),
+        f"{cls}.common_template",
+        "kv_indices capacity check",
+        DETAIL_NO_LAUNCH,
+    )
 
 
 def test_class_absent(sglang_tree):

@@ -10,8 +10,21 @@ from __future__ import annotations
 import pytest
 
 from rule_test_support import (
-    AITER, COMMON_TEMPLATE, EAGER, FLASHINFER, FLASHINFER_MLA, GRAPH, INIT, TRITON, assert_refused,
-    backend_header, backend_module, line_of, method_source, rule, write_bystanders,
+    AITER,
+    COMMON_TEMPLATE,
+    EAGER,
+    FLASHINFER,
+    FLASHINFER_MLA,
+    GRAPH,
+    INIT,
+    TRITON,
+    assert_refused,
+    backend_header,
+    backend_module,
+    line_of,
+    method_source,
+    rule,
+    write_bystanders,
 )
 from sglang_draft_layout.rules.base import State
 
@@ -54,12 +67,15 @@ def test_before_after_whole_file(sglang_tree):
     assert sglang_tree.read(FLASHINFER) == after
 
 
-@pytest.mark.parametrize("rule_id, relative, cls, dtype, device", [
-    ("eager-width:flashinfer", FLASHINFER, "FlashInferMultiStepDraftBackend", "torch.int32", '"cuda"'),
-    ("eager-width:flashinfer_mla", FLASHINFER_MLA, "FlashInferMLAMultiStepDraftBackend", "torch.int32", '"cuda"'),
-    ("eager-width:triton", TRITON, "TritonMultiStepDraftBackend", "torch.int64", "self.device"),
-    ("eager-width:aiter", AITER, "AiterMultiStepDraftBackend", "torch.int32", "self.device"),
-])
+@pytest.mark.parametrize(
+    "rule_id, relative, cls, dtype, device",
+    [
+        ("eager-width:flashinfer", FLASHINFER, "FlashInferMultiStepDraftBackend", "torch.int32", '"cuda"'),
+        ("eager-width:flashinfer_mla", FLASHINFER_MLA, "FlashInferMLAMultiStepDraftBackend", "torch.int32", '"cuda"'),
+        ("eager-width:triton", TRITON, "TritonMultiStepDraftBackend", "torch.int64", "self.device"),
+        ("eager-width:aiter", AITER, "AiterMultiStepDraftBackend", "torch.int32", "self.device"),
+    ],
+)
 def test_every_backend_keeps_dtype_and_device(sglang_tree, rule_id, relative, cls, dtype, device):
     def site(text):
         return text.replace("dtype=torch.int32", f"dtype={dtype}").replace('device="cuda"', f"device={device}")
@@ -97,8 +113,7 @@ STRUCTURAL = {
         "            (self.speculative_num_steps, ((forward_batch.batch_size * self.topk) * (self.max_context_len))),\n"
         "            dtype=torch.int32,\n"
         "        )\n",
-        width_stmt() +
-        "        kv_indices = torch.empty(\n"
+        width_stmt() + "        kv_indices = torch.empty(\n"
         "            (self.speculative_num_steps, kv_indices_width),\n"
         "            dtype=torch.int32,\n"
         "        )\n",
@@ -112,9 +127,7 @@ STRUCTURAL = {
         "        # the rows\n"
         "        # (one per step)\n"
         "        kv_indices = torch.empty((self.speculative_num_steps, forward_batch.batch_size * self.topk * self.max_context_len), dtype=torch.int32)\n",
-        "        x = 1\n\n"
-        "        # the rows\n"
-        "        # (one per step)\n" + width_stmt() + ONE_LINE_AFTER,
+        "        x = 1\n\n" "        # the rows\n" "        # (one per step)\n" + width_stmt() + ONE_LINE_AFTER,
     ),
 }
 
@@ -135,7 +148,9 @@ def test_renamed_batch_and_buffer_zeros_int64_method_moved(sglang_tree):
 """
     sglang_tree.write(FLASHINFER, backend_module(CLS, INIT, COMMON_TEMPLATE, GRAPH, method))
     sglang_tree.apply([RULE])
-    assert method_source(sglang_tree.read(FLASHINFER), SCOPE) == """\
+    assert (
+        method_source(sglang_tree.read(FLASHINFER), SCOPE)
+        == """\
     def init_forward_metadata(self, fb):
         kv_indices_width = draft_kv_indices_buffer_width(
             fb.batch_size, self.topk, self.max_context_len
@@ -143,18 +158,23 @@ def test_renamed_batch_and_buffer_zeros_int64_method_moved(sglang_tree):
         kv_buf = torch.zeros((self.speculative_num_steps, kv_indices_width), dtype=torch.int64, device=self.device)
         self.common_template(fb, kv_buf, None)
 """
+    )
     sglang_tree.assert_idempotent([RULE])
 
 
-@pytest.mark.parametrize("allocation", [
-    width_stmt() + ONE_LINE_AFTER,
-    "        width = draft_kv_indices_buffer_width(forward_batch.batch_size, self.topk, self.max_context_len)\n"
-    "        kv_indices = torch.empty((self.speculative_num_steps, width), dtype=torch.int32)\n",
-    "        kv_indices = torch.empty(\n"
-    "            (self.speculative_num_steps, draft_kv_indices_buffer_width(forward_batch.batch_size, self.topk, self.max_context_len)),\n"
-    "            dtype=torch.int32,\n"
-    "        )\n",
-], ids=["0.5.13 kv_indices_width", "other local name", "inline call"])
+@pytest.mark.parametrize(
+    "allocation",
+    [
+        width_stmt() + ONE_LINE_AFTER,
+        "        width = draft_kv_indices_buffer_width(forward_batch.batch_size, self.topk, self.max_context_len)\n"
+        "        kv_indices = torch.empty((self.speculative_num_steps, width), dtype=torch.int32)\n",
+        "        kv_indices = torch.empty(\n"
+        "            (self.speculative_num_steps, draft_kv_indices_buffer_width(forward_batch.batch_size, self.topk, self.max_context_len)),\n"
+        "            dtype=torch.int32,\n"
+        "        )\n",
+    ],
+    ids=["0.5.13 kv_indices_width", "other local name", "inline call"],
+)
 def test_already_upstream_is_patched_and_unchanged(sglang_tree, allocation):
     text = backend_module(CLS, INIT, _eager(allocation), header=HEADER_AFTER)
     sglang_tree.write(FLASHINFER, text)
@@ -173,28 +193,39 @@ REFUSED = {
 
 @pytest.mark.parametrize("width", REFUSED.values(), ids=REFUSED.keys())
 def test_unknown_width_is_unrecognised(sglang_tree, width):
-    text = backend_module(CLS, INIT, _eager(f"        kv_indices = torch.empty((self.speculative_num_steps, {width}))\n"))
+    text = backend_module(
+        CLS, INIT, _eager(f"        kv_indices = torch.empty((self.speculative_num_steps, {width}))\n")
+    )
     _assert_unrecognised_width(sglang_tree, text, width)
 
 
 def test_width_in_a_local_gets_the_helper_as_its_value(sglang_tree):
     """The fork binds the inline product to a local (0.5.13's form, reverted): the local is rewritten."""
     allocation = "        kv_indices = torch.empty((self.speculative_num_steps, width))\n"
-    text = backend_module(CLS, INIT, _eager(
-        "        width = forward_batch.batch_size * self.topk * self.max_context_len\n" + allocation))
+    text = backend_module(
+        CLS, INIT, _eager("        width = forward_batch.batch_size * self.topk * self.max_context_len\n" + allocation)
+    )
     sglang_tree.write(FLASHINFER, text)
     plan = sglang_tree.apply([RULE])
     [finding] = plan.findings
     assert (finding.state, finding.line) == (State.TO_PATCH, line_of(text, "width = forward_batch"))
     after = method_source(sglang_tree.read(FLASHINFER), SCOPE)
-    assert "        width = " + WIDTH_CALL.format(pad="        ", num_seqs="forward_batch.batch_size") + allocation in after
+    assert (
+        "        width = " + WIDTH_CALL.format(pad="        ", num_seqs="forward_batch.batch_size") + allocation
+        in after
+    )
     sglang_tree.assert_idempotent([RULE])
 
 
 def test_width_in_a_local_of_unknown_form_is_unrecognised(sglang_tree):
-    text = backend_module(CLS, INIT, _eager(
-        "        width = forward_batch.batch_size * 2 * self.max_context_len\n"
-        "        kv_indices = torch.empty((self.speculative_num_steps, width))\n"))
+    text = backend_module(
+        CLS,
+        INIT,
+        _eager(
+            "        width = forward_batch.batch_size * 2 * self.max_context_len\n"
+            "        kv_indices = torch.empty((self.speculative_num_steps, width))\n"
+        ),
+    )
     _assert_unrecognised_width(sglang_tree, text, "forward_batch.batch_size * 2 * self.max_context_len")
 
 
@@ -203,34 +234,50 @@ def _assert_unrecognised_width(sglang_tree, text, width):
     plan = sglang_tree.plan([RULE])
     [finding] = plan.findings
     assert (finding.state, finding.line, finding.detail) == (
-        State.UNRECOGNISED, line_of(text, "kv_indices = torch.empty("), f"row width `{width}` is no known form")
+        State.UNRECOGNISED,
+        line_of(text, "kv_indices = torch.empty("),
+        f"row width `{width}` is no known form",
+    )
     assert plan.changes == ()
 
 
-@pytest.mark.parametrize("allocation", [
-    "        kv_indices = torch.empty(self.speculative_num_steps * forward_batch.batch_size * self.topk * self.max_context_len)\n",
-    "        kv_indices = torch.empty((forward_batch.batch_size * self.topk * self.max_context_len, self.speculative_num_steps))\n",
-    "        kv_indices = self.pool.alloc((self.speculative_num_steps, forward_batch.batch_size * self.topk * self.max_context_len))\n",
-], ids=["flat", "steps last", "not torch"])
+@pytest.mark.parametrize(
+    "allocation",
+    [
+        "        kv_indices = torch.empty(self.speculative_num_steps * forward_batch.batch_size * self.topk * self.max_context_len)\n",
+        "        kv_indices = torch.empty((forward_batch.batch_size * self.topk * self.max_context_len, self.speculative_num_steps))\n",
+        "        kv_indices = self.pool.alloc((self.speculative_num_steps, forward_batch.batch_size * self.topk * self.max_context_len))\n",
+    ],
+    ids=["flat", "steps last", "not torch"],
+)
 def test_no_row_allocation_is_unrecognised_at_the_def(sglang_tree, allocation):
     text = backend_module(CLS, INIT, _eager(allocation))
     sglang_tree.write(FLASHINFER, text)
     [finding] = sglang_tree.plan([RULE]).findings
     assert (finding.state, finding.line, finding.detail) == (
-        State.UNRECOGNISED, line_of(text, "def init_forward_metadata"),
-        "no `torch.empty/zeros((self.speculative_num_steps, width), ...)` row allocation")
+        State.UNRECOGNISED,
+        line_of(text, "def init_forward_metadata"),
+        "no `torch.empty/zeros((self.speculative_num_steps, width), ...)` row allocation",
+    )
 
 
 def test_apply_refuses_and_writes_nothing(sglang_tree):
     cls = "AiterMultiStepDraftBackend"
-    eager = EAGER.replace("forward_batch.batch_size * self.topk * self.max_context_len",
-                          "forward_batch.batch_size * 2 * self.max_context_len")
+    eager = EAGER.replace(
+        "forward_batch.batch_size * self.topk * self.max_context_len",
+        "forward_batch.batch_size * 2 * self.max_context_len",
+    )
     text = backend_module(cls, INIT, COMMON_TEMPLATE, eager, GRAPH)
     sglang_tree.write(AITER, text)
     write_bystanders(sglang_tree, besides=AITER)
-    assert_refused(sglang_tree, AITER, line_of(text, "kv_indices = torch.empty("), f"{cls}.init_forward_metadata",
-                   "eager kv_indices row width",
-                   "row width `forward_batch.batch_size * 2 * self.max_context_len` is no known form")
+    assert_refused(
+        sglang_tree,
+        AITER,
+        line_of(text, "kv_indices = torch.empty("),
+        f"{cls}.init_forward_metadata",
+        "eager kv_indices row width",
+        "row width `forward_batch.batch_size * 2 * self.max_context_len` is no known form",
+    )
 
 
 def test_class_absent(sglang_tree):
@@ -243,7 +290,9 @@ def test_class_absent(sglang_tree):
 
 @pytest.mark.parametrize("width", ["self.max_context_len * 2", "forward_batch.seq_lens_sum * self.max_context_len"])
 def test_width_whose_factor_is_not_the_batch_size_is_unrecognised(sglang_tree, width):
-    text = backend_module(CLS, INIT, _eager(f"        kv_indices = torch.empty((self.speculative_num_steps, {width}))\n"))
+    text = backend_module(
+        CLS, INIT, _eager(f"        kv_indices = torch.empty((self.speculative_num_steps, {width}))\n")
+    )
     sglang_tree.write(FLASHINFER, text)
     [finding] = sglang_tree.plan([RULE]).findings
     assert (finding.state, finding.line) == (State.UNRECOGNISED, line_of(text, "kv_indices = torch.empty("))

@@ -10,8 +10,21 @@ from __future__ import annotations
 import pytest
 
 from rule_test_support import (
-    AITER, COMMON_TEMPLATE, EAGER, FLASHINFER, FLASHINFER_MLA, GRAPH, INIT, TRITON, assert_refused,
-    backend_header, backend_module, line_of, method_source, rule, write_bystanders,
+    AITER,
+    COMMON_TEMPLATE,
+    EAGER,
+    FLASHINFER,
+    FLASHINFER_MLA,
+    GRAPH,
+    INIT,
+    TRITON,
+    assert_refused,
+    backend_header,
+    backend_module,
+    line_of,
+    method_source,
+    rule,
+    write_bystanders,
 )
 from sglang_draft_layout.rules.base import State
 
@@ -45,7 +58,10 @@ def test_before_after_whole_file(sglang_tree):
     plan = sglang_tree.apply([RULE])
 
     [finding] = plan.findings
-    assert (finding.state, finding.line) == (State.TO_PATCH, line_of(before, "self.cuda_graph_kv_indices = torch.zeros("))
+    assert (finding.state, finding.line) == (
+        State.TO_PATCH,
+        line_of(before, "self.cuda_graph_kv_indices = torch.zeros("),
+    )
     after = sglang_tree.read(FLASHINFER)
     assert method_source(after, SCOPE) == AFTER
     assert after == backend_module(CLS, INIT, COMMON_TEMPLATE, EAGER, AFTER, header=HEADER_AFTER)
@@ -53,13 +69,25 @@ def test_before_after_whole_file(sglang_tree):
     assert sglang_tree.read(FLASHINFER) == after
 
 
-@pytest.mark.parametrize("rule_id, relative, cls, rows, dtype, device", [
-    ("graph-width:flashinfer", FLASHINFER, "FlashInferMultiStepDraftBackend", "max_bs", "torch.int32", '"cuda"'),
-    ("graph-width:flashinfer_mla", FLASHINFER_MLA, "FlashInferMLAMultiStepDraftBackend", "max_bs", "torch.int32", '"cuda"'),
-    ("graph-width:triton", TRITON, "TritonMultiStepDraftBackend", "max_num_tokens", "torch.int64", "self.device"),
-    ("graph-width:aiter", AITER, "AiterMultiStepDraftBackend", "max_num_tokens", "torch.int32", "self.device"),
-])
-def test_every_backend_sizes_by_max_bs_and_keeps_dtype_and_device(sglang_tree, rule_id, relative, cls, rows, dtype, device):
+@pytest.mark.parametrize(
+    "rule_id, relative, cls, rows, dtype, device",
+    [
+        ("graph-width:flashinfer", FLASHINFER, "FlashInferMultiStepDraftBackend", "max_bs", "torch.int32", '"cuda"'),
+        (
+            "graph-width:flashinfer_mla",
+            FLASHINFER_MLA,
+            "FlashInferMLAMultiStepDraftBackend",
+            "max_bs",
+            "torch.int32",
+            '"cuda"',
+        ),
+        ("graph-width:triton", TRITON, "TritonMultiStepDraftBackend", "max_num_tokens", "torch.int64", "self.device"),
+        ("graph-width:aiter", AITER, "AiterMultiStepDraftBackend", "max_num_tokens", "torch.int32", "self.device"),
+    ],
+)
+def test_every_backend_sizes_by_max_bs_and_keeps_dtype_and_device(
+    sglang_tree, rule_id, relative, cls, rows, dtype, device
+):
     def site(text):
         return text.replace("dtype=torch.int32", f"dtype={dtype}").replace('device="cuda"', f"device={device}")
 
@@ -81,9 +109,11 @@ def test_with_the_eager_rule_one_import(sglang_tree):
 
 
 def width_stmt(num_seqs="max_bs"):
-    return (f"        kv_indices_width = draft_kv_indices_buffer_width(\n"
-            f"            {num_seqs}, self.topk, self.max_context_len\n"
-            f"        )\n")
+    return (
+        f"        kv_indices_width = draft_kv_indices_buffer_width(\n"
+        f"            {num_seqs}, self.topk, self.max_context_len\n"
+        f"        )\n"
+    )
 
 
 def _graph(allocation: str, params="self, max_bs: int, max_num_tokens: int") -> str:
@@ -96,10 +126,16 @@ def one_line(width="kv_indices_width", target="self.cuda_graph_kv_indices"):
 
 STRUCTURAL = {
     "max_context_len first": (_graph(one_line("self.max_context_len * max_bs")), _graph(width_stmt() + one_line())),
-    "topk already there": (_graph(one_line("max_bs * self.topk * self.max_context_len")), _graph(width_stmt() + one_line())),
+    "topk already there": (
+        _graph(one_line("max_bs * self.topk * self.max_context_len")),
+        _graph(width_stmt() + one_line()),
+    ),
     "topk first": (_graph(one_line("self.topk * max_bs * self.max_context_len")), _graph(width_stmt() + one_line())),
     "parenthesised": (_graph(one_line("(max_bs) * (self.max_context_len)")), _graph(width_stmt() + one_line())),
-    "max_num_tokens rows": (_graph(one_line("max_num_tokens * self.max_context_len")), _graph(width_stmt() + one_line())),
+    "max_num_tokens rows": (
+        _graph(one_line("max_num_tokens * self.max_context_len")),
+        _graph(width_stmt() + one_line()),
+    ),
     "renamed parameters": (
         _graph(one_line("tokens_cap * self.max_context_len"), params="self, bs_cap, tokens_cap"),
         _graph(width_stmt("bs_cap") + one_line(), params="self, bs_cap, tokens_cap"),
@@ -109,23 +145,29 @@ STRUCTURAL = {
         _graph(width_stmt() + one_line(target="rows")),
     ),
     "comment and blank line above": (
-        _graph("        n = 1\n\n        # Rows the draft CUDA graphs capture.\n" + one_line("max_bs * self.max_context_len")),
+        _graph(
+            "        n = 1\n\n        # Rows the draft CUDA graphs capture.\n"
+            + one_line("max_bs * self.max_context_len")
+        ),
         _graph("        n = 1\n\n        # Rows the draft CUDA graphs capture.\n" + width_stmt() + one_line()),
     ),
     "multi-line shape": (
-        _graph("        self.cuda_graph_kv_indices = torch.zeros(\n"
-               "            (\n"
-               "                self.speculative_num_steps,\n"
-               "                max_bs\n"
-               "                * self.max_context_len,\n"
-               "            ),\n"
-               "            dtype=torch.int32,\n"
-               "        )\n"),
-        _graph(width_stmt() +
-               "        self.cuda_graph_kv_indices = torch.zeros(\n"
-               "            (self.speculative_num_steps, kv_indices_width),\n"
-               "            dtype=torch.int32,\n"
-               "        )\n"),
+        _graph(
+            "        self.cuda_graph_kv_indices = torch.zeros(\n"
+            "            (\n"
+            "                self.speculative_num_steps,\n"
+            "                max_bs\n"
+            "                * self.max_context_len,\n"
+            "            ),\n"
+            "            dtype=torch.int32,\n"
+            "        )\n"
+        ),
+        _graph(
+            width_stmt() + "        self.cuda_graph_kv_indices = torch.zeros(\n"
+            "            (self.speculative_num_steps, kv_indices_width),\n"
+            "            dtype=torch.int32,\n"
+            "        )\n"
+        ),
     ),
 }
 
@@ -144,17 +186,22 @@ def test_method_moved_first_in_the_class(sglang_tree):
     assert sglang_tree.read(FLASHINFER) == backend_module(CLS, AFTER, INIT, COMMON_TEMPLATE, EAGER, header=HEADER_AFTER)
 
 
-@pytest.mark.parametrize("allocation", [
-    width_stmt() + one_line(),
-    "        w = draft_kv_indices_buffer_width(max_bs, self.topk, self.max_context_len)\n" + one_line("w"),
-    one_line("draft_kv_indices_buffer_width(max_bs, self.topk, self.max_context_len)"),
-], ids=["0.5.13 kv_indices_width", "other local name", "inline call"])
+@pytest.mark.parametrize(
+    "allocation",
+    [
+        width_stmt() + one_line(),
+        "        w = draft_kv_indices_buffer_width(max_bs, self.topk, self.max_context_len)\n" + one_line("w"),
+        one_line("draft_kv_indices_buffer_width(max_bs, self.topk, self.max_context_len)"),
+    ],
+    ids=["0.5.13 kv_indices_width", "other local name", "inline call"],
+)
 def test_already_upstream_is_patched_and_unchanged(sglang_tree, allocation):
     text = backend_module(CLS, INIT, _graph(allocation), header=HEADER_AFTER)
     sglang_tree.write(FLASHINFER, text)
     plan = sglang_tree.plan([RULE])
     assert [(f.state, f.line) for f in plan.findings] == [
-        (State.PATCHED, line_of(text, "self.cuda_graph_kv_indices = torch.zeros("))]
+        (State.PATCHED, line_of(text, "self.cuda_graph_kv_indices = torch.zeros("))
+    ]
     assert plan.changes == ()
 
 
@@ -176,8 +223,10 @@ def test_unknown_width_is_unrecognised(sglang_tree, width):
     plan = sglang_tree.plan([RULE])
     [finding] = plan.findings
     assert (finding.state, finding.line, finding.detail) == (
-        State.UNRECOGNISED, line_of(text, "self.cuda_graph_kv_indices = torch.zeros("),
-        f"row width `{width}` is no known form")
+        State.UNRECOGNISED,
+        line_of(text, "self.cuda_graph_kv_indices = torch.zeros("),
+        f"row width `{width}` is no known form",
+    )
     assert plan.changes == ()
 
 
@@ -194,9 +243,14 @@ def test_apply_refuses_and_writes_nothing(sglang_tree):
     text = backend_module(cls, INIT, COMMON_TEMPLATE, EAGER, graph)
     sglang_tree.write(FLASHINFER_MLA, text)
     write_bystanders(sglang_tree, besides=FLASHINFER_MLA)
-    assert_refused(sglang_tree, FLASHINFER_MLA, line_of(text, "self.cuda_graph_kv_indices = torch.zeros("),
-                   f"{cls}.init_cuda_graph_state", "CUDA-graph kv_indices row width",
-                   "row width `max_bs * 2 * self.max_context_len` is no known form")
+    assert_refused(
+        sglang_tree,
+        FLASHINFER_MLA,
+        line_of(text, "self.cuda_graph_kv_indices = torch.zeros("),
+        f"{cls}.init_cuda_graph_state",
+        "CUDA-graph kv_indices row width",
+        "row width `max_bs * 2 * self.max_context_len` is no known form",
+    )
 
 
 def test_class_absent(sglang_tree):

@@ -9,8 +9,22 @@ from __future__ import annotations
 import pytest
 
 from rule_test_support import (
-    AFTER_STEP_SLICE_END, AITER, COMMON_TEMPLATE, EAGER, FLASHINFER, FLASHINFER_MLA, GRAPH, INIT, TRITON, assert_refused,
-    backend_header, backend_module, line_of, method_source, rule, write_bystanders,
+    AFTER_STEP_SLICE_END,
+    AITER,
+    COMMON_TEMPLATE,
+    EAGER,
+    FLASHINFER,
+    FLASHINFER_MLA,
+    GRAPH,
+    INIT,
+    TRITON,
+    assert_refused,
+    backend_header,
+    backend_module,
+    line_of,
+    method_source,
+    rule,
+    write_bystanders,
 )
 from sglang_draft_layout.rules.base import State
 
@@ -39,29 +53,43 @@ def test_before_after_whole_file(sglang_tree):
     assert sglang_tree.read(FLASHINFER) == after
 
 
-@pytest.mark.parametrize("rule_id, relative, cls", [
-    ("step-slice:flashinfer", FLASHINFER, "FlashInferMultiStepDraftBackend"),
-    ("step-slice:flashinfer_mla", FLASHINFER_MLA, "FlashInferMLAMultiStepDraftBackend"),
-    ("step-slice:triton", TRITON, "TritonMultiStepDraftBackend"),
-    ("step-slice:aiter", AITER, "AiterMultiStepDraftBackend"),
-])
+@pytest.mark.parametrize(
+    "rule_id, relative, cls",
+    [
+        ("step-slice:flashinfer", FLASHINFER, "FlashInferMultiStepDraftBackend"),
+        ("step-slice:flashinfer_mla", FLASHINFER_MLA, "FlashInferMLAMultiStepDraftBackend"),
+        ("step-slice:triton", TRITON, "TritonMultiStepDraftBackend"),
+        ("step-slice:aiter", AITER, "AiterMultiStepDraftBackend"),
+    ],
+)
 def test_every_backend(sglang_tree, rule_id, relative, cls):
     sglang_tree.write(relative, backend_module(cls))
     sglang_tree.apply([rule(rule_id)])
     assert sglang_tree.read(relative) == backend_module(
-        cls, INIT, AFTER, EAGER, GRAPH, header=backend_header("draft_kv_indices_used_len"))
+        cls, INIT, AFTER, EAGER, GRAPH, header=backend_header("draft_kv_indices_used_len")
+    )
     sglang_tree.assert_idempotent([rule(rule_id)])
 
 
 def test_import_merged_into_the_existing_spec_utils_import(sglang_tree):
     header = backend_header().replace(
-        "import torch\n", "import torch\n\nfrom sglang.srt.speculative.spec_utils import generate_draft_decode_kv_indices\n")
+        "import torch\n",
+        "import torch\n\nfrom sglang.srt.speculative.spec_utils import generate_draft_decode_kv_indices\n",
+    )
     sglang_tree.write(TRITON, backend_module("TritonMultiStepDraftBackend", header=header))
     sglang_tree.apply([rule("step-slice:triton")])
     after = sglang_tree.read(TRITON)
-    assert after == backend_module("TritonMultiStepDraftBackend", INIT, AFTER, EAGER, GRAPH, header=header.replace(
-        "import generate_draft_decode_kv_indices",
-        "import (\n    draft_kv_indices_used_len,\n    generate_draft_decode_kv_indices,\n)"))
+    assert after == backend_module(
+        "TritonMultiStepDraftBackend",
+        INIT,
+        AFTER,
+        EAGER,
+        GRAPH,
+        header=header.replace(
+            "import generate_draft_decode_kv_indices",
+            "import (\n    draft_kv_indices_used_len,\n    generate_draft_decode_kv_indices,\n)",
+        ),
+    )
     assert after.count("draft_kv_indices_used_len,") == 1
 
 
@@ -141,8 +169,9 @@ def test_structural_variants(sglang_tree, before_line, after_line):
     assert plan.findings[0].state is State.TO_PATCH
     after = sglang_tree.read(FLASHINFER)
     assert method_source(after, SCOPE) == _common_template(after_line)
-    assert after == backend_module(CLS, INIT, _common_template(after_line),
-                                   header=backend_header("draft_kv_indices_used_len"))
+    assert after == backend_module(
+        CLS, INIT, _common_template(after_line), header=backend_header("draft_kv_indices_used_len")
+    )
     sglang_tree.assert_idempotent([RULE])
 
 
@@ -160,7 +189,8 @@ def test_renamed_locals_and_method_moved_to_the_end(sglang_tree):
     sglang_tree.write(FLASHINFER, backend_module(CLS, INIT, EAGER, GRAPH, method))
     sglang_tree.apply([RULE])
     assert method_source(sglang_tree.read(FLASHINFER), SCOPE) == method.replace(
-        "total * self.topk + n * (step + 1)", "draft_kv_indices_used_len(total, self.topk, n, step + 1)")
+        "total * self.topk + n * (step + 1)", "draft_kv_indices_used_len(total, self.topk, n, step + 1)"
+    )
     sglang_tree.assert_idempotent([RULE])
 
 
@@ -195,8 +225,12 @@ def test_unknown_slice_end_is_unrecognised(sglang_tree, end):
 
 
 def test_common_template_without_any_slice_is_unrecognised_at_the_def(sglang_tree):
-    text = backend_module(CLS, INIT, "    def common_template(self, forward_batch, kv_indices_buffer, call_fn):\n"
-                                     "        call_fn(0, forward_batch)\n")
+    text = backend_module(
+        CLS,
+        INIT,
+        "    def common_template(self, forward_batch, kv_indices_buffer, call_fn):\n"
+        "        call_fn(0, forward_batch)\n",
+    )
     sglang_tree.write(FLASHINFER, text)
     [finding] = sglang_tree.plan([RULE]).findings
     assert (finding.state, finding.line) == (State.UNRECOGNISED, line_of(text, "def common_template"))
@@ -209,8 +243,12 @@ def test_apply_refuses_and_writes_nothing(sglang_tree):
     sglang_tree.write(TRITON, text)
     write_bystanders(sglang_tree, besides=TRITON)
     assert_refused(
-        sglang_tree, TRITON, line_of(text, "kv_indices_buffer[i]["), f"{cls}.common_template",
-        "per-step kv_indices slice", "no per-step slice `row[i][: seq_lens_sum * topk + bs * (i + 1)]`",
+        sglang_tree,
+        TRITON,
+        line_of(text, "kv_indices_buffer[i]["),
+        f"{cls}.common_template",
+        "per-step kv_indices slice",
+        "no per-step slice `row[i][: seq_lens_sum * topk + bs * (i + 1)]`",
     )
 
 

@@ -7,8 +7,20 @@ from __future__ import annotations
 import json
 
 from rule_test_support import (
-    COMMON_TEMPLATE, EAGER, EAGLE_UTILS, EAGLE_UTILS_MODULE, FLASHINFER, GRAPH, INIT, SPEC_UTILS, TRITON, WORKER_V1,
-    backend_module, line_of, rule, worker_module,
+    COMMON_TEMPLATE,
+    EAGER,
+    EAGLE_UTILS,
+    EAGLE_UTILS_MODULE,
+    FLASHINFER,
+    GRAPH,
+    INIT,
+    SPEC_UTILS,
+    TRITON,
+    WORKER_V1,
+    backend_module,
+    line_of,
+    rule,
+    worker_module,
 )
 from sglang_draft_layout import engine
 from sglang_draft_layout.rules import helper_definitions
@@ -18,7 +30,8 @@ from sglang_draft_layout.rules.kv_indices_graph_width import PER_BRANCH, TREE_PE
 CLS = "FlashInferMultiStepDraftBackend"
 #: the one-parameter frame (0.4.6.post5 to 0.4.7.post1): called with max_bs * topk
 GRAPH_PER_BRANCH = GRAPH.replace("max_bs: int, max_num_tokens: int", "max_bs: int").replace(
-    "max_bs, max_num_tokens, kv_indices_buf", "max_bs, kv_indices_buf")
+    "max_bs, max_num_tokens, kv_indices_buf", "max_bs, kv_indices_buf"
+)
 STEP_MAJOR = """\
     def draft_forward(self, forward_batch):
         out_cache_loc = forward_batch.out_cache_loc
@@ -36,7 +49,10 @@ def test_one_parameter_graph_rows_are_not_affected(sglang_tree):
     sglang_tree.write(FLASHINFER, text)
     [finding] = sglang_tree.plan([rule("graph-width:flashinfer")]).findings
     assert (finding.state, finding.line, finding.detail) == (
-        State.NOT_AFFECTED, line_of(text, "self.cuda_graph_kv_indices = torch.zeros("), PER_BRANCH)
+        State.NOT_AFFECTED,
+        line_of(text, "self.cuda_graph_kv_indices = torch.zeros("),
+        PER_BRANCH,
+    )
 
 
 def test_one_parameter_tree_is_not_affected_and_nothing_is_written(sglang_tree):
@@ -45,8 +61,13 @@ def test_one_parameter_tree_is_not_affected_and_nothing_is_written(sglang_tree):
     sglang_tree.write(WORKER_V1, worker_module("EAGLEWorker", STEP_MAJOR))
     plan = engine.plan(sglang_tree.target())
     sites = {f.rule.id: f for f in plan.findings if f.rule.counts_as_site and f.state is not State.ABSENT}
-    assert set(sites) == {"capacity-check:flashinfer", "step-slice:flashinfer", "eager-width:flashinfer",
-                          "graph-width:flashinfer", "draft-forward:EAGLEWorker"}
+    assert set(sites) == {
+        "capacity-check:flashinfer",
+        "step-slice:flashinfer",
+        "eager-width:flashinfer",
+        "graph-width:flashinfer",
+        "draft-forward:EAGLEWorker",
+    }
     assert {f.state for f in sites.values()} == {State.NOT_AFFECTED}
     assert sites["step-slice:flashinfer"].detail == TREE_PER_BRANCH
     assert sites["draft-forward:EAGLEWorker"].detail.startswith("its own step-major split")
@@ -75,7 +96,10 @@ def test_step_major_split_is_not_affected_in_any_tree(sglang_tree):
     text = worker_module("EAGLEWorker", STEP_MAJOR)
     sglang_tree.write(WORKER_V1, text)
     [finding] = sglang_tree.plan([rule("draft-forward:EAGLEWorker")]).findings
-    assert (finding.state, finding.line) == (State.NOT_AFFECTED, line_of(text, "forward_batch.out_cache_loc = out_cache_loc["))
+    assert (finding.state, finding.line) == (
+        State.NOT_AFFECTED,
+        line_of(text, "forward_batch.out_cache_loc = out_cache_loc["),
+    )
 
 
 def test_absent_helper_module_is_created_holding_just_the_helpers(sglang_tree):
@@ -85,8 +109,9 @@ def test_absent_helper_module_is_created_holding_just_the_helpers(sglang_tree):
     plan = engine.plan(sglang_tree.target())
     created = [f for f in plan.findings if f.rule.file == SPEC_UTILS]
     assert [f.rule.site for f in created] == ["def draft_kv_indices_buffer_width", "def draft_kv_indices_used_len"]
-    assert {(f.state, f.detail) for f in created} == {(
-        State.TO_PATCH, f"to create: the tree has no {SPEC_UTILS}; apply creates it holding just the helpers")}
+    assert {(f.state, f.detail) for f in created} == {
+        (State.TO_PATCH, f"to create: the tree has no {SPEC_UTILS}; apply creates it holding just the helpers")
+    }
     [change] = [c for c in plan.changes if c.path == sglang_tree.path(SPEC_UTILS)]
     assert change.old is None and change.new == helper_definitions.new_module(SPEC_UTILS)
     assert "new file mode 100644" in plan.diff()
@@ -128,6 +153,7 @@ def test_helper_module_that_is_a_package_is_refused(sglang_tree):
     before = sglang_tree.snapshot()
     plan = engine.plan(sglang_tree.target())
     assert {f.detail for f in plan.unrecognised} == {
-        f"its helper's module is the package {sglang_tree.path('srt/speculative/spec_utils')}, which no rule edits"}
+        f"its helper's module is the package {sglang_tree.path('srt/speculative/spec_utils')}, which no rule edits"
+    }
     assert sglang_tree.cli("apply")[0] == 2
     assert sglang_tree.snapshot() == before

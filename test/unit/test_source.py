@@ -59,7 +59,9 @@ def test_parenthesised_tuple_anchor_and_statement_insert_in_a_decorated_method()
     tuple_node = node(source, ast.Tuple, "(label, x)")
     stmt = node(source, ast.Assign, "shape = (label, x)")
     new = apply_edits(source, [Edit(tuple_node, replace="(x, label)"), Edit(stmt, before=("z = [\n    1,\n]\n",))])
-    assert new == SOURCE.replace("        shape = (label, x)\n", "        z = [\n            1,\n        ]\n        shape = (x, label)\n")
+    assert new == SOURCE.replace(
+        "        shape = (label, x)\n", "        z = [\n            1,\n        ]\n        shape = (x, label)\n"
+    )
 
 
 def test_insert_before_a_top_level_definition_keeps_its_comment():
@@ -88,8 +90,10 @@ def test_two_removed_statements_in_a_row_leave_the_blank_line_between_them():
 
 
 def test_a_removed_statement_leaves_the_comments_inside_and_at_the_end_of_it():
-    text = ("def f(x):\n    v = x  # the view\n    b = v\n"
-            "    c = w\n    # above\n    w = g(\n        x,  # inner\n    )  # end\n")
+    text = (
+        "def f(x):\n    v = x  # the view\n    b = v\n"
+        "    c = w\n    # above\n    w = g(\n        x,  # inner\n    )  # end\n"
+    )
     source = Source("mod.py", text)
     v, b, c, w = source.tree.body[0].body
     new = apply_edits(source, [Edit(b, replace="b = x\n", absorb=(v,)), Edit(c, replace="c = x\n", absorb=(w,))])

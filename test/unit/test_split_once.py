@@ -10,13 +10,19 @@ import pytest
 
 from sglang_draft_layout.proof.baking import KEEP, baking_methods, keeps_path, worker_rows
 from sglang_draft_layout.proof.split_once import (
-    CALLER, NEVER, PER_STEP, TWICE, WRONG, SplitVerdict, once_verdict,
+    CALLER,
+    NEVER,
+    PER_STEP,
+    TWICE,
+    WRONG,
+    SplitVerdict,
+    once_verdict,
 )
 from sglang_draft_layout.proof.world import world_of
 from sglang_draft_layout.rules.base import Source, State
 from sglang_draft_layout.rules.structural_guard import guard_rules
 
-PER_STEP_CODE = '''
+PER_STEP_CODE = """
 class StepBackend:
     def __init__(self, speculative_step_id=0):
         self.speculative_step_id = speculative_step_id
@@ -24,12 +30,13 @@ class StepBackend:
     def init_forward_metadata(self, forward_batch):
         if forward_batch.forward_mode.is_decode_or_idle():
 {split}            self.metadata = self.build(out_cache_loc={loc})
-'''
+"""
 PER_STEP_SPLIT = (
     "            loc = per_step_draft_out_cache_loc(\n"
     "                forward_batch.out_cache_loc, forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
-    "            )[self.speculative_step_id]\n")
-MULTI_STEP = '''
+    "            )[self.speculative_step_id]\n"
+)
+MULTI_STEP = """
 class MultiStepBackend(StepBackend):
     def __init__(self, steps):
         self.attn_backends = [StepBackend() for _ in range(steps)]
@@ -37,18 +44,19 @@ class MultiStepBackend(StepBackend):
     def init_forward_metadata(self, forward_batch):
 {rows}        for i in range(self.speculative_num_steps - 1):
 {set_row}            self.attn_backends[i].init_forward_metadata(forward_batch)
-'''
+"""
 CALLER_ROWS = (
     "        rows = forward_batch.out_cache_loc.view(\n"
     "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
-    "        ).movedim(-1, 0).flatten(1)\n")
+    "        ).movedim(-1, 0).flatten(1)\n"
+)
 SET_ROW = "            forward_batch.out_cache_loc = rows[i]\n"
 
 
 def path_module(per_step_splits: bool, caller_splits: bool) -> str:
-    return (PER_STEP_CODE.format(split=PER_STEP_SPLIT if per_step_splits else "",
-                            loc="loc" if per_step_splits else "forward_batch.out_cache_loc")
-            + MULTI_STEP.format(rows=CALLER_ROWS if caller_splits else "", set_row=SET_ROW if caller_splits else ""))
+    return PER_STEP_CODE.format(
+        split=PER_STEP_SPLIT if per_step_splits else "", loc="loc" if per_step_splits else "forward_batch.out_cache_loc"
+    ) + MULTI_STEP.format(rows=CALLER_ROWS if caller_splits else "", set_row=SET_ROW if caller_splits else "")
 
 
 def kept_at(code: str, index: int) -> tuple:
@@ -56,7 +64,6 @@ def kept_at(code: str, index: int) -> tuple:
     lines = code.splitlines()
     lines[index] += "  " + KEEP
     return ast.parse("\n".join(lines)), lines
-
 
 
 def verdict(code: str, workers: tuple = ()) -> SplitVerdict:
@@ -82,12 +89,16 @@ def agree(code: str, workers: tuple = ()) -> SplitVerdict:
     return found
 
 
-@pytest.mark.parametrize("per_step_splits, caller_splits, who", [
-    (True, False, PER_STEP),
-    (False, True, CALLER),
-    (True, True, TWICE),
-    (False, False, NEVER),
-], ids=["per-step backend splits", "caller splits", "both split", "nobody splits"])
+@pytest.mark.parametrize(
+    "per_step_splits, caller_splits, who",
+    [
+        (True, False, PER_STEP),
+        (False, True, CALLER),
+        (True, True, TWICE),
+        (False, False, NEVER),
+    ],
+    ids=["per-step backend splits", "caller splits", "both split", "nobody splits"],
+)
 def test_the_verdict_says_who_splits_on_the_path(per_step_splits, caller_splits, who):
     code = path_module(per_step_splits, caller_splits)
     found = agree(code)
@@ -96,7 +107,9 @@ def test_the_verdict_says_who_splits_on_the_path(per_step_splits, caller_splits,
         assert found.caller == "MultiStepBackend.init_forward_metadata"
         assert code.splitlines()[found.line - 1] == SET_ROW.rstrip("\n")
     if who in (TWICE, NEVER):  # kept on the per-step backend's def line: left out; on the caller's: still found
-        per_step_def, caller_def = [i for i, line in enumerate(code.splitlines()) if "def init_forward_metadata" in line]
+        per_step_def, caller_def = [
+            i for i, line in enumerate(code.splitlines()) if "def init_forward_metadata" in line
+        ]
         assert not kept(kept_at(code, caller_def)[1])
         assert kept(kept_at(code, per_step_def)[1])
         assert guard("\n".join(kept_at(code, per_step_def)[1])).state is State.KEPT
@@ -116,16 +129,23 @@ def test_only_a_keep_on_the_per_step_backends_def_or_handoff_keeps_the_path():
         "caller split": next(i for i, line in enumerate(lines) if "rows = forward_batch.out_cache_loc.view(" in line),
     }
     found = {name: kept(kept_at(code, index)[1]) for name, index in where.items()}
-    assert found == {"per-step def": True, "handoff": True, "per-step split": False,
-                     "caller def": False, "caller rows": False, "caller split": False}
+    assert found == {
+        "per-step def": True,
+        "handoff": True,
+        "per-step split": False,
+        "caller def": False,
+        "caller rows": False,
+        "caller split": False,
+    }
     for name, index in where.items():  # the guard agrees
         assert (guard("\n".join(kept_at(code, index)[1])).state is State.KEPT) is found[name], name
     assert not kept(lines)
 
 
 def test_a_keep_in_a_compound_statement_holding_the_handoff_is_not_on_it():
-    code = path_module(True, False).replace("            self.metadata = self.build(",
-                                            "            with ctx:\n                self.metadata = self.build(")
+    code = path_module(True, False).replace(
+        "            self.metadata = self.build(", "            with ctx:\n                self.metadata = self.build("
+    )
     lines = code.splitlines()
     with_line = next(i for i, line in enumerate(lines) if "with ctx:" in line)
     handoff = next(i for i, line in enumerate(lines) if "out_cache_loc=loc" in line)
@@ -133,14 +153,21 @@ def test_a_keep_in_a_compound_statement_holding_the_handoff_is_not_on_it():
 
 
 def test_a_caller_that_sets_a_row_after_init_does_not_split_for_it():
-    code = path_module(False, True).replace(SET_ROW, "").replace(
-        "            self.attn_backends[i].init_forward_metadata(forward_batch)\n",
-        "            self.attn_backends[i].init_forward_metadata(forward_batch)\n" + SET_ROW)
+    code = (
+        path_module(False, True)
+        .replace(SET_ROW, "")
+        .replace(
+            "            self.attn_backends[i].init_forward_metadata(forward_batch)\n",
+            "            self.attn_backends[i].init_forward_metadata(forward_batch)\n" + SET_ROW,
+        )
+    )
     assert agree(code).who == WRONG  # step 0 bakes the whole buffer, the next steps the row of the step before
 
 
 def test_a_per_step_backend_that_does_not_bake_out_cache_loc_is_not_judged():
-    code = path_module(False, False).replace("out_cache_loc=forward_batch.out_cache_loc", "seq_lens=forward_batch.seq_lens")
+    code = path_module(False, False).replace(
+        "out_cache_loc=forward_batch.out_cache_loc", "seq_lens=forward_batch.seq_lens"
+    )
     assert baking_methods(step_backend(ast.parse(code))) == []
     source = Source("srt/layers/attention/fork_backend.py", code)
     assert [r for r in guard_rules(source.path, source, ()) if ":split-once:" in r.id] == []
@@ -149,7 +176,8 @@ def test_a_per_step_backend_that_does_not_bake_out_cache_loc_is_not_judged():
 def test_keep_pragma_on_the_per_step_backends_site_statement_keeps_the_path():
     code = path_module(False, False).replace(
         "self.metadata = self.build(out_cache_loc=forward_batch.out_cache_loc)",
-        "self.metadata = self.build(out_cache_loc=forward_batch.out_cache_loc)  " + KEEP)
+        "self.metadata = self.build(out_cache_loc=forward_batch.out_cache_loc)  " + KEEP,
+    )
     assert verdict(code).who == NEVER and kept(code.splitlines()) and guard(code).state is State.KEPT
 
 
@@ -172,9 +200,11 @@ def worker_modules(worker: str = WORKER) -> dict:
     return {WORKER_V2: ast.parse(worker)}
 
 
-
-@pytest.mark.parametrize("per_step_splits, who", [(False, CALLER), (True, TWICE)],
-                         ids=["only the worker splits", "the per-step backend splits too"])
+@pytest.mark.parametrize(
+    "per_step_splits, who",
+    [(False, CALLER), (True, TWICE)],
+    ids=["only the worker splits", "the per-step backend splits too"],
+)
 def test_a_workers_rows_in_another_module_split_on_the_path(per_step_splits, who):
     code = path_module(per_step_splits, False)
     workers = worker_rows(worker_modules())
@@ -184,16 +214,19 @@ def test_a_workers_rows_in_another_module_split_on_the_path(per_step_splits, who
     found = verdict(code, workers)
     assert (found.who, found.caller, found.path, found.line) == (who, "EagleDraftWorker.draft_forward", WORKER_V2, 8)
     if who == TWICE:
-        assert found.why == (f"split by the per-step backend, and by EagleDraftWorker.draft_forward "
-                             f"({WORKER_V2}:8): twice")
+        assert found.why == (
+            f"split by the per-step backend, and by EagleDraftWorker.draft_forward " f"({WORKER_V2}:8): twice"
+        )
     # a keep on the worker's draft_forward keeps the worker's own split, not the path
     keep = WORKER.replace("draft_forward(self, forward_batch):", "draft_forward(self, forward_batch):  " + KEEP)
     assert keep != WORKER and verdict(code, worker_rows(worker_modules(keep))) == found
 
 
 def test_a_worker_that_inits_before_setting_the_row_or_another_class_is_no_caller():
-    after = WORKER.replace("            forward_batch.out_cache_loc = rows[i]\n", "") + \
-        "            forward_batch.out_cache_loc = rows[i]\n"
+    after = (
+        WORKER.replace("            forward_batch.out_cache_loc = rows[i]\n", "")
+        + "            forward_batch.out_cache_loc = rows[i]\n"
+    )
     assert worker_rows(worker_modules(after)) == []
     assert worker_rows(worker_modules(WORKER.replace("EagleDraftWorker", "OtherWorker"))) == []
     assert worker_rows({"srt/speculative/other.py": worker_modules()[WORKER_V2]}) == []
@@ -207,18 +240,24 @@ MOVED_HANDOFF = (
     "        self._build_metadata(forward_batch)\n"
     "\n"
     "    def _build_metadata(self, forward_batch):\n"
-    "        if forward_batch")
+    "        if forward_batch"
+)
 
 
 def moved_path_module(per_step_splits: bool, caller_splits: bool, depth: int = 1) -> str:
     """``path_module`` with the per-step backend's decode branch ``depth`` ``self.`` calls below its
     init_forward_metadata (``_build_metadata``, then ``_build_metadata_2``, ...)."""
     code = path_module(per_step_splits, caller_splits)
-    code = code.replace("    def init_forward_metadata(self, forward_batch):\n        if forward_batch", MOVED_HANDOFF, 1)
+    code = code.replace(
+        "    def init_forward_metadata(self, forward_batch):\n        if forward_batch", MOVED_HANDOFF, 1
+    )
     for level in range(2, depth + 1):
         below = f"_build_metadata_{level}"
-        code = code.replace("        if forward_batch", (
-            f"        self.{below}(forward_batch)\n\n    def {below}(self, forward_batch):\n        if forward_batch"), 1)
+        code = code.replace(
+            "        if forward_batch",
+            (f"        self.{below}(forward_batch)\n\n    def {below}(self, forward_batch):\n        if forward_batch"),
+            1,
+        )
     return code
 
 
@@ -227,10 +266,12 @@ def step_backend(tree: ast.Module) -> ast.ClassDef:
     return next(c for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "StepBackend")
 
 
-
 @pytest.mark.parametrize("depth", [1, 2, 3], ids=["one call deep", "two calls deep", "three calls deep"])
-@pytest.mark.parametrize("per_step_splits, caller_splits", [(True, False), (False, True), (True, True), (False, False)],
-                         ids=["per-step backend splits", "caller splits", "both split", "nobody splits"])
+@pytest.mark.parametrize(
+    "per_step_splits, caller_splits",
+    [(True, False), (False, True), (True, True), (False, False)],
+    ids=["per-step backend splits", "caller splits", "both split", "nobody splits"],
+)
 def test_a_moved_handoff_is_on_the_path_as_if_in_init_forward_metadata(per_step_splits, caller_splits, depth):
     """The verdict runs init_forward_metadata through the methods of its class it calls as ``self.<name>(...)``,
     at any depth, to the one that hands out_cache_loc= on: the same verdict as unmoved; the guard agrees and
@@ -250,15 +291,19 @@ def deep_split_module(depth: int, caller_splits: bool) -> str:
     """``path_module`` whose per-step backend hands on ``self._row_1(forward_batch)``, its split ``depth``
     ``self.`` calls below the handoff (``_row_1`` returning ``self._row_2(...)``, ...)."""
     code = path_module(False, caller_splits).replace(
-        "out_cache_loc=forward_batch.out_cache_loc", "out_cache_loc=self._row_1(forward_batch)")
-    rows = [f"\n    def _row_{level}(self, forward_batch):\n        return self._row_{level + 1}(forward_batch)\n"
-            for level in range(1, depth)]
-    rows.append(f"\n    def _row_{depth}(self, forward_batch):\n"
-                "        return forward_batch.out_cache_loc.view(\n"
-                "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
-                "        ).movedim(-1, 0).flatten(1)[self.speculative_step_id]\n")
+        "out_cache_loc=forward_batch.out_cache_loc", "out_cache_loc=self._row_1(forward_batch)"
+    )
+    rows = [
+        f"\n    def _row_{level}(self, forward_batch):\n        return self._row_{level + 1}(forward_batch)\n"
+        for level in range(1, depth)
+    ]
+    rows.append(
+        f"\n    def _row_{depth}(self, forward_batch):\n"
+        "        return forward_batch.out_cache_loc.view(\n"
+        "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+        "        ).movedim(-1, 0).flatten(1)[self.speculative_step_id]\n"
+    )
     return code.replace("\nclass MultiStepBackend", "".join(rows) + "\nclass MultiStepBackend", 1)
-
 
 
 @pytest.mark.parametrize("depth", [1, 2, 3])
@@ -277,7 +322,8 @@ def test_methods_calling_each_other_are_followed_once():
         "    def _build_metadata_2(self, forward_batch):\n"
         "        if forward_batch.again:\n"
         "            self._build_metadata(forward_batch)\n"
-        "            self._build_metadata_2(forward_batch)\n")
+        "            self._build_metadata_2(forward_batch)\n",
+    )
     step = step_backend(ast.parse(code))
     assert [m.name for m in baking_methods(step)] == ["init_forward_metadata", "_build_metadata", "_build_metadata_2"]
     no_handoff = code.replace("out_cache_loc=loc", "seq_lens=loc")
@@ -292,7 +338,8 @@ def test_a_method_handing_on_its_own_parameter_is_on_the_path():
         "            self.metadata = self.decode(out_cache_loc=forward_batch.out_cache_loc)\n"
         "\n"
         "    def decode(self, out_cache_loc):\n"
-        "        return self.build(out_cache_loc=out_cache_loc)\n")
+        "        return self.build(out_cache_loc=out_cache_loc)\n",
+    )
     assert [m.name for m in baking_methods(step_backend(ast.parse(code)))] == ["init_forward_metadata", "decode"]
     assert agree(code).who == CALLER
 
@@ -302,10 +349,13 @@ def test_a_per_step_backend_that_does_not_know_its_step_is_not_judged():
     own): it cannot split for itself, so no path into it is judged, as the written test judges none;
     with the handoff in init_forward_metadata or moved out of it."""
     code = path_module(False, False).replace(
-        "    def __init__(self, speculative_step_id=0):\n        self.speculative_step_id = speculative_step_id\n\n", "")
+        "    def __init__(self, speculative_step_id=0):\n        self.speculative_step_id = speculative_step_id\n\n", ""
+    )
     assert "speculative_step_id" not in code
-    for each in (code, code.replace("    def init_forward_metadata(self, forward_batch):\n        if forward_batch",
-                                    MOVED_HANDOFF, 1)):
+    for each in (
+        code,
+        code.replace("    def init_forward_metadata(self, forward_batch):\n        if forward_batch", MOVED_HANDOFF, 1),
+    ):
         assert baking_methods(step_backend(ast.parse(each))) == []
     assert baking_methods(step_backend(ast.parse(path_module(False, False))))
 

@@ -8,7 +8,7 @@ from sglang_draft_layout.rules.structural_guard import guard_rules
 
 RELATIVE = "srt/layers/attention/fork_backend.py"
 #: a per-step backend (it knows its step) handing ``out_cache_loc=`` on only in an ``if`` header, never split per step
-HEADER_HANDOFF = '''
+HEADER_HANDOFF = """
 class StepBackend:
     def __init__(self, speculative_step_id=0):
         self.speculative_step_id = speculative_step_id
@@ -25,7 +25,7 @@ class MultiStepBackend(StepBackend):
     def init_forward_metadata(self, forward_batch):
         for i in range(self.speculative_num_steps - 1):
             self.attn_backends[i].init_forward_metadata(forward_batch)
-'''
+"""
 
 
 def split_once_finding(code: str):
@@ -38,7 +38,9 @@ def split_once_finding(code: str):
 def test_a_handoff_only_in_a_compound_header_is_found_there_and_kept_there():
     code = HEADER_HANDOFF.format(keep="")
     finding = split_once_finding(code)
-    header_line = code.splitlines().index("        if self.build(out_cache_loc=forward_batch.out_cache_loc) is None:") + 1
+    header_line = (
+        code.splitlines().index("        if self.build(out_cache_loc=forward_batch.out_cache_loc) is None:") + 1
+    )
     assert (finding.state, finding.line) == (State.UNRECOGNISED, header_line)
     assert finding.detail.startswith("bakes the whole out_cache_loc MultiStepBackend.init_forward_metadata hands it")
     kept_on_def = split_once_finding(HEADER_HANDOFF.format(keep="  # sglang-draft-layout: keep"))

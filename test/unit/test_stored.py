@@ -18,14 +18,17 @@ def stored(raw: bytes) -> StoredText:
     return StoredText.decode(PATH, raw)
 
 
-@pytest.mark.parametrize("raw", [
-    b"a = 1\r\nb = 2\r\n",
-    b"a = 1\nb = 2\r\nc = 3\rd = 4",
-    codecs.BOM_UTF8 + "s = 'é'\n".encode(),
-    "# -*- coding: latin-1 -*-\ns = 'é'\r\n".encode("latin-1"),
-    b"",
-    b"x = 1  \t\n\n\n",
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"a = 1\r\nb = 2\r\n",
+        b"a = 1\nb = 2\r\nc = 3\rd = 4",
+        codecs.BOM_UTF8 + "s = 'é'\n".encode(),
+        "# -*- coding: latin-1 -*-\ns = 'é'\r\n".encode("latin-1"),
+        b"",
+        b"x = 1  \t\n\n\n",
+    ],
+)
 def test_the_text_read_is_written_back_as_the_same_bytes(raw):
     text = stored(raw)
     assert "\r" not in text.text
@@ -54,11 +57,14 @@ def test_bom_and_cookie_are_kept_and_text_the_encoding_cannot_hold_is_refused():
         latin.encode("# coding: latin-1\nx = '→'\n")
 
 
-@pytest.mark.parametrize("raw, message", [
-    (b"x = 1\n# \xff\n", "pkg/mod.py:2: not valid utf-8 (byte 0xff); nothing written"),
-    (b"# \xc3\n", "pkg/mod.py:1: not valid utf-8 (byte 0xc3); nothing written"),
-    (b"# coding: no-such-codec\n", "pkg/mod.py: cannot be read (unknown encoding: no-such-codec); nothing written"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (b"x = 1\n# \xff\n", "pkg/mod.py:2: not valid utf-8 (byte 0xff); nothing written"),
+        (b"# \xc3\n", "pkg/mod.py:1: not valid utf-8 (byte 0xc3); nothing written"),
+        (b"# coding: no-such-codec\n", "pkg/mod.py: cannot be read (unknown encoding: no-such-codec); nothing written"),
+    ],
+)
 def test_a_file_that_cannot_be_decoded_is_named(raw, message):
     with pytest.raises(TargetError) as error:
         stored(raw)

@@ -111,13 +111,15 @@ def test_any_other_skip_fails_the_run(project, monkeypatch):
     monkeypatch.setenv(ENV, "1")
     result = run(project)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines([
-        "NOT RUN test_importorskip.py: Skipped: could not import 'no_such_module_here'*",
-        "NOT RUN test_skip_call.py::test_a: Skipped: numpy missing",
-        "NOT RUN test_skip_mark.py::test_a: Skipped: not today",
-        "NOT RUN test_xfail.py::test_a: xfail: known",
-        "the run fails: 4 test(s) or module(s) did not run",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "NOT RUN test_importorskip.py: Skipped: could not import 'no_such_module_here'*",
+            "NOT RUN test_skip_call.py::test_a: Skipped: numpy missing",
+            "NOT RUN test_skip_mark.py::test_a: Skipped: not today",
+            "NOT RUN test_xfail.py::test_a: xfail: known",
+            "the run fails: 4 test(s) or module(s) did not run",
+        ]
+    )
     result.stdout.no_fnmatch_line("NOT RUN gpu/*")
     result.stdout.no_fnmatch_line("NOT RUN test_plain.py*")
 
@@ -129,11 +131,13 @@ def test_gpu_test_skipped_for_another_reason_fails_the_run(project, monkeypatch)
     monkeypatch.setenv(ENV, "1")
     result = run(project)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines([
-        "NOT RUN gpu/test_gpu_module.py: Skipped: could not import 'no_such_gpu_module_here'*",
-        "NOT RUN gpu/test_gpu_other.py::test_on_the_gpu_skipped_for_another_reason: Skipped: a results file is missing",
-        "the run fails: 2 test(s) or module(s) did not run",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "NOT RUN gpu/test_gpu_module.py: Skipped: could not import 'no_such_gpu_module_here'*",
+            "NOT RUN gpu/test_gpu_other.py::test_on_the_gpu_skipped_for_another_reason: Skipped: a results file is missing",
+            "the run fails: 2 test(s) or module(s) did not run",
+        ]
+    )
     result.stdout.no_fnmatch_line("NOT RUN gpu/test_gpu.py*")
 
 

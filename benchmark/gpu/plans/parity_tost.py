@@ -40,13 +40,25 @@ import ab_stats  # noqa: E402
 
 PLAN = os.path.join(HERE, "parity-tost.json")
 RESULTS = "benchmark/gpu/results"
-LATE = f"{RESULTS}/h200-2026-12-01-ab4/ab_results.json"    # together, --cpu-split (2026-12-01, late)
-NIGHT = f"{RESULTS}/h200-2026-12-01-ab3/ab_results.json"   # together, CPUs shared (2026-12-01, night)
+LATE = f"{RESULTS}/h200-2026-12-01-ab4/ab_results.json"  # together, --cpu-split (2026-12-01, late)
+NIGHT = f"{RESULTS}/h200-2026-12-01-ab3/ab_results.json"  # together, CPUs shared (2026-12-01, night)
 
 #: ab_bench's settings the sds were measured at (the late run's); a run of the plan must use them
-DESIGN = {"mode": "together", "cpu_split": True, "round_seconds": 20, "round_margin": 1.25, "warmup_waves": 6,
-          "input_len": 512, "output_len": 512, "range_ratio": 0.5, "seed": 1, "stress": 1, "mem_fraction": 0.4,
-          "max_total_tokens": 120000, "extra_args": ""}
+DESIGN = {
+    "mode": "together",
+    "cpu_split": True,
+    "round_seconds": 20,
+    "round_margin": 1.25,
+    "warmup_waves": 6,
+    "input_len": 512,
+    "output_len": 512,
+    "range_ratio": 0.5,
+    "seed": 1,
+    "stress": 1,
+    "mem_fraction": 0.4,
+    "max_total_tokens": 120000,
+    "extra_args": "",
+}
 SESSION_DEVICE_S = 1800
 BUDGET_S = 900  # of a session's 30 minutes, at most 15 for this
 #: device seconds a session spends before any cell (docs/performance.md, 2026-12-01 late: machine
@@ -60,13 +72,26 @@ IN_DESIGN = "measured in the plan's design"
 CELLS = [
     ("flashinfer_cg_k1s3", 8, (LATE, "flashinfer_cg_k1s3", 8), IN_DESIGN),
     ("flashinfer_cg_k1s3", 32, (LATE, "flashinfer_cg_k1s3", 32), IN_DESIGN),
-    ("flashinfer_cg_k1s3", 64, None, "never measured: assumed the larger sd of this configuration at 8 and 32, "
-     "and its time per pair at 32 (rounds are sized by time, not by requests)"),
-    ("flashinfer_nocg_k4s3", 32, (NIGHT, "flashinfer_nocg_k4s3", 32),
-     "measured together without --cpu-split (CPUs shared), 5 pairs; never with the split, which cut triton "
-     "eager topk 4's sd from 0.041 to 0.023"),
-    ("triton_nocg_k1s3", 32, (NIGHT, "triton_nocg_k1s3", 32),
-     "measured together without --cpu-split (CPUs shared), 6 pairs; never with the split"),
+    (
+        "flashinfer_cg_k1s3",
+        64,
+        None,
+        "never measured: assumed the larger sd of this configuration at 8 and 32, "
+        "and its time per pair at 32 (rounds are sized by time, not by requests)",
+    ),
+    (
+        "flashinfer_nocg_k4s3",
+        32,
+        (NIGHT, "flashinfer_nocg_k4s3", 32),
+        "measured together without --cpu-split (CPUs shared), 5 pairs; never with the split, which cut triton "
+        "eager topk 4's sd from 0.041 to 0.023",
+    ),
+    (
+        "triton_nocg_k1s3",
+        32,
+        (NIGHT, "triton_nocg_k1s3", 32),
+        "measured together without --cpu-split (CPUs shared), 6 pairs; never with the split",
+    ),
 ]
 #: where a cell's server pair start time comes from (the record's startup_s): the late run, the
 #: flashinfer modules carried (.gpu/fiaot)
@@ -104,8 +129,11 @@ def cell_plan(config: str, concurrency: int, source, basis: str) -> dict:
     alpha, margin, power = ab_stats.TOST_ALPHA, ab_stats.TOST_MARGIN, ab_stats.TOST_POWER
     if source:
         m = measured(*source)
-        sd, sd_source, df = m["sd"], f"{source[0]}: {source[1]} at concurrency {source[2]}, {m['pairs']} pairs", \
-            m["pairs"] - 1
+        sd, sd_source, df = (
+            m["sd"],
+            f"{source[0]}: {source[1]} at concurrency {source[2]}, {m['pairs']} pairs",
+            m["pairs"] - 1,
+        )
         pair_s, pair_source = m["pair_s"], sd_source
     else:
         alike = [(measured(LATE, config, c), c) for c in (8, 32)]
@@ -122,27 +150,45 @@ def cell_plan(config: str, concurrency: int, source, basis: str) -> dict:
     upper = sd_upper(sd, df)
     seconds = start_s + PRE_MEASURE_S + n * pair_s
     cell = {
-        "config": config, "concurrency": concurrency, "sd_log_ratio": sd, "sd_source": sd_source,
-        "sd_basis": basis, "alpha": alpha, "margin": margin, "power": power, "true_ratio_for_power": 1.0,
-        "n_pairs": n, "t_crit": round(ab_stats.t_quantile(1 - alpha, n - 1), 6),
+        "config": config,
+        "concurrency": concurrency,
+        "sd_log_ratio": sd,
+        "sd_source": sd_source,
+        "sd_basis": basis,
+        "alpha": alpha,
+        "margin": margin,
+        "power": power,
+        "true_ratio_for_power": 1.0,
+        "n_pairs": n,
+        "t_crit": round(ab_stats.t_quantile(1 - alpha, n - 1), 6),
         "power_at_n": round(ab_stats.tost_power(n, sd, margin, alpha), 4),
-        "sd_upper80": round(upper, 5), "n_pairs_at_sd_upper80": ab_stats.tost_pairs(upper, margin, alpha, power),
-        "pair_s": pair_s, "pair_s_source": pair_source,
-        "start_s": start_s, "start_s_source": f"{start_path}: {start_config}'s startup_s",
-        "pre_measure_s": PRE_MEASURE_S, "est_device_s": round(seconds),
+        "sd_upper80": round(upper, 5),
+        "n_pairs_at_sd_upper80": ab_stats.tost_pairs(upper, margin, alpha, power),
+        "pair_s": pair_s,
+        "pair_s_source": pair_source,
+        "start_s": start_s,
+        "start_s_source": f"{start_path}: {start_config}'s startup_s",
+        "pre_measure_s": PRE_MEASURE_S,
+        "est_device_s": round(seconds),
         "fits_budget": seconds <= BUDGET_S,
     }
     if not cell["fits_budget"]:
-        cell["budget_note"] = (f"does not fit the {BUDGET_S} s this work may take of a session: {n} pairs of "
-                               f"{pair_s:.0f} s plus {start_s + PRE_MEASURE_S:.0f} s of start, exactness, warm-up "
-                               f"and calibration is about {seconds:.0f} s"
-                               + (f"; a session's whole {SESSION_DEVICE_S} s less its {SESSION_START_S} s of "
-                                  f"start would hold it" if seconds <= SESSION_DEVICE_S - SESSION_START_S else
-                                  "; more than a whole session"))
+        cell["budget_note"] = (
+            f"does not fit the {BUDGET_S} s this work may take of a session: {n} pairs of "
+            f"{pair_s:.0f} s plus {start_s + PRE_MEASURE_S:.0f} s of start, exactness, warm-up "
+            f"and calibration is about {seconds:.0f} s"
+            + (
+                f"; a session's whole {SESSION_DEVICE_S} s less its {SESSION_START_S} s of " f"start would hold it"
+                if seconds <= SESSION_DEVICE_S - SESSION_START_S
+                else "; more than a whole session"
+            )
+        )
     if basis != IN_DESIGN:
-        cell["pilot_first"] = ("its sd was not measured in the plan's design: first a pilot of 6 pairs in that "
-                               "design (ab_bench without --plan; its pairs are not part of the test), then a new "
-                               "version of this plan sized on the pilot's sd, committed before the test's run")
+        cell["pilot_first"] = (
+            "its sd was not measured in the plan's design: first a pilot of 6 pairs in that "
+            "design (ab_bench without --plan; its pairs are not part of the test), then a new "
+            "version of this plan sized on the pilot's sd, committed before the test's run"
+        )
     return cell
 
 
@@ -151,10 +197,12 @@ def command(cell: dict, plan_file: bool = True) -> str:
     the deadline is the session's, the run ends once its pairs are measured. Without
     ``plan_file``: the pilot's (6 pairs in the plan's design, not part of the test)."""
     d = DESIGN
-    return (f"DEADLINE_S={SESSION_DEVICE_S - 160} WAIT_S=500 bash benchmark/gpu/ab_h200.sh start "
-            + ("--plan benchmark/gpu/plans/parity-tost.json " if plan_file else "--pairs 6 ")
-            + f"--mode {d['mode']} --cpu-split --round-seconds {d['round_seconds']} --round-margin {d['round_margin']} "
-            f"--configs {cell['config']}@{cell['concurrency']}")
+    return (
+        f"DEADLINE_S={SESSION_DEVICE_S - 160} WAIT_S=500 bash benchmark/gpu/ab_h200.sh start "
+        + ("--plan benchmark/gpu/plans/parity-tost.json " if plan_file else "--pairs 6 ")
+        + f"--mode {d['mode']} --cpu-split --round-seconds {d['round_seconds']} --round-margin {d['round_margin']} "
+        f"--configs {cell['config']}@{cell['concurrency']}"
+    )
 
 
 def plan() -> dict:
@@ -164,21 +212,27 @@ def plan() -> dict:
         if "pilot_first" in cell:
             cell["pilot_command"] = command(cell, plan_file=False)
     return {
-        "plan": "parity-tost", "issue": 29,
+        "plan": "parity-tost",
+        "issue": 29,
         "question": "does the patch cost output tokens/s where 0.5.12 was already right? Equivalent when "
-                    "patched / unpatched is within ±2%",
+        "patched / unpatched is within ±2%",
         "test": "TOST on the mean of d = log(patched / unpatched output tokens/s) per pair, paired t with n - 1 "
-                "degrees of freedom: equivalent when mean ± t_crit * sd / sqrt(n) lies inside (-margin, margin), "
-                "t_crit = t's 1 - alpha quantile; on exactly the first n_pairs pairs of the cell, no verdict "
-                "with fewer, none looked at beyond",
-        "alpha": ab_stats.TOST_ALPHA, "margin": ab_stats.TOST_MARGIN, "margin_ratio": [
-            round(math.exp(-ab_stats.TOST_MARGIN), 6), round(math.exp(ab_stats.TOST_MARGIN), 6)],
+        "degrees of freedom: equivalent when mean ± t_crit * sd / sqrt(n) lies inside (-margin, margin), "
+        "t_crit = t's 1 - alpha quantile; on exactly the first n_pairs pairs of the cell, no verdict "
+        "with fewer, none looked at beyond",
+        "alpha": ab_stats.TOST_ALPHA,
+        "margin": ab_stats.TOST_MARGIN,
+        "margin_ratio": [round(math.exp(-ab_stats.TOST_MARGIN), 6), round(math.exp(ab_stats.TOST_MARGIN), 6)],
         "power": ab_stats.TOST_POWER,
         "design": DESIGN,
-        "device": {"session_device_s": SESSION_DEVICE_S, "budget_s": BUDGET_S, "session_start_s": SESSION_START_S,
-                   "pre_measure_s_source": "docs/performance.md, 2026-12-01 (late): exactness, warm-up and "
-                                           "calibration 107 s at one concurrency; machine start and "
-                                           "transfers about 90 s, setup 61 s"},
+        "device": {
+            "session_device_s": SESSION_DEVICE_S,
+            "budget_s": BUDGET_S,
+            "session_start_s": SESSION_START_S,
+            "pre_measure_s_source": "docs/performance.md, 2026-12-01 (late): exactness, warm-up and "
+            "calibration 107 s at one concurrency; machine start and "
+            "transfers about 90 s, setup 61 s",
+        },
         "generator": "benchmark/gpu/plans/parity_tost.py",
         "cells": cells,
     }

@@ -22,6 +22,7 @@ server's life) it appends one
 JSON line: the class, the tree's file, ``torch.cuda.memory_allocated()`` before and after (the
 allocation diff of the whole call), and the rows tensor's own shape, dtype and bytes.
 """
+
 import os
 import sys
 
@@ -121,14 +122,24 @@ if _MEMPROBE:
             torch.cuda.synchronize()
             after = torch.cuda.memory_allocated()
             rows = getattr(self, "cuda_graph_kv_indices", None)
-            record = {"pid": os.getpid(), "class": class_name, "file": module.__file__,
-                      "args": [a for a in args if isinstance(a, int)],
-                      "topk": getattr(self, "topk", None), "steps": getattr(self, "speculative_num_steps", None),
-                      "max_context_len": getattr(self, "max_context_len", None),
-                      "allocated_before": before, "allocated_after": after, "allocated_diff": after - before}
+            record = {
+                "pid": os.getpid(),
+                "class": class_name,
+                "file": module.__file__,
+                "args": [a for a in args if isinstance(a, int)],
+                "topk": getattr(self, "topk", None),
+                "steps": getattr(self, "speculative_num_steps", None),
+                "max_context_len": getattr(self, "max_context_len", None),
+                "allocated_before": before,
+                "allocated_after": after,
+                "allocated_diff": after - before,
+            }
             if isinstance(rows, torch.Tensor):
-                record.update(rows_shape=list(rows.shape), rows_dtype=str(rows.dtype),
-                              rows_bytes=rows.numel() * rows.element_size())
+                record.update(
+                    rows_shape=list(rows.shape),
+                    rows_dtype=str(rows.dtype),
+                    rows_bytes=rows.numel() * rows.element_size(),
+                )
             try:
                 with open(_MEMPROBE, "a") as f:
                     f.write(json.dumps(record) + "\n")

@@ -37,8 +37,13 @@ def baking_methods(cls: ast.ClassDef) -> list[ast.FunctionDef]:
         method = own.get(todo.pop())
         if method is not None and method not in seen:
             seen.append(method)
-            todo += [c.func.attr for c in nodes(method, ast.Call) if isinstance(c.func, ast.Attribute)
-                     and isinstance(c.func.value, ast.Name) and c.func.value.id == "self"]
+            todo += [
+                c.func.attr
+                for c in nodes(method, ast.Call)
+                if isinstance(c.func, ast.Attribute)
+                and isinstance(c.func.value, ast.Name)
+                and c.func.value.id == "self"
+            ]
     hands = [k for m in seen for k in nodes(m, ast.keyword) if k.arg == "out_cache_loc"]
     return seen if hands and "speculative_step_id" in ast.unparse(cls) else []
 
@@ -68,13 +73,21 @@ def worker_rows(modules: dict[str, ast.Module]) -> list[tuple[str, str, int]]:
         loops = nodes(draft_forward, (ast.For, ast.While)) if draft_forward else []
         for loop, row in [(lp, a) for lp in loops for a in nodes(lp, ast.Assign)]:
             target = row.targets[0]
-            if not (isinstance(target, ast.Attribute) and target.attr == "out_cache_loc"
-                    and isinstance(row.value, ast.Subscript)):
+            if not (
+                isinstance(target, ast.Attribute)
+                and target.attr == "out_cache_loc"
+                and isinstance(row.value, ast.Subscript)
+            ):
                 continue
             batch = ast.dump(target.value)
-            if any(isinstance(c.func, ast.Attribute) and c.func.attr == "init_forward_metadata" and c.args
-                   and ast.dump(c.args[0]) == batch and (c.lineno, c.col_offset) > (row.lineno, row.col_offset)
-                   for c in nodes(loop, ast.Call)):
+            if any(
+                isinstance(c.func, ast.Attribute)
+                and c.func.attr == "init_forward_metadata"
+                and c.args
+                and ast.dump(c.args[0]) == batch
+                and (c.lineno, c.col_offset) > (row.lineno, row.col_offset)
+                for c in nodes(loop, ast.Call)
+            ):
                 found.append((path, f"{name}.draft_forward", row.lineno))
                 break
     return found

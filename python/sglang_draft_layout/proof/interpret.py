@@ -25,17 +25,72 @@ from .arrays import Tensor
 #: how deep ``self.`` calls are followed
 MAX_DEPTH = 12
 _DECODE_MODES = {"is_decode", "is_decode_or_idle"}
-_BUILTINS = {name: getattr(builtins, name) for name in (
-    "range", "len", "int", "min", "max", "enumerate", "zip", "list", "tuple", "sum", "abs", "bool", "reversed",
-    "isinstance", "AssertionError", "ValueError", "RuntimeError", "NotImplementedError", "Exception")}
-_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-           ast.Mod: operator.mod, ast.Pow: operator.pow, ast.Div: operator.truediv}
-_COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-            ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
-            ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+_BUILTINS = {
+    name: getattr(builtins, name)
+    for name in (
+        "range",
+        "len",
+        "int",
+        "min",
+        "max",
+        "enumerate",
+        "zip",
+        "list",
+        "tuple",
+        "sum",
+        "abs",
+        "bool",
+        "reversed",
+        "isinstance",
+        "AssertionError",
+        "ValueError",
+        "RuntimeError",
+        "NotImplementedError",
+        "Exception",
+    )
+}
+_BINOPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.Div: operator.truediv,
+}
+_COMPARE = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.Is: operator.is_,
+    ast.IsNot: operator.is_not,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
+}
 #: tensor methods that give a view or copy of their tensor: layout code, not a use of the buffer
-LAYOUT_METHODS = frozenset({"reshape", "view", "permute", "transpose", "swapaxes", "swapdims", "movedim", "flatten",
-                            "contiguous", "clone", "to", "long", "int", "chunk", "unbind", "split"})
+LAYOUT_METHODS = frozenset(
+    {
+        "reshape",
+        "view",
+        "permute",
+        "transpose",
+        "swapaxes",
+        "swapdims",
+        "movedim",
+        "flatten",
+        "contiguous",
+        "clone",
+        "to",
+        "long",
+        "int",
+        "chunk",
+        "unbind",
+        "split",
+    }
+)
 
 
 #: tensor methods whose arguments (a dtype, a device) never change which slots a tensor holds
@@ -209,6 +264,7 @@ class World:
                 merged.append(head)
                 lists = [[c for c in lst if c != head] for lst in lists]
             return merged
+
         return linear(name, ())
 
     def lookup(self, cls: str, name: str, after: Optional[str] = None) -> Optional[Function]:
@@ -273,7 +329,7 @@ class Run:
             args = [function.bound, *args]
         env: dict[str, Any] = {}
         defaults = node.args.defaults
-        for name, default in zip(params[len(params) - len(defaults):], defaults):
+        for name, default in zip(params[len(params) - len(defaults) :], defaults):
             env[name] = self._eval(default, Frame({}, function))
         env.update(zip(params, args))
         for arg in node.args.kwonlyargs:
@@ -281,7 +337,7 @@ class Run:
         for key, value in kwargs.items():
             env[key] = value
         if node.args.vararg:
-            env[node.args.vararg.arg] = tuple(args[len(params):])
+            env[node.args.vararg.arg] = tuple(args[len(params) :])
         if node.args.kwarg:
             env[node.args.kwarg.arg] = {k: v for k, v in kwargs.items() if k not in params}
         for name in params:
@@ -329,8 +385,11 @@ class Run:
                 self._take_locs(value, frame)
             result = self._eval(value, frame)
             if isinstance(stmt, ast.AugAssign):
-                current = self._eval(ast.Name(stmt.target.id, ast.Load()), frame) if isinstance(stmt.target, ast.Name) \
+                current = (
+                    self._eval(ast.Name(stmt.target.id, ast.Load()), frame)
+                    if isinstance(stmt.target, ast.Name)
                     else Unknown("an augmented target")
+                )
                 result = self._binop(stmt.op, current, result)
             for target in getattr(stmt, "targets", None) or [stmt.target]:
                 self._assign(target, result, frame)
@@ -364,8 +423,10 @@ class Run:
         elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
             self._try(stmt, frame)
         elif isinstance(stmt, ast.With):
-            suppressing = any(isinstance(item.context_expr, ast.Call) and _called(item.context_expr) == "suppress"
-                              for item in stmt.items)
+            suppressing = any(
+                isinstance(item.context_expr, ast.Call) and _called(item.context_expr) == "suppress"
+                for item in stmt.items
+            )
             if suppressing and self._touches(stmt.body, frame):
                 raise CannotProve(f"line {stmt.lineno}: `{ast.unparse(stmt.items[0])}` may swallow the layout's errors")
             for item in stmt.items:
@@ -381,8 +442,9 @@ class Run:
         elif isinstance(stmt, ast.FunctionDef):
             frame.env[stmt.name] = Function(stmt, frame.function.owner, closure=_Live(frame))
         elif isinstance(stmt, (ast.AsyncFunctionDef, ast.ClassDef)):
-            frame.env[stmt.name] = _Opaque(stmt) if self._touches(stmt.body, frame) \
-                else Unknown(f"the local definition {stmt.name}")
+            frame.env[stmt.name] = (
+                _Opaque(stmt) if self._touches(stmt.body, frame) else Unknown(f"the local definition {stmt.name}")
+            )
         elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
             for alias in stmt.names:
                 name = alias.asname or alias.name.split(".")[0]
@@ -412,8 +474,12 @@ class Run:
         and give every local the same value: the branch taken does not matter (run, bindings kept)."""
         branches = [stmt.body, stmt.orelse]
         touching = [s for branch in branches for s in branch if self._touches([s], frame)]
-        if not touching or not all(isinstance(s, ast.Assign) and all(isinstance(t, ast.Name) for t in s.targets)
-                                   and self._is_layout(s.value, frame) for s in touching):
+        if not touching or not all(
+            isinstance(s, ast.Assign)
+            and all(isinstance(t, ast.Name) for t in s.targets)
+            and self._is_layout(s.value, frame)
+            for s in touching
+        ):
             return False
         results = []
         self._quiet = True
@@ -504,9 +570,24 @@ class Run:
                 name = _called(each)
                 if not (name in LAYOUT_METHODS and isinstance(each.func, ast.Attribute) or name in self.world.helpers):
                     return False
-            elif not isinstance(each, (ast.Name, ast.Attribute, ast.Subscript, ast.Slice, ast.Constant, ast.BinOp,
-                                       ast.UnaryOp, ast.Tuple, ast.List, ast.expr_context, ast.operator,
-                                       ast.unaryop, ast.keyword)):
+            elif not isinstance(
+                each,
+                (
+                    ast.Name,
+                    ast.Attribute,
+                    ast.Subscript,
+                    ast.Slice,
+                    ast.Constant,
+                    ast.BinOp,
+                    ast.UnaryOp,
+                    ast.Tuple,
+                    ast.List,
+                    ast.expr_context,
+                    ast.operator,
+                    ast.unaryop,
+                    ast.keyword,
+                ),
+            ):
                 return False
         return True
 
@@ -516,8 +597,10 @@ class Run:
         anywhere in ``node`` except as an argument of a call that the run follows (the callee decides).
         Each tensor once per instance (a stepped instance: its first use only)."""
         names, _marked = _touch_marks(node, self.world.helpers)
-        if not any(_is_probe_value(frame.env[n] if n in frame.env else frame.outer[n] if n in frame.outer else None)
-                   for n in names):
+        if not any(
+            _is_probe_value(frame.env[n] if n in frame.env else frame.outer[n] if n in frame.outer else None)
+            for n in names
+        ):
             return
         for loc, line in _draft_reads(node, self, frame):
             self._record_loc(loc, line, frame)
@@ -591,8 +674,12 @@ class Run:
             operand = self._eval(node.operand, frame)
             if isinstance(operand, Unknown):
                 return operand
-            return {ast.USub: operator.neg, ast.Not: operator.not_, ast.UAdd: operator.pos,
-                    ast.Invert: operator.invert}[type(node.op)](operand)
+            return {
+                ast.USub: operator.neg,
+                ast.Not: operator.not_,
+                ast.UAdd: operator.pos,
+                ast.Invert: operator.invert,
+            }[type(node.op)](operand)
         if isinstance(node, ast.BoolOp):
             return self._boolop(node, frame)
         if isinstance(node, ast.Compare):
@@ -615,11 +702,18 @@ class Run:
             names, _marked = _touch_marks(node, self.world.helpers)
             values = [frame.env.get(n) for n in names - own]
             holding = any(_held_loc(v) is not None for v in values)  # a batch: only once its buffer was taken
-            layout = any(isinstance(n, ast.Attribute) and n.attr in ("out_cache_loc", "speculative_num_steps")
-                         or isinstance(n, ast.Call) and _called(n) in self.world.helpers for n in ast.walk(node))
+            layout = any(
+                isinstance(n, ast.Attribute)
+                and n.attr in ("out_cache_loc", "speculative_num_steps")
+                or isinstance(n, ast.Call)
+                and _called(n) in self.world.helpers
+                for n in ast.walk(node)
+            )
             if layout or any(isinstance(v, Tensor) for v in values) or holding and not self._took(frame):
-                raise CannotProve(f"line {node.lineno}: draft layout code inside a "
-                                  f"{'lambda' if isinstance(node, ast.Lambda) else 'comprehension'}")
+                raise CannotProve(
+                    f"line {node.lineno}: draft layout code inside a "
+                    f"{'lambda' if isinstance(node, ast.Lambda) else 'comprehension'}"
+                )
             return Unknown("a lambda or comprehension")
         return Unknown(type(node).__name__)
 
@@ -656,8 +750,13 @@ class Run:
         if isinstance(index, tuple) and any(isinstance(i, Unknown) for i in index):
             return Unknown(ast.unparse(node.slice))
         result = owner[index]
-        if isinstance(owner, Tensor) and isinstance(index, slice) and index.stop is not None and not owner.draft \
-                and not self._quiet:
+        if (
+            isinstance(owner, Tensor)
+            and isinstance(index, slice)
+            and index.stop is not None
+            and not owner.draft
+            and not self._quiet
+        ):
             self.events.append(Event("slice", index.stop, self._step, node.lineno))
         return result
 
@@ -718,8 +817,10 @@ class Run:
         if isinstance(func, Function):
             return self.call(func, args, kwargs)
         if isinstance(func, _Opaque):
-            raise CannotProve(f"line {node.lineno}: calls the local function {func.node.name}, "
-                              "which reads or binds the draft layout")
+            raise CannotProve(
+                f"line {node.lineno}: calls the local function {func.node.name}, "
+                "which reads or binds the draft layout"
+            )
         if isinstance(func, Unknown):
             if _is_self_call(node) and not self._quiet:  # a method outside the tree takes what it is given
                 for loc in filter(None, map(_contained_loc, [*args, *kwargs.values()])):
@@ -779,8 +880,11 @@ def _called(call: ast.Call) -> Optional[str]:
 def _is_self_call(call: ast.Call) -> bool:
     func = call.func
     return isinstance(func, ast.Attribute) and (
-        isinstance(func.value, ast.Name) and func.value.id == "self"
-        or isinstance(func.value, ast.Call) and _called(func.value) == "super")
+        isinstance(func.value, ast.Name)
+        and func.value.id == "self"
+        or isinstance(func.value, ast.Call)
+        and _called(func.value) == "super"
+    )
 
 
 def _first_param(node: ast.FunctionDef) -> str:
@@ -802,8 +906,9 @@ def _own_names(node: ast.AST) -> frozenset[str]:
     """The names a lambda's parameters or a comprehension's targets bind: its own, not its definer's."""
     if isinstance(node, ast.Lambda):
         return frozenset(a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg))
-    return frozenset(n.id for gen in getattr(node, "generators", []) for n in ast.walk(gen.target)
-                     if isinstance(n, ast.Name))
+    return frozenset(
+        n.id for gen in getattr(node, "generators", []) for n in ast.walk(gen.target) if isinstance(n, ast.Name)
+    )
 
 
 def _contained_loc(value: Any, depth: int = 0) -> Optional[Tensor]:
@@ -839,8 +944,9 @@ def _touch_marks(node: ast.AST, helpers: Iterable[str]) -> tuple[frozenset[str],
                 marked = True
             elif isinstance(each, (ast.Return, ast.Raise, ast.Nonlocal, ast.Global)):
                 marked = True
-            elif isinstance(each, ast.Call) and (_called(each) in helpers or _is_self_call(each)
-                                                 or _called(each) == "super"):
+            elif isinstance(each, ast.Call) and (
+                _called(each) in helpers or _is_self_call(each) or _called(each) == "super"
+            ):
                 marked = True
         node._touch_marks = (frozenset(names), marked)  # type: ignore[attr-defined]
     return node._touch_marks  # type: ignore[attr-defined]
@@ -850,11 +956,20 @@ def _followed(call: ast.Call, run: Run) -> bool:
     """A call the run follows (``self.`` methods, ``super()``, module functions and classes of the tree)
     or layout code (a helper, a tensor layout method): its arguments are not a use of the buffer."""
     name = _called(call)
-    of_class = isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) \
+    of_class = (
+        isinstance(call.func, ast.Attribute)
+        and isinstance(call.func.value, ast.Name)
         and call.func.value.id in run.world.classes
-    return _is_self_call(call) or of_class or name in run.world.functions or name in run.world.classes \
-        or name in run.world.helpers or (name in LAYOUT_METHODS and isinstance(call.func, ast.Attribute)) \
+    )
+    return (
+        _is_self_call(call)
+        or of_class
+        or name in run.world.functions
+        or name in run.world.classes
+        or name in run.world.helpers
+        or (name in LAYOUT_METHODS and isinstance(call.func, ast.Attribute))
         or (name in _INSPECTING and isinstance(call.func, ast.Name))
+    )
 
 
 #: builtins that read an object without taking it (``getattr(forward_batch, "x", None)``): what they
@@ -877,8 +992,11 @@ def _draft_reads(node: ast.AST, run: Run, frame: Frame, whole: bool = True) -> I
         for child in [node.func, *node.args, *(k.value for k in node.keywords)]:
             yield from _draft_reads(child, run, frame)
         return
-    if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and isinstance(node.ctx, ast.Load) \
-            and not _has_call(node):
+    if (
+        isinstance(node, (ast.Name, ast.Attribute, ast.Subscript))
+        and isinstance(node.ctx, ast.Load)
+        and not _has_call(node)
+    ):
         value = run.quiet_eval(node, frame)
         if isinstance(value, Tensor) and value.draft:
             yield value, node.lineno

@@ -99,19 +99,36 @@ def _built_backends(world: World, name: str, kinds: set[str]) -> Optional[tuple[
     for each in world.mro(name):
         node = world.classes.get(each)
         for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)) if node else ():
-            built = call.args[0] if isinstance(call.func, ast.Attribute) and call.func.attr == "append" and call.args else None
+            built = (
+                call.args[0]
+                if isinstance(call.func, ast.Attribute) and call.func.attr == "append" and call.args
+                else None
+            )
             owner = call.func.value if isinstance(call.func, ast.Attribute) else None
             made = _made_by(world, name, built) if isinstance(built, ast.Call) else None
-            if made in kinds and isinstance(owner, ast.Attribute) and isinstance(owner.value, ast.Name) \
-                    and owner.value.id == "self":
+            if (
+                made in kinds
+                and isinstance(owner, ast.Attribute)
+                and isinstance(owner.value, ast.Name)
+                and owner.value.id == "self"
+            ):
                 return owner.attr, made
         for assign in (n for n in ast.walk(node) if isinstance(n, ast.Assign)) if node else ():
             target = assign.targets[0]
             value = assign.value
-            element = value.elt if isinstance(value, ast.ListComp) else (value.elts[0] if isinstance(value, ast.List)
-                                                                          and value.elts else None)
-            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self" \
-                    and isinstance(element, ast.Call) and isinstance(element.func, ast.Name) and element.func.id in kinds:
+            element = (
+                value.elt
+                if isinstance(value, ast.ListComp)
+                else (value.elts[0] if isinstance(value, ast.List) and value.elts else None)
+            )
+            if (
+                isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Name)
+                and target.value.id == "self"
+                and isinstance(element, ast.Call)
+                and isinstance(element.func, ast.Name)
+                and element.func.id in kinds
+            ):
                 return target.attr, element.func.id
     return None
 
@@ -129,8 +146,9 @@ def _made_by(world: World, name: str, call: ast.Call) -> Optional[str]:
     return None
 
 
-def run(world: World, entry: Entry, probe: Probe, step: Optional[int] = None,
-        decisions: Optional[dict[str, bool]] = None) -> tuple[Outcome, list[str]]:
+def run(
+    world: World, entry: Entry, probe: Probe, step: Optional[int] = None, decisions: Optional[dict[str, bool]] = None
+) -> tuple[Outcome, list[str]]:
     """``entry`` run once on ``probe`` (at ``step``) along ``decisions``; the undecided branches it met first."""
     function = world.lookup(entry.cls, entry.method)
     if function is None:
@@ -165,8 +183,11 @@ def paths(world: World, entry: Entry, probe: Probe, step: Optional[int]) -> dict
     todo: list[dict[str, bool]] = [{}]
     while todo:
         if len(found) >= MAX_PATHS:
-            return {frozenset(): Outcome((), None, f"{entry}: more than {MAX_PATHS} ways its undecided branches go",
-                                         frozenset())}
+            return {
+                frozenset(): Outcome(
+                    (), None, f"{entry}: more than {MAX_PATHS} ways its undecided branches go", frozenset()
+                )
+            }
         decisions = todo.pop()
         outcome, pending = run(world, entry, probe, step, decisions)
         found[outcome.path] = outcome

@@ -68,9 +68,13 @@ def _unfollowed_driver(world: World, per_step: str) -> Optional[str]:
         if function is None or name in world.mro(per_step):
             continue
         for loop in nodes(function.node, (ast.For, ast.While)):
-            if "out_cache_loc" in ast.unparse(loop) and any(isinstance(c.func, ast.Attribute) and c.func.attr == "init_forward_metadata"
-                   and not (isinstance(c.func.value, ast.Name) and c.func.value.id == "self")
-                   and not isinstance(c.func.value, ast.Call) for c in nodes(loop, ast.Call)):
+            if "out_cache_loc" in ast.unparse(loop) and any(
+                isinstance(c.func, ast.Attribute)
+                and c.func.attr == "init_forward_metadata"
+                and not (isinstance(c.func.value, ast.Name) and c.func.value.id == "self")
+                and not isinstance(c.func.value, ast.Call)
+                for c in nodes(loop, ast.Call)
+            ):
                 return name
     return None
 
@@ -90,9 +94,12 @@ def split_verdict(world: World, per_step: str) -> SplitVerdict:
 
     driver = None if callers(world, per_step) else _unfollowed_driver(world, per_step)
     if driver:
-        return SplitVerdict(WRONG, f"cannot tell who splits it: {driver}.init_forward_metadata drives per-step "
-                                   "backends it does not build as `self.<list>.append(<Class>(...))` or "
-                                   "`self.<list> = [<Class>(...) ...]`")
+        return SplitVerdict(
+            WRONG,
+            f"cannot tell who splits it: {driver}.init_forward_metadata drives per-step "
+            "backends it does not build as `self.<list>.append(<Class>(...))` or "
+            "`self.<list> = [<Class>(...) ...]`",
+        )
     starts = callers(world, per_step) or [Entry(per_step, "init_forward_metadata", stepped=True)]
     taken: set[str] = set()
     where_kind: dict[str, str] = {}
@@ -112,12 +119,18 @@ def split_verdict(world: World, per_step: str) -> SplitVerdict:
                     by_caller = bool(handed) and all(_kind(e, probe, e.step) == "row" for e in handed)
                     if outcome.error is not None and not any(_kind(e, probe, e.step) == "whole" for e in locs):
                         why = f"{where} raises {type(outcome.error.error).__name__} at line {outcome.error.line}"
-                        return _twice(world, entry, handed, why) if by_caller else SplitVerdict(WRONG, why + ": split twice?")
+                        return (
+                            _twice(world, entry, handed, why)
+                            if by_caller
+                            else SplitVerdict(WRONG, why + ": split twice?")
+                        )
                     for event in locs:
                         kind = _kind(event, probe, event.step)
                         if kind == "other":
-                            why = (f"{where}: step {event.step}'s backend takes other out_cache_loc slots than "
-                                   f"upstream's row {event.step} (line {event.line})")
+                            why = (
+                                f"{where}: step {event.step}'s backend takes other out_cache_loc slots than "
+                                f"upstream's row {event.step} (line {event.line})"
+                            )
                             return _twice(world, entry, handed, why) if by_caller else SplitVerdict(WRONG, why)
                         taken.add(kind)
                         where_kind.setdefault(kind, where)
@@ -127,16 +140,22 @@ def split_verdict(world: World, per_step: str) -> SplitVerdict:
     if taken == {"row"}:
         caller = starts[0] if starts[0].backends_attr else None
         if caller is not None and handed_rows:
-            return SplitVerdict(CALLER, caller=_owner(world, caller),
-                                line=handed_line or world.lookup(caller.cls, caller.method).node.lineno)
+            return SplitVerdict(
+                CALLER,
+                caller=_owner(world, caller),
+                line=handed_line or world.lookup(caller.cls, caller.method).node.lineno,
+            )
         return SplitVerdict(PER_STEP)
     if taken == {"whole"}:
         caller = _owner(world, starts[0]) if starts[0].backends_attr else ""
         return SplitVerdict(NEVER, "each step's backend bakes the whole out_cache_loc", caller=caller)
     if not taken:
         return SplitVerdict(WRONG, f"no probe reaches where {per_step} bakes out_cache_loc")
-    return SplitVerdict(WRONG, f"its row from {where_kind['row']}, the whole buffer from {where_kind['whole']}: "
-                               "split for some topk or steps only")
+    return SplitVerdict(
+        WRONG,
+        f"its row from {where_kind['row']}, the whole buffer from {where_kind['whole']}: "
+        "split for some topk or steps only",
+    )
 
 
 def once_verdict(world: World, per_step: str, workers: Sequence[tuple[str, str, int]] = ()) -> SplitVerdict:
@@ -153,8 +172,9 @@ def once_verdict(world: World, per_step: str, workers: Sequence[tuple[str, str, 
     return SplitVerdict(TWICE, why, caller=worker, line=line, path=path)
 
 
-def split_once_problems(package: Optional[Path], modules: dict[str, tuple[ast.Module, Sequence[str]]]
-                        ) -> tuple[list[str], list[tuple[str, int, str, SplitVerdict]]]:
+def split_once_problems(
+    package: Optional[Path], modules: dict[str, tuple[ast.Module, Sequence[str]]]
+) -> tuple[list[str], list[tuple[str, int, str, SplitVerdict]]]:
     """The classes under ``ATTENTION`` that bake out_cache_loc at init (``baking_methods``), and for each one
     not kept (``keeps_path``) whose paths are not split once: (module, line, class, verdict); ``modules``:
     path under the sglang package -> (tree, lines), the attention modules and the workers' (``WORKERS``)."""

@@ -41,17 +41,22 @@ class Proof:
     fork_seen_everywhere: bool = False
 
     def to_json(self) -> dict:
-        return {"proven": self.proven, "summary": self.summary(),
-                "runs": [{"run": run, "verdict": verdict} for run, verdict in self.probes]}
+        return {
+            "proven": self.proven,
+            "summary": self.summary(),
+            "runs": [{"run": run, "verdict": verdict} for run, verdict in self.probes],
+        }
 
     def summary(self) -> str:
         fixed = sum("fixes" in verdict for _run, verdict in self.probes)
-        shown = f"{len(PROBES)} probes ({len(self.probes)} runs" + (f", the fork's bug fixed in {fixed}" if fixed else "")
+        shown = f"{len(PROBES)} probes ({len(self.probes)} runs" + (
+            f", the fork's bug fixed in {fixed}" if fixed else ""
+        )
         return f"proven on {shown})" if self.proven else self.why
 
 
 def _loc_verdict(old: Event, new: Event, probe: Probe, ordinal: int) -> str:
-    """"" when ``new`` is ``old`` (the fork's value kept); "fixes" when it is upstream's row for its step
+    """ "" when ``new`` is ``old`` (the fork's value kept); "fixes" when it is upstream's row for its step
     where ``old`` is the unsplit buffer (the bug); else why not."""
     if old.same(new):
         return ""
@@ -65,7 +70,7 @@ def _loc_verdict(old: Event, new: Event, probe: Probe, ordinal: int) -> str:
 
 
 def judge(old: Outcome, new: Outcome, probe: Probe) -> str:
-    """"" (the same values), "fixes" (upstream's where the fork had the bug), or why the two differ."""
+    """ "" (the same values), "fixes" (upstream's where the fork had the bug), or why the two differ."""
     if new.cannot == old.cannot == DIVERGED:
         return ""
     if new.cannot or old.cannot:
@@ -75,9 +80,13 @@ def judge(old: Outcome, new: Outcome, probe: Probe) -> str:
     verdicts = []
     old_locs, new_locs = old.of("loc"), new.of("loc")
     if len(new_locs) < len(old_locs):
-        return f"the rewritten code hands on the draft buffer {len(new_locs)} times, the fork's {len(old_locs)} ({probe})"
+        return (
+            f"the rewritten code hands on the draft buffer {len(new_locs)} times, the fork's {len(old_locs)} ({probe})"
+        )
     if len(new_locs) > len(old_locs) and old.error is None:
-        return f"the rewritten code hands on the draft buffer {len(new_locs)} times, the fork's {len(old_locs)} ({probe})"
+        return (
+            f"the rewritten code hands on the draft buffer {len(new_locs)} times, the fork's {len(old_locs)} ({probe})"
+        )
     for ordinal, new_loc in enumerate(new_locs):
         if ordinal >= len(old_locs):  # the fork's code stopped at its bug (an assert on the unsplit buffer)
             verdicts.append(_loc_verdict(new_loc, new_loc, probe, ordinal) or "fixes")
@@ -89,11 +98,18 @@ def judge(old: Outcome, new: Outcome, probe: Probe) -> str:
     for before, after in zip(old_rows, new_rows):
         if before.same(after):
             continue
-        widened = len(after.value) == 2 and after.value == (probe.steps, probe.width) and \
-            len(before.value) == 2 and before.value[0] == probe.steps and before.value[1] < probe.width
+        widened = (
+            len(after.value) == 2
+            and after.value == (probe.steps, probe.width)
+            and len(before.value) == 2
+            and before.value[0] == probe.steps
+            and before.value[1] < probe.width
+        )
         if not widened:
-            return (f"the rewritten code allocates {after.value} at line {after.line} where the fork's allocates "
-                    f"{before.value} ({probe}; upstream's rows: {(probe.steps, probe.width)})")
+            return (
+                f"the rewritten code allocates {after.value} at line {after.line} where the fork's allocates "
+                f"{before.value} ({probe}; upstream's rows: {(probe.steps, probe.width)})"
+            )
         verdicts.append("fixes")
     old_ends, new_ends = [e.value for e in old.of("slice")], [e.value for e in new.of("slice")]
     if old_ends != new_ends:
@@ -131,15 +147,25 @@ def entries(world: World, scope: str) -> list[Entry]:
     return found
 
 
-def prove(scope: str, old: Source, new_code: str, edits: Sequence[Edit], package: Optional[Path] = None,
-          new: Optional[Source] = None) -> Proof:
+def prove(
+    scope: str,
+    old: Source,
+    new_code: str,
+    edits: Sequence[Edit],
+    package: Optional[Path] = None,
+    new: Optional[Source] = None,
+) -> Proof:
     """Whether ``new_code`` (``old`` with ``edits``) computes the draft layout as proven above, from ``scope``."""
     new = new or Source(old.path, new_code)
     old_world, new_world = _world(old, package), _world(new, package)
     anchors = {id(n) for edit in edits for n in (edit.node, *edit.absorb)}
     touched = {_method_at(old.tree, edit.node) for edit in edits} - {None}
-    added = [n for cls, method in touched for n in _helper_calls(new_world, cls, method)
-             if not _had(old_world, cls, method, n)]
+    added = [
+        n
+        for cls, method in touched
+        for n in _helper_calls(new_world, cls, method)
+        if not _had(old_world, cls, method, n)
+    ]
     reached_old: set[int] = set()
     reached_new: set[int] = set()
     verdicts: list[tuple[str, str]] = []
@@ -149,15 +175,21 @@ def prove(scope: str, old: Source, new_code: str, edits: Sequence[Edit], package
     for entry in entries(new_world, scope):
         for probe in PROBES:
             fork_seen = False
-            for (step, old_paths), (_step, new_paths) in zip(outcomes(old_world, entry, probe),
-                                                             outcomes(new_world, entry, probe)):
+            for (step, old_paths), (_step, new_paths) in zip(
+                outcomes(old_world, entry, probe), outcomes(new_world, entry, probe)
+            ):
                 fork_seen = fork_seen or any(o.events for o in old_paths.values())
                 at = f"{probe}{'' if step is None else f', step {step}'}"
                 where = f"{entry} ({at})"
                 pairs = _matched(old_paths, new_paths)
                 if pairs is None:
-                    return Proof(False, f"cannot prove the rewrite from {where}: the rewritten code branches "
-                                        "otherwise than the fork's", line, tuple(verdicts))
+                    return Proof(
+                        False,
+                        f"cannot prove the rewrite from {where}: the rewritten code branches "
+                        "otherwise than the fork's",
+                        line,
+                        tuple(verdicts),
+                    )
                 for before, after in pairs:
                     seen = seen or bool(before.events or after.events)
                     reached_old |= before.reached
@@ -168,14 +200,28 @@ def prove(scope: str, old: Source, new_code: str, edits: Sequence[Edit], package
                     verdicts.append((f"{entry}: {at}", "fixes the fork's bug" if verdict else "equal"))
             fork_seen_everywhere = fork_seen_everywhere and fork_seen
     if not seen:
-        return Proof(False, f"cannot prove the rewrite: the probes see no draft layout from {scope} "
-                            "(no rows allocated, sliced or handed on)", line, tuple(verdicts))
+        return Proof(
+            False,
+            f"cannot prove the rewrite: the probes see no draft layout from {scope} "
+            "(no rows allocated, sliced or handed on)",
+            line,
+            tuple(verdicts),
+        )
     if not anchors <= reached_old:
-        return Proof(False, "cannot prove the rewrite: the fork's code there never runs on the probes "
-                            f"from {scope} (a method defined twice runs its last definition)", line, tuple(verdicts))
+        return Proof(
+            False,
+            "cannot prove the rewrite: the fork's code there never runs on the probes "
+            f"from {scope} (a method defined twice runs its last definition)",
+            line,
+            tuple(verdicts),
+        )
     if not {id(n) for n in added} <= reached_new:
-        return Proof(False, f"cannot prove the rewrite: the rewritten code never runs on the probes from {scope}",
-                     line, tuple(verdicts))
+        return Proof(
+            False,
+            f"cannot prove the rewrite: the rewritten code never runs on the probes from {scope}",
+            line,
+            tuple(verdicts),
+        )
     return Proof(True, probes=tuple(verdicts), fork_seen_everywhere=fork_seen_everywhere)
 
 
@@ -199,8 +245,11 @@ def split_once_of(source: Source, cls: str) -> SplitVerdict:
 
 def _helper_calls(world: World, cls: str, method: str) -> list[ast.Call]:
     function = world.lookup(cls, method)
-    return [n for n in in_order(function.node) if isinstance(n, ast.Call) and called_name(n) in HELPERS] \
-        if function else []
+    return (
+        [n for n in in_order(function.node) if isinstance(n, ast.Call) and called_name(n) in HELPERS]
+        if function
+        else []
+    )
 
 
 def _had(world: World, cls: str, method: str, call: ast.Call) -> bool:

@@ -59,23 +59,41 @@ class Probe:
         """A draft decode batch: its size, its draft buffer, its branches' pool indices and lengths."""
         branches = self.num_seqs * self.topk
         seq_lens = Tensor(np.full(branches, SEQ_LEN))
-        return Obj("forward_batch", batch_size=self.num_seqs, out_cache_loc=arrays.arange(self.buffer_length, draft=True),
-                   seq_lens_sum=SEQ_LEN * self.num_seqs, seq_lens=seq_lens, seq_lens_cpu=seq_lens,
-                   req_pool_indices=arrays.arange(branches), forward_mode=Mode(), spec_info=Obj("spec_info"))
+        return Obj(
+            "forward_batch",
+            batch_size=self.num_seqs,
+            out_cache_loc=arrays.arange(self.buffer_length, draft=True),
+            seq_lens_sum=SEQ_LEN * self.num_seqs,
+            seq_lens=seq_lens,
+            seq_lens_cpu=seq_lens,
+            req_pool_indices=arrays.arange(branches),
+            forward_mode=Mode(),
+            spec_info=Obj("spec_info"),
+        )
 
     def instance(self, cls: str, step: Optional[int] = None, **attrs: Any) -> Instance:
         """``self``: an instance of ``cls`` with the probe's topk, steps and context length (and step id)."""
-        known = dict(topk=self.topk, speculative_num_steps=self.steps, max_context_len=MAX_CONTEXT_LEN,
-                     device="cpu", hot_token_id=None)
+        known = dict(
+            topk=self.topk,
+            speculative_num_steps=self.steps,
+            max_context_len=MAX_CONTEXT_LEN,
+            device="cpu",
+            hot_token_id=None,
+        )
         if step is not None:
             known["speculative_step_id"] = step
         return Instance(cls, **known, **attrs)
 
     def arguments(self, func: ast.FunctionDef) -> dict[str, Any]:
         """The method's parameters (after ``self``) as the draft path passes them, by name."""
-        values = {"forward_batch": self.forward_batch(), "batch": self.forward_batch(), "max_bs": self.num_seqs,
-                  "max_num_tokens": self.num_seqs * self.topk,
-                  "kv_indices_buffer": arrays.zeros((self.steps, self.width)), "call_fn": _each_step}
+        values = {
+            "forward_batch": self.forward_batch(),
+            "batch": self.forward_batch(),
+            "max_bs": self.num_seqs,
+            "max_num_tokens": self.num_seqs * self.topk,
+            "kv_indices_buffer": arrays.zeros((self.steps, self.width)),
+            "call_fn": _each_step,
+        }
         params = [a for a in (*func.args.posonlyargs, *func.args.args)][1:]
         found = {a.arg: values.get(a.arg, Unknown(a.arg)) for a in params}
         if func.name == "init_cuda_graph_state":  # (max_bs, max_num_tokens) under any names, by position
@@ -83,8 +101,9 @@ class Probe:
                 found[arg.arg] = value
         for index, arg in enumerate(params):  # the batch under another name: by its annotation, or first
             annotation = ast.unparse(arg.annotation) if arg.annotation is not None else ""
-            if isinstance(found[arg.arg], Unknown) and ("ForwardBatch" in annotation or index == 0 and
-                                                        func.name in BATCH_FIRST):
+            if isinstance(found[arg.arg], Unknown) and (
+                "ForwardBatch" in annotation or index == 0 and func.name in BATCH_FIRST
+            ):
                 found[arg.arg] = self.forward_batch()
         return found
 
@@ -132,7 +151,9 @@ def world_of(tree: ast.Module, package: Optional[Path]) -> World:
 
 def _add_imported_bases(classes: dict[str, ast.ClassDef], tree: ast.Module, package: Path, seen: set[Path]) -> None:
     """The bases of ``classes`` that ``tree`` imports from the tree's modules, added (and theirs)."""
-    wanted = {getattr(b, "id", getattr(b, "attr", None)) for c in list(classes.values()) for b in c.bases} - set(classes)
+    wanted = {getattr(b, "id", getattr(b, "attr", None)) for c in list(classes.values()) for b in c.bases} - set(
+        classes
+    )
     for stmt in tree.body:
         if not isinstance(stmt, ast.ImportFrom) or stmt.module is None:
             continue

@@ -100,8 +100,14 @@ class Rule:
     #: other classes of the file the rule reads (a caller of its site): always parsed
     reads: tuple[str, ...] = ()
 
-    def report(self, state: State, line: Optional[int] = None, detail: str = "",
-               edits: Sequence[Edit] = (), imports: Sequence[tuple[str, str]] = ()) -> Finding:
+    def report(
+        self,
+        state: State,
+        line: Optional[int] = None,
+        detail: str = "",
+        edits: Sequence[Edit] = (),
+        imports: Sequence[tuple[str, str]] = (),
+    ) -> Finding:
         return Finding(self, state, line, detail, tuple(edits), tuple(imports))
 
 

@@ -29,14 +29,22 @@ class DraftBackend:
 
 
 DRAFT_BACKENDS = (
-    DraftBackend("flashinfer", "srt/layers/attention/flashinfer_backend.py",
-                 "FlashInferMultiStepDraftBackend", capacity_check=True),
-    DraftBackend("flashinfer_mla", "srt/layers/attention/flashinfer_mla_backend.py",
-                 "FlashInferMLAMultiStepDraftBackend", capacity_check=True),
-    DraftBackend("triton", "srt/layers/attention/triton_backend.py",
-                 "TritonMultiStepDraftBackend", capacity_check=False),
-    DraftBackend("aiter", "srt/layers/attention/aiter_backend.py",
-                 "AiterMultiStepDraftBackend", capacity_check=False),
+    DraftBackend(
+        "flashinfer",
+        "srt/layers/attention/flashinfer_backend.py",
+        "FlashInferMultiStepDraftBackend",
+        capacity_check=True,
+    ),
+    DraftBackend(
+        "flashinfer_mla",
+        "srt/layers/attention/flashinfer_mla_backend.py",
+        "FlashInferMLAMultiStepDraftBackend",
+        capacity_check=True,
+    ),
+    DraftBackend(
+        "triton", "srt/layers/attention/triton_backend.py", "TritonMultiStepDraftBackend", capacity_check=False
+    ),
+    DraftBackend("aiter", "srt/layers/attention/aiter_backend.py", "AiterMultiStepDraftBackend", capacity_check=False),
 )
 
 #: names the sequence count, given the method and the width's factors left once
@@ -63,8 +71,11 @@ def find_row_width(rule: Rule, source: Source, num_seqs_of: NumSeqsOf, with_topk
         return method
     allocations = row_allocations(method)
     if not allocations:
-        return rule.report(State.UNRECOGNISED, method.lineno,
-                           "no `torch.empty/zeros((self.speculative_num_steps, width), ...)` row allocation")
+        return rule.report(
+            State.UNRECOGNISED,
+            method.lineno,
+            "no `torch.empty/zeros((self.speculative_num_steps, width), ...)` row allocation",
+        )
     stmt, shape = allocations[0]
     width = shape.elts[1]
     if is_helper_width(width, method):
@@ -83,14 +94,21 @@ def find_row_width(rule: Rule, source: Source, num_seqs_of: NumSeqsOf, with_topk
     width_stmt = f"{name} = {WIDTH_HELPER}(\n    {num_seqs}, self.topk, self.max_context_len\n)\n"
     detail = with_topk if has_topk else ""
     if binding is not None:  # the local's value becomes the helper call; the allocation stays
-        return rule.report(State.TO_PATCH, binding.lineno, detail or f"the fork's local `{name}`: its value via the helper",
-                           edits=[Edit(binding, replace=width_stmt)], imports=[(SPEC_UTILS, WIDTH_HELPER)])
+        return rule.report(
+            State.TO_PATCH,
+            binding.lineno,
+            detail or f"the fork's local `{name}`: its value via the helper",
+            edits=[Edit(binding, replace=width_stmt)],
+            imports=[(SPEC_UTILS, WIDTH_HELPER)],
+        )
     if "#" in source.text(shape):  # keep the tuple and its comments; swap the width alone
         shape_edit = Edit(width, replace=WIDTH_NAME)
     else:  # upstream's one-line shape
         shape_edit = Edit(shape, replace=f"(self.speculative_num_steps, {WIDTH_NAME})")
     return rule.report(
-        State.TO_PATCH, stmt.lineno, detail,
+        State.TO_PATCH,
+        stmt.lineno,
+        detail,
         edits=[shape_edit, Edit(stmt, before=(width_stmt,))],
         imports=[(SPEC_UTILS, WIDTH_HELPER)],
     )

@@ -31,8 +31,17 @@ import re
 from typing import Optional
 
 from ..layout_patterns import (
-    PER_STEP_HELPER, Split, factors, helper_calls, holding_statement, inside, is_self_attr, nodes_of,
-    out_cache_loc_layouts, view_reads, view_rebinds,
+    PER_STEP_HELPER,
+    Split,
+    factors,
+    helper_calls,
+    holding_statement,
+    inside,
+    is_self_attr,
+    nodes_of,
+    out_cache_loc_layouts,
+    view_reads,
+    view_rebinds,
 )
 from ..proof.baking import WORKERS
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State, locate_method
@@ -67,7 +76,7 @@ def helper_edit(source: Source, method: ast.AST, split: Split) -> list[Edit]:
     edit = _statement_anew(source, holder, split, texts)
     if edit is not None:
         return [edit] if split.view is None else [Edit(holder, replace=edit.replace, absorb=(split.view,))]
-    pad = _indent(source.lines[split.node.lineno - 1])[len(_indent(source.lines[holder.lineno - 1])):]
+    pad = _indent(source.lines[split.node.lineno - 1])[len(_indent(source.lines[holder.lineno - 1])) :]
     in_place = Edit(split.node, replace=_one_line_call(source, holder, split, texts) or CALL.format(pad=pad, **texts))
     return [in_place] if split.view is None else [in_place, Edit(holder, absorb=(split.view,))]
 
@@ -107,14 +116,19 @@ def _one_line_call(source: Source, holder: ast.stmt, split: Split, texts: dict[s
     return call
 
 
-def _assigned_call(source: Source, stmt: ast.stmt, head: str, texts: dict[str, str], before: str = "",
-                   after: str = "") -> str:
+def _assigned_call(
+    source: Source, stmt: ast.stmt, head: str, texts: dict[str, str], before: str = "", after: str = ""
+) -> str:
     """``stmt`` anew as ``head`` + ``before`` + the helper call + ``after``, as black writes it: a
     plain ``x = <call>`` (the call the whole value) whose first line does not fit the line length
     but fits as ``x = (`` gets the call in parentheses, one level in."""
     indent = len(_indent(source.lines[stmt.lineno - 1]))
-    if not before and not after and head.endswith(" = ") and \
-            indent + len(head) + len(CALL.split("\n")[0]) > source.line_length >= indent + len(head) + 1:
+    if (
+        not before
+        and not after
+        and head.endswith(" = ")
+        and indent + len(head) + len(CALL.split("\n")[0]) > source.line_length >= indent + len(head) + 1
+    ):
         return f"{head}(\n    {CALL.format(pad='    ', **texts)}\n)\n"
     return head + before + CALL.format(pad="", **texts) + after + "\n"
 
@@ -147,8 +161,13 @@ def _span(outer: ast.expr, inner: ast.expr, end: bool) -> ast.AST:
 
 #: what runs the code it holds otherwise than once, there and then -> how the refusal says the move is in it
 LOOPS = {ast.For: "inside a loop", ast.AsyncFor: "inside a loop", ast.While: "inside a loop"}
-DEFERRED = {ast.Lambda: "inside a lambda", ast.ListComp: "inside a comprehension", ast.SetComp: "inside a comprehension",
-            ast.DictComp: "inside a comprehension", ast.GeneratorExp: "inside a comprehension"}
+DEFERRED = {
+    ast.Lambda: "inside a lambda",
+    ast.ListComp: "inside a comprehension",
+    ast.SetComp: "inside a comprehension",
+    ast.DictComp: "inside a comprehension",
+    ast.GeneratorExp: "inside a comprehension",
+}
 TRIES = {kind: "into the body of a `try`" for kind in (ast.Try, getattr(ast, "TryStar", ast.Try))}
 
 
@@ -168,8 +187,12 @@ def _moved_into(method: ast.AST, split: Split) -> Optional[tuple[ast.AST, str]]:
     with handlers (the view's errors, a buffer of another length, raised before it, would be caught there)."""
     if split.view is None:
         return None
-    found = [(node, how) for kind, how in {**LOOPS, **DEFERRED, **TRIES}.items() for node in nodes_of(method, kind)
-             if not inside(split.view, node) and any(inside(split.node, part) for part in _held_parts(node))]
+    found = [
+        (node, how)
+        for kind, how in {**LOOPS, **DEFERRED, **TRIES}.items()
+        for node in nodes_of(method, kind)
+        if not inside(split.view, node) and any(inside(split.node, part) for part in _held_parts(node))
+    ]
     return min(found, key=lambda each: (each[0].lineno, each[0].col_offset), default=None)
 
 
@@ -184,29 +207,38 @@ def split_refusal(method: ast.AST, splits: list[Split]) -> Optional[tuple[int, s
         shared = [s for s in splits if split.view is not None and s.view is split.view]
         moves = sorted({holding_statement(method, s.node).lineno for s in shared})
         if len(moves) > 1:
-            return split.line, (f"the 3-d view `{name}` (line {split.line}) is moved in {len(moves)} places "
-                                f"(lines {', '.join(map(str, moves))}): rewrite the split by hand")
+            return split.line, (
+                f"the 3-d view `{name}` (line {split.line}) is moved in {len(moves)} places "
+                f"(lines {', '.join(map(str, moves))}): rewrite the split by hand"
+            )
         moved_into = _moved_into(method, split)
         if moved_into is not None:
             node, how = moved_into
             caught = ", whose handlers would catch its errors" if type(node) in TRIES else ""
-            return split.line, (f"the 3-d view `{name}` (line {split.line}) is moved {how} "
-                                f"(line {node.lineno}){caught}: rewrite the split by hand")
+            return split.line, (
+                f"the 3-d view `{name}` (line {split.line}) is moved {how} "
+                f"(line {node.lineno}){caught}: rewrite the split by hand"
+            )
         reads = view_reads(method, split)
         if reads:
-            return split.line, (f"the 3-d view `{name}` of its split is also read at line {reads[0].lineno}: "
-                                "rewriting the split would remove it")
+            return split.line, (
+                f"the 3-d view `{name}` of its split is also read at line {reads[0].lineno}: "
+                "rewriting the split would remove it"
+            )
         rebinds = view_rebinds(split, holding_statement(method, split.node))
         if rebinds:
             what, line = rebinds[0]
-            return split.line, (f"`{what}` is rebound at line {line} between the 3-d view `{name}` "
-                                f"(line {split.line}) and its move (line {split.node.lineno}): "
-                                "rewrite the split by hand")
+            return split.line, (
+                f"`{what}` is rebound at line {line} between the 3-d view `{name}` "
+                f"(line {split.line}) and its move (line {split.node.lineno}): "
+                "rewrite the split by hand"
+            )
         statements = split.statements or [holding_statement(method, split.node)] + ([split.view] if split.view else [])
         for stmt in statements:
             if id(stmt) in touched:
-                return stmt.lineno, (f"two per-step out_cache_loc splits in one statement (line {stmt.lineno}): "
-                                     "rewrite them by hand")
+                return stmt.lineno, (
+                    f"two per-step out_cache_loc splits in one statement (line {stmt.lineno}): " "rewrite them by hand"
+                )
             touched.add(id(stmt))
     return None
 
@@ -224,13 +256,20 @@ def step_major_split(method: ast.FunctionDef) -> Optional[ast.Subscript]:
     """``x[:, self.topk * i : self.topk * (i + 1)]``: step i's columns of a ``[bs, steps * topk]`` view."""
     for node in nodes_of(method, ast.Subscript):
         index = node.slice
-        if not (isinstance(index, ast.Tuple) and len(index.elts) == 2
-                and all(isinstance(part, ast.Slice) and part.step is None for part in index.elts)):
+        if not (
+            isinstance(index, ast.Tuple)
+            and len(index.elts) == 2
+            and all(isinstance(part, ast.Slice) and part.step is None for part in index.elts)
+        ):
             continue
         rows, columns = index.elts
         bounds = (columns.lower, columns.upper)
-        if rows.lower is None and rows.upper is None and None not in bounds \
-                and all(any(is_self_attr(f, "topk") for f in factors(bound)) for bound in bounds):
+        if (
+            rows.lower is None
+            and rows.upper is None
+            and None not in bounds
+            and all(any(is_self_attr(f, "topk") for f in factors(bound)) for bound in bounds)
+        ):
             return node
     return None
 
@@ -247,10 +286,16 @@ def _find(rule: Rule, source: Source) -> Finding:
         return rule.report(State.PATCHED, calls[0].lineno)
     split = step_major_split(method)
     if split is not None:
-        return rule.report(State.NOT_AFFECTED, split.lineno,
-                           "its own step-major split `x[:, self.topk * i : self.topk * (i + 1)]`, not the helper's layout")
-    return rule.report(State.UNRECOGNISED, method.lineno,
-                       "no `reshape(bs, topk, steps)` + `permute((2, 0, 1)).reshape(steps, -1)` of out_cache_loc")
+        return rule.report(
+            State.NOT_AFFECTED,
+            split.lineno,
+            "its own step-major split `x[:, self.topk * i : self.topk * (i + 1)]`, not the helper's layout",
+        )
+    return rule.report(
+        State.UNRECOGNISED,
+        method.lineno,
+        "no `reshape(bs, topk, steps)` + `permute((2, 0, 1)).reshape(steps, -1)` of out_cache_loc",
+    )
 
 
 RULES = [

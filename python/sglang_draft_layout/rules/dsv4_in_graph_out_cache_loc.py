@@ -59,8 +59,11 @@ SLICE = f"""
 def step_slice(batch: str, indent: int, line_length: int) -> str:
     """Upstream's guarded slice, its condition on one line where black would put it there."""
     joined = f"if {' and '.join(CONDITION)}:".format(batch=batch)
-    header = joined if indent + len(joined) <= line_length else \
-        "if (\n" + "".join(f"    {'and ' if i else ''}{part}\n" for i, part in enumerate(CONDITION)) + "):"
+    header = (
+        joined
+        if indent + len(joined) <= line_length
+        else "if (\n" + "".join(f"    {'and ' if i else ''}{part}\n" for i, part in enumerate(CONDITION)) + "):"
+    )
     return (header + SLICE).format(batch=batch).strip() + "\n"
 
 
@@ -69,8 +72,11 @@ def _caller_splits(source: Source, multi_step: str) -> Optional[int]:
     method = source.method(multi_step, METHOD)
     if method is None:
         return None
-    sets = [a for a in nodes_of(method, ast.Assign)
-            if any(isinstance(t, ast.Attribute) and t.attr == "out_cache_loc" for t in a.targets)]
+    sets = [
+        a
+        for a in nodes_of(method, ast.Assign)
+        if any(isinstance(t, ast.Attribute) and t.attr == "out_cache_loc" for t in a.targets)
+    ]
     found = [*sets, *helper_calls(method), *(s.node for s in out_cache_loc_layouts(method))]
     return min(n.lineno for n in found) if found else None
 
@@ -78,8 +84,11 @@ def _caller_splits(source: Source, multi_step: str) -> Optional[int]:
 def _bound_once(method: ast.FunctionDef, name: str) -> Optional[ast.Assign]:
     """``name = <value>``, the one binding of ``name`` in ``method``."""
     stores = [n for n in nodes_of(method, ast.Name) if n.id == name and not isinstance(n.ctx, ast.Load)]
-    assigns = [a for a in nodes_of(method, ast.Assign)
-               if len(a.targets) == 1 and isinstance(a.targets[0], ast.Name) and a.targets[0].id == name]
+    assigns = [
+        a
+        for a in nodes_of(method, ast.Assign)
+        if len(a.targets) == 1 and isinstance(a.targets[0], ast.Name) and a.targets[0].id == name
+    ]
     return assigns[0] if len(stores) == 1 and len(assigns) == 1 else None
 
 
@@ -88,8 +97,12 @@ def _is_batch_loc(node: ast.expr) -> bool:
 
 
 def _same_block(method: ast.FunctionDef, first: ast.stmt, second: ast.stmt) -> bool:
-    return any(first in body and second in body for node in nodes_of(method, ast.stmt) + [method]
-               for body in (getattr(node, "body", []), getattr(node, "orelse", [])) if isinstance(body, list))
+    return any(
+        first in body and second in body
+        for node in nodes_of(method, ast.stmt) + [method]
+        for body in (getattr(node, "body", []), getattr(node, "orelse", []))
+        if isinstance(body, list)
+    )
 
 
 def _find(rule: Rule, source: Source) -> Finding:
@@ -102,15 +115,21 @@ def _find(rule: Rule, source: Source) -> Finding:
     caller = _caller_splits(source, rule.reads[0])
     splits, helpers = out_cache_loc_layouts(method), helper_calls(method)
     if caller is not None and (splits or helpers):
-        return rule.report(State.UNRECOGNISED, (splits[0].line if splits else helpers[0].lineno),
-                           f"splits the per-step out_cache_loc twice: here and in its caller "
-                           f"{rule.reads[0]}.{METHOD} (line {caller}); keep one of them")
+        return rule.report(
+            State.UNRECOGNISED,
+            (splits[0].line if splits else helpers[0].lineno),
+            f"splits the per-step out_cache_loc twice: here and in its caller "
+            f"{rule.reads[0]}.{METHOD} (line {caller}); keep one of them",
+        )
     if splits:
         return split_finding(rule, source, method, splits, f"the fork's own split: via {PER_STEP_HELPER}")
     if helpers:
         return rule.report(State.PATCHED, helpers[0].lineno)
-    calls = [c for c in nodes_of(method, ast.Call)
-             if isinstance(c.func, ast.Attribute) and c.func.attr == TRANSLATE and len(c.args) == 1]
+    calls = [
+        c
+        for c in nodes_of(method, ast.Call)
+        if isinstance(c.func, ast.Attribute) and c.func.attr == TRANSLATE and len(c.args) == 1
+    ]
     if not calls:
         return rule.report(State.NOT_AFFECTED, method.lineno, f"no {TRANSLATE}(...) of the draft buffer here")
     if caller is not None:
@@ -128,14 +147,18 @@ def _find(rule: Rule, source: Source) -> Finding:
     else:
         bound = _bound_once(method, arg.id) if isinstance(arg, ast.Name) else None
         if bound is None or not _is_batch_loc(bound.value) or not _same_block(method, bound, stmt):
-            return rule.report(State.UNRECOGNISED, call.lineno,
-                               f"the write target of {TRANSLATE} is neither the batch's out_cache_loc nor a local "
-                               "bound once to it in the same block: rewrite it by hand")
+            return rule.report(
+                State.UNRECOGNISED,
+                call.lineno,
+                f"the write target of {TRANSLATE} is neither the batch's out_cache_loc nor a local "
+                "bound once to it in the same block: rewrite it by hand",
+            )
         batch = source.text(bound.value.value)
         slice_text = step_slice(batch, indent, source.line_length)
         if arg.id != "out_cache_loc":
             slice_text = slice_text.replace("out_cache_loc = ", f"{arg.id} = ").replace(
-                "        out_cache_loc,\n", f"        {arg.id},\n")
+                "        out_cache_loc,\n", f"        {arg.id},\n"
+            )
         edits = [Edit(stmt, before=(slice_text,))]
     return rule.report(State.TO_PATCH, call.lineno, edits=edits, imports=[(EAGLE_UTILS, PER_STEP_HELPER)])
 

@@ -38,8 +38,19 @@ import ast
 from typing import Iterator, Optional
 
 from ..layout_patterns import (
-    KEEP_PRAGMA, PER_STEP_HELPER, Split, called_name, comprehension_targets, helper_calls, in_order, inside,
-    is_self_attr, nodes_of, out_cache_loc_layouts, self_called, self_reached,
+    KEEP_PRAGMA,
+    PER_STEP_HELPER,
+    Split,
+    called_name,
+    comprehension_targets,
+    helper_calls,
+    in_order,
+    inside,
+    is_self_attr,
+    nodes_of,
+    out_cache_loc_layouts,
+    self_called,
+    self_reached,
 )
 from ..proof.baking import baking_methods, keeps_path
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State
@@ -77,8 +88,10 @@ def decode_branches(source: Source, cls: str = CLASS) -> Iterator[tuple[ast.Func
     """(method, ``if <...>.is_decode_or_idle():`` block) of the class's methods that build decode metadata."""
     for method in source.methods(cls):
         for node in in_order(method):
-            if isinstance(node, ast.If) and called_name(node.test) == "is_decode_or_idle" and any(
-                out_cache_loc_argument(n) for stmt in node.body for n in in_order(stmt)
+            if (
+                isinstance(node, ast.If)
+                and called_name(node.test) == "is_decode_or_idle"
+                and any(out_cache_loc_argument(n) for stmt in node.body for n in in_order(stmt))
             ):
                 yield method, node
 
@@ -99,10 +112,16 @@ def _aliased(method: ast.FunctionDef, feeding: list[ast.expr], seen: set[str]) -
     for name in nodes_of(method, ast.Name):
         if not isinstance(name.ctx, ast.Load) and id(name) not in inner:
             stores.setdefault(name.id, []).append(name.lineno)
-    values = {a.targets[0].id: a.value for a in nodes_of(method, ast.Assign)
-              if len(a.targets) == 1 and isinstance(a.targets[0], ast.Name)}
-    values.update((a.target.id, a.value) for a in nodes_of(method, ast.AnnAssign)  # rows: Tensor = <split>
-                  if isinstance(a.target, ast.Name) and a.value is not None)
+    values = {
+        a.targets[0].id: a.value
+        for a in nodes_of(method, ast.Assign)
+        if len(a.targets) == 1 and isinstance(a.targets[0], ast.Name)
+    }
+    values.update(
+        (a.target.id, a.value)
+        for a in nodes_of(method, ast.AnnAssign)  # rows: Tensor = <split>
+        if isinstance(a.target, ast.Name) and a.value is not None
+    )
     found: list[ast.expr] = []
     chain = [name for name in map(_alias, feeding) if name]
     while chain:
@@ -112,24 +131,30 @@ def _aliased(method: ast.FunctionDef, feeding: list[ast.expr], seen: set[str]) -
         seen.add(name)
         lines = stores.get(name, [])
         if len(lines) > 1:
-            return [], (f"out_cache_loc= comes through `{name}`, bound more than once in {method.name} "
-                        f"(lines {', '.join(map(str, lines))}): rewrite its split by hand")
+            return [], (
+                f"out_cache_loc= comes through `{name}`, bound more than once in {method.name} "
+                f"(lines {', '.join(map(str, lines))}): rewrite its split by hand"
+            )
         if lines and name in values:
             found.append(values[name])
             chain += filter(None, [_alias(values[name])])
     return found, ""
 
 
-def _fed_by(source: Source, method: ast.FunctionDef, value: ast.expr,
-            cls_name: str = CLASS) -> tuple[list[Split], list[ast.Call], str, str]:
+def _fed_by(
+    source: Source, method: ast.FunctionDef, value: ast.expr, cls_name: str = CLASS
+) -> tuple[list[Split], list[ast.Call], str, str]:
     """The fork's own per-step split feeding ``out_cache_loc=value``, hand-written or via the helper,
     and where: in ``value``, in the values of the locals it names (and of the chain of locals bound
     once that those alias), or in the first method holding one that it reaches through ``self.<name>(...)``
     calls there, at any depth (``self_reached``); ``where`` "": nothing found; ``why`` not "" when a
     local of that chain is bound more than once."""
     names = {n.id for n in in_order(value) if isinstance(n, ast.Name)}
-    feeding = [value] + [a.value for a in nodes_of(method, ast.Assign)
-                         if any(isinstance(t, ast.Name) and t.id in names for t in a.targets)]
+    feeding = [value] + [
+        a.value
+        for a in nodes_of(method, ast.Assign)
+        if any(isinstance(t, ast.Name) and t.id in names for t in a.targets)
+    ]
     chained, why = _aliased(method, feeding[1:], set(names))
     if why:
         return [], [], "", why
@@ -139,10 +164,19 @@ def _fed_by(source: Source, method: ast.FunctionDef, value: ast.expr,
     if splits or helpers:
         return splits, helpers, method.name, ""
     cls = source.cls(cls_name)
-    called = {c.func.attr for e in feeding for c in in_order(e)
-              if isinstance(c, ast.Call) and is_self_attr(c.func, getattr(c.func, "attr", ""))}
-    for each in (m for callee in self_called(cls, method) if callee.name in called
-                 for m in self_reached(cls, callee) if m is not method):
+    called = {
+        c.func.attr
+        for e in feeding
+        for c in in_order(e)
+        if isinstance(c, ast.Call) and is_self_attr(c.func, getattr(c.func, "attr", ""))
+    }
+    for each in (
+        m
+        for callee in self_called(cls, method)
+        if callee.name in called
+        for m in self_reached(cls, callee)
+        if m is not method
+    ):
         splits, helpers = out_cache_loc_layouts(each), helper_calls(each)
         if splits or helpers:
             return splits, helpers, each.name, ""
@@ -176,41 +210,65 @@ def _find(rule: Rule, source: Source) -> Finding:
 
             verdict = split_once_of(source, cls)
             if verdict.who == CALLER and plain:  # reported here, naming where the caller splits
-                return rule.report(State.BY_CALLER, stmt.lineno,
-                                   f"{verdict.caller} at {verdict.path or source.path}:{verdict.line}")
+                return rule.report(
+                    State.BY_CALLER, stmt.lineno, f"{verdict.caller} at {verdict.path or source.path}:{verdict.line}"
+                )
             if verdict.who == PER_STEP and plain:
-                return rule.report(State.BY_HAND, stmt.lineno,
-                                   "the fork's own code splits it per step (proven on the probes): left as it is")
+                return rule.report(
+                    State.BY_HAND,
+                    stmt.lineno,
+                    "the fork's own code splits it per step (proven on the probes): left as it is",
+                )
             if verdict.who == NEVER and plain:
                 batch = source.text(loc.value.value)
                 before = (PRELUDE.format(batch=batch).lstrip(), STEP_SLICE.format(batch=batch).lstrip())
                 return rule.report(
-                    State.TO_PATCH, stmt.lineno,
+                    State.TO_PATCH,
+                    stmt.lineno,
                     edits=[Edit(loc.value, replace="out_cache_loc"), Edit(stmt, before=before)],
                     imports=[(EAGLE_UTILS, PER_STEP_HELPER)],
                 )
             if verdict.who == PER_STEP:  # the fork's own split, once on every path
                 if splits:  # every one of them, also beside a helper call
-                    return split_finding(rule, source, source.method(cls, where), splits,
-                                         f"the fork's own split (in {where}): via {PER_STEP_HELPER}")
+                    return split_finding(
+                        rule,
+                        source,
+                        source.method(cls, where),
+                        splits,
+                        f"the fork's own split (in {where}): via {PER_STEP_HELPER}",
+                    )
                 return rule.report(State.PATCHED, helpers[0].lineno if where != method.name else branch.lineno)
             if keeps_path(source.lines, baking_methods(source.cls(cls))):
                 return rule.report(State.KEPT, stmt.lineno, KEEP_PRAGMA)
             if verdict.who == TWICE:
                 at = f"{verdict.path}:{verdict.line}" if verdict.path else f"line {verdict.line}"
-                return rule.report(State.UNRECOGNISED, stmt.lineno, f"splits the per-step out_cache_loc twice: here "
-                                   f"(in {where}) and in its caller {verdict.caller} ({at}); keep one of them")
+                return rule.report(
+                    State.UNRECOGNISED,
+                    stmt.lineno,
+                    f"splits the per-step out_cache_loc twice: here "
+                    f"(in {where}) and in its caller {verdict.caller} ({at}); keep one of them",
+                )
             why = verdict.why or f"its own split (in {where}) never takes effect: each step bakes the whole buffer"
             return rule.report(State.UNRECOGNISED, stmt.lineno, f"the per-step out_cache_loc path: {why}")
-    return rule.report(State.UNRECOGNISED, unknown_line,
-                       "no decode branch passing `forward_batch.out_cache_loc` to init_forward_metadata_decode")
+    return rule.report(
+        State.UNRECOGNISED,
+        unknown_line,
+        "no decode branch passing `forward_batch.out_cache_loc` to init_forward_metadata_decode",
+    )
 
 
 def decode_rule(id: str, file: str, cls: str, multi_step: str) -> Rule:
     """The rule of one DeepSeek-V4-like decode branch: the per-step class ``cls`` of ``file``, driven
     per step by ``multi_step``; the same judgement for every such backend (``_find``)."""
-    return Rule(id=id, file=file, scope=f"{cls}.init_forward_metadata", site="per-step out_cache_loc (decode)",
-                upstream="PR 26239", find=_find, reads=(multi_step,))
+    return Rule(
+        id=id,
+        file=file,
+        scope=f"{cls}.init_forward_metadata",
+        site="per-step out_cache_loc (decode)",
+        upstream="PR 26239",
+        find=_find,
+        reads=(multi_step,),
+    )
 
 
 RULES = [decode_rule("dsv4-out-cache-loc", DSV4_FILE, CLASS, MULTI_STEP)]

@@ -57,8 +57,13 @@ def _statements(func: ast.FunctionDef) -> list[ast.stmt]:
     return body
 
 
-def _judge(func: ast.FunctionDef, arity: int, value: Callable[[ast.expr], bool], check: Callable[..., bool],
-           returned: Optional[Callable[[ast.expr], bool]] = None) -> Optional[Body]:
+def _judge(
+    func: ast.FunctionDef,
+    arity: int,
+    value: Callable[[ast.expr], bool],
+    check: Callable[..., bool],
+    returned: Optional[Callable[[ast.expr], bool]] = None,
+) -> Optional[Body]:
     """The form of ``func``: ``return <returned>`` (default: the value), with or without
     ``assert <check>`` before it; locals bound to the value may stand for it.
     """
@@ -74,8 +79,12 @@ def _judge(func: ast.FunctionDef, arity: int, value: Callable[[ast.expr], bool],
 
     checked = False
     for stmt in before:
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
-                and value(stmt.value):
+        if (
+            isinstance(stmt, ast.Assign)
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+            and value(stmt.value)
+        ):
             bound.add(stmt.targets[0].id)
         elif isinstance(stmt, ast.Assert) and check(stmt.test, is_value):
             checked = True
@@ -96,9 +105,13 @@ def _width(func: ast.FunctionDef) -> Optional[Body]:
         return all(isinstance(f, ast.Name) for f in operands) and sorted(f.id for f in operands) == sorted(names)
 
     def guard(test: ast.expr, is_value) -> bool:
-        return isinstance(test, ast.Compare) and [type(op) for op in test.ops] == [ast.Lt] and is_value(test.left) \
-            and isinstance(test.comparators[0], (ast.BinOp, ast.Constant)) \
+        return (
+            isinstance(test, ast.Compare)
+            and [type(op) for op in test.ops] == [ast.Lt]
+            and is_value(test.left)
+            and isinstance(test.comparators[0], (ast.BinOp, ast.Constant))
             and ast.literal_eval(_power(test.comparators[0])) == INT32_LIMIT
+        )
 
     return _judge(func, 3, product, guard)
 
@@ -153,8 +166,13 @@ def _find(helper: Callable, rule: Rule, source: Source) -> Finding:
         if body is Body.CURRENT:
             return rule.report(State.PATCHED, defined.lineno)
         if body is Body.EARLIER:
-            return rule.report(State.TO_PATCH, defined.lineno, "upstream's earlier body, replaced by ours",
-                               edits=[Edit(defined, replace=helper_source, drop_inner_comments=True)], imports=imports)
+            return rule.report(
+                State.TO_PATCH,
+                defined.lineno,
+                "upstream's earlier body, replaced by ours",
+                edits=[Edit(defined, replace=helper_source, drop_inner_comments=True)],
+                imports=imports,
+            )
         return rule.report(State.UNRECOGNISED, defined.lineno, f"def {helper.__name__} has a body no rule knows")
     definitions = source.definitions()
     if not definitions:
@@ -187,13 +205,11 @@ RULES = [
 MODULES: dict[str, tuple[list[Callable], str]] = {
     "srt/speculative/spec_utils.py": (
         [spec_utils.draft_kv_indices_buffer_width, spec_utils.draft_kv_indices_used_len],
-        "this tree keeps its speculative utilities in eagle_utils.py\n"
-        "(SGLang before 0.5.3 had no spec_utils.py)",
+        "this tree keeps its speculative utilities in eagle_utils.py\n" "(SGLang before 0.5.3 had no spec_utils.py)",
     ),
     "srt/speculative/eagle_utils.py": (
         [eagle_utils.per_step_draft_out_cache_loc],
-        "this tree splits its speculative utilities into eagle_info.py\n"
-        "and spec_utils.py, as SGLang 0.5.3 did",
+        "this tree splits its speculative utilities into eagle_info.py\n" "and spec_utils.py, as SGLang 0.5.3 did",
     ),
 }
 TO_CREATE = "to create: the tree has no {file}; apply creates it holding just the helpers"

@@ -22,7 +22,14 @@ import ast
 from typing import Optional
 
 from ..layout_patterns import (
-    USED_LEN_HELPER, called_name, in_order, is_self_attr, kernel_launches, nodes_of, step_slices, used_len_operands,
+    USED_LEN_HELPER,
+    called_name,
+    in_order,
+    is_self_attr,
+    kernel_launches,
+    nodes_of,
+    step_slices,
+    used_len_operands,
 )
 from .base import SPEC_UTILS, Edit, Finding, Rule, Source, State, locate_method, param_names
 from .draft_backends import DRAFT_BACKENDS
@@ -69,8 +76,13 @@ def unbound_at(method: ast.FunctionDef, launch: ast.stmt, operands: tuple[ast.ex
 
 def _is_row_width(node: ast.expr) -> bool:
     """``<row>.shape[1]``."""
-    return (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "shape"
-            and isinstance(node.slice, ast.Constant) and node.slice.value == 1)
+    return (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "shape"
+        and isinstance(node.slice, ast.Constant)
+        and node.slice.value == 1
+    )
 
 
 def _capacity_length(node: ast.AST) -> Optional[tuple[ast.expr, ast.expr, ast.expr]]:
@@ -85,9 +97,13 @@ def inline_capacity_check(method: ast.FunctionDef) -> Optional[tuple[ast.AST, st
     ``name = <capacity length>`` then ``assert name <= row.shape[1]``, or the length
     written inside the assert.
     """
-    checked = [node.test.left for node in nodes_of(method, ast.Assert)
-               if isinstance(node.test, ast.Compare) and [type(op) for op in node.test.ops] == [ast.LtE]
-               and _is_row_width(node.test.comparators[0])]
+    checked = [
+        node.test.left
+        for node in nodes_of(method, ast.Assert)
+        if isinstance(node.test, ast.Compare)
+        and [type(op) for op in node.test.ops] == [ast.LtE]
+        and _is_row_width(node.test.comparators[0])
+    ]
     for node in nodes_of(method, ast.Assign):
         if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             name = node.targets[0].id
@@ -124,8 +140,13 @@ def _find(rule: Rule, source: Source) -> Finding:
         length = f"{USED_LEN_HELPER}({seq_lens_sum}, self.topk, {bs}, self.speculative_num_steps)"
         if name:
             length = required_binding(name, seq_lens_sum, bs)
-        return rule.report(State.TO_PATCH, node.lineno, "the fork's own check (27338/27460): its length via the helper",
-                           edits=[Edit(node, replace=length)], imports=[(SPEC_UTILS, USED_LEN_HELPER)])
+        return rule.report(
+            State.TO_PATCH,
+            node.lineno,
+            "the fork's own check (27338/27460): its length via the helper",
+            edits=[Edit(node, replace=length)],
+            imports=[(SPEC_UTILS, USED_LEN_HELPER)],
+        )
     launches, operands = kernel_launches(method), slice_operands(method)
     if not launches or operands is None:
         missing = "kernel launch" if not launches else "per-step slice"
@@ -133,13 +154,15 @@ def _find(rule: Rule, source: Source) -> Finding:
     launch = launches[0]
     unbound = unbound_at(method, launch, operands)
     if unbound:
-        return rule.report(State.UNRECOGNISED, launch.lineno,
-                           f"{', '.join(unbound)} not yet assigned at the kernel launch")
+        return rule.report(
+            State.UNRECOGNISED, launch.lineno, f"{', '.join(unbound)} not yet assigned at the kernel launch"
+        )
     row, seq_lens_sum, bs = (source.text(operand) for operand in operands)
     required = required_binding(REQUIRED, seq_lens_sum, bs)
     check = CHECK.format(required=REQUIRED, row=row, bs=bs, seq_lens_sum=seq_lens_sum).lstrip()
     return rule.report(
-        State.TO_PATCH, launch.lineno,
+        State.TO_PATCH,
+        launch.lineno,
         edits=[Edit(launch, before=(required, check), separate=1)],
         imports=[(SPEC_UTILS, USED_LEN_HELPER)],
     )

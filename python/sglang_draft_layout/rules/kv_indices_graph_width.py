@@ -46,16 +46,23 @@ def counts_branches(method: ast.FunctionDef) -> bool:
     width = allocations[0][1].elts[1]
     binding = width_binding(width, method)
     operands = factors(binding.value if binding else width)
-    return len(operands) == 2 and any(is_self_attr(f, "max_context_len") for f in operands) \
+    return (
+        len(operands) == 2
+        and any(is_self_attr(f, "max_context_len") for f in operands)
         and any(isinstance(f, ast.Name) and f.id == names[1] for f in operands)
+    )
 
 
 def _find(rule: Rule, source: Source) -> Finding:
     method = locate_method(rule, source)
     if not isinstance(method, Finding) and counts_branches(method):
         return rule.report(State.NOT_AFFECTED, row_allocations(method)[0][0].lineno, PER_BRANCH)
-    return find_row_width(rule, source, max_bs_parameter,
-                          with_topk="the fork's topk factor (27338/27460) kept; its width to draft_kv_indices_buffer_width")
+    return find_row_width(
+        rule,
+        source,
+        max_bs_parameter,
+        with_topk="the fork's topk factor (27338/27460) kept; its width to draft_kv_indices_buffer_width",
+    )
 
 
 RULES = [
@@ -72,8 +79,10 @@ RULES = [
 
 
 GRAPH_WIDTH_RULES = {rule.id for rule in RULES}
-TREE_PER_BRANCH = ("the tree's draft CUDA-graph rows count branches (init_cuda_graph_state(self, max_bs)): "
-                   "no narrow row, nothing to fix")
+TREE_PER_BRANCH = (
+    "the tree's draft CUDA-graph rows count branches (init_cuda_graph_state(self, max_bs)): "
+    "no narrow row, nothing to fix"
+)
 
 
 def one_parameter_frame(findings: list[Finding]) -> list[Finding]:
@@ -93,5 +102,11 @@ def one_parameter_frame(findings: list[Finding]) -> list[Finding]:
     if any(f.state in (State.TO_PATCH, State.PATCHED) for f in graph):
         mixed = "one-parameter init_cuda_graph_state beside the two-parameter form of other draft backends"
         return [replace(f, state=State.UNRECOGNISED, detail=mixed) if f in per_branch else f for f in findings]
-    return [replace(f, state=State.NOT_AFFECTED, detail=TREE_PER_BRANCH, edits=(), imports=())
-            if f.state is State.TO_PATCH else f for f in findings]
+    return [
+        (
+            replace(f, state=State.NOT_AFFECTED, detail=TREE_PER_BRANCH, edits=(), imports=())
+            if f.state is State.TO_PATCH
+            else f
+        )
+        for f in findings
+    ]

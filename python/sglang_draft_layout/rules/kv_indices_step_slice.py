@@ -42,7 +42,9 @@ def _find(rule: Rule, source: Source) -> Finding:
         if operands:
             seq_lens_sum, bs, steps = (source.text(operand) for operand in operands)
             return rule.report(
-                State.TO_PATCH, subscript.lineno, _kept_value(source, subscript.value, operands[2]),
+                State.TO_PATCH,
+                subscript.lineno,
+                _kept_value(source, subscript.value, operands[2]),
                 edits=[Edit(end, replace=f"{USED_LEN_HELPER}({seq_lens_sum}, self.topk, {bs}, {steps})")],
                 imports=[(SPEC_UTILS, USED_LEN_HELPER)],
             )

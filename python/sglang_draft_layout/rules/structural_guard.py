@@ -40,7 +40,16 @@ import re
 from typing import Callable, Collection
 
 from ..layout_patterns import (
-    CAPACITY, HELPERS, KEEP_PRAGMA, KERNEL, LAUNCH, OUT_CACHE_LOC, ROWS, STEP_LENGTH, draft_layout_forms, methods,
+    CAPACITY,
+    HELPERS,
+    KEEP_PRAGMA,
+    KERNEL,
+    LAUNCH,
+    OUT_CACHE_LOC,
+    ROWS,
+    STEP_LENGTH,
+    draft_layout_forms,
+    methods,
 )
 from ..proof.baking import ATTENTION, baking_methods, keeps_path, nodes
 from . import draft_forward, kv_indices_capacity_check, kv_indices_step_slice
@@ -117,8 +126,9 @@ def _templates(cls: ast.ClassDef, forms: Collection[str]) -> list[Rule]:
         templates.append(ROW_WIDTH)
     if LAUNCH in forms or STEP_LENGTH in forms:
         templates.append(STEP_SLICE)
-    subclasses_checked = any(getattr(base, "id", getattr(base, "attr", None)) in _CHECKED_BACKENDS
-                             for base in cls.bases)
+    subclasses_checked = any(
+        getattr(base, "id", getattr(base, "attr", None)) in _CHECKED_BACKENDS for base in cls.bases
+    )
     if CAPACITY in forms or (LAUNCH in forms and subclasses_checked):
         templates.append(CAPACITY_CHECK)
     if OUT_CACHE_LOC in forms:
@@ -142,12 +152,20 @@ def _split_once(rule: Rule, source: Source) -> Finding:
         return rule.report(State.KEPT, line, KEEP_PRAGMA)
     verdict = split_once_of(source, cls.name)
     if verdict.who == NEVER:
-        return rule.report(State.UNRECOGNISED, line, f"bakes the whole out_cache_loc {verdict.caller or 'its caller'} "
-                                                     "hands it: split it per step once, here or there")
+        return rule.report(
+            State.UNRECOGNISED,
+            line,
+            f"bakes the whole out_cache_loc {verdict.caller or 'its caller'} "
+            "hands it: split it per step once, here or there",
+        )
     if verdict.who == TWICE:
         at = f"{verdict.path}:{verdict.line}" if verdict.path else f"line {verdict.line}"
-        return rule.report(State.UNRECOGNISED, line, f"splits the per-step out_cache_loc, and so does its caller "
-                                                     f"{verdict.caller} ({at}): twice; keep one of them")
+        return rule.report(
+            State.UNRECOGNISED,
+            line,
+            f"splits the per-step out_cache_loc, and so does its caller "
+            f"{verdict.caller} ({at}): twice; keep one of them",
+        )
     if verdict.who == WRONG:
         return rule.report(State.UNRECOGNISED, line, f"the per-step out_cache_loc path: {verdict.why}")
     return rule.report(State.PATCHED, line)
@@ -162,16 +180,26 @@ def _baking_scopes(relative: str, source: Source, named: Collection[str]) -> lis
     if not relative.startswith(ATTENTION) or "out_cache_loc=" not in source.code:
         return []
 
-    return [f"{cls.name}.init_forward_metadata" for cls in source.definitions()
-            if isinstance(cls, ast.ClassDef) and cls.name not in named and baking_methods(cls)]
+    return [
+        f"{cls.name}.init_forward_metadata"
+        for cls in source.definitions()
+        if isinstance(cls, ast.ClassDef) and cls.name not in named and baking_methods(cls)
+    ]
 
 
 def guard_rules(relative: str, source: Source, named: Collection[str]) -> list[Rule]:
     """A rule per draft layout form of each class in the file that no rule names (``named``), and
     one per per-step backend no rule names that a multi-step backend's path leads into."""
-    rules = [dataclasses.replace(SPLIT_ONCE, id=f"guard:split-once:{relative}:{scope}", file=relative, scope=scope,
-                                 site=f"{SPLIT_ONCE.site} (structural guard)")
-             for scope in _baking_scopes(relative, source, named)]
+    rules = [
+        dataclasses.replace(
+            SPLIT_ONCE,
+            id=f"guard:split-once:{relative}:{scope}",
+            file=relative,
+            scope=scope,
+            site=f"{SPLIT_ONCE.site} (structural guard)",
+        )
+        for scope in _baking_scopes(relative, source, named)
+    ]
     for cls in source.definitions():
         if not isinstance(cls, ast.ClassDef) or cls.name in named or not may_hold_draft_layout(source.text(cls)):
             continue
@@ -180,8 +208,14 @@ def guard_rules(relative: str, source: Source, named: Collection[str]) -> list[R
                 continue
             for template in _templates(cls, draft_layout_forms(method)):
                 scope = f"{cls.name}.{method.name}"
-                rules.append(dataclasses.replace(
-                    template, id=f"guard:{template.id.split(':')[0]}:{relative}:{scope}", file=relative, scope=scope,
-                    site=f"{template.site} (structural guard)",
-                    find=functools.partial(_with_advice, template.find)))
+                rules.append(
+                    dataclasses.replace(
+                        template,
+                        id=f"guard:{template.id.split(':')[0]}:{relative}:{scope}",
+                        file=relative,
+                        scope=scope,
+                        site=f"{template.site} (structural guard)",
+                        find=functools.partial(_with_advice, template.find),
+                    )
+                )
     return rules

@@ -24,7 +24,10 @@ rule = dict(zip(prompts["short"], prompts["expected_rule"]["short"]))
 rule[prompts["long_1900"]] = prompts["expected_rule"]["long_1900"][0]
 patched = hasattr(spec_utils, "draft_kv_indices_buffer_width")
 faulty_config = (args.attention_backend, args.disable_cuda_graph, args.speculative_eagle_topk) == (
-    "flashinfer", False, 8)
+    "flashinfer",
+    False,
+    8,
+)
 
 
 def generate(texts, max_new_tokens):
@@ -32,9 +35,13 @@ def generate(texts, max_new_tokens):
     verify_ct = max_new_tokens // (steps + 1)
     if not patched and faulty_config and len(texts) == 8:
         verify_ct = round(max_new_tokens / 3.6)
-    return [{"output_ids": rule[text][:max_new_tokens],
-             "meta_info": {"completion_tokens": max_new_tokens, "spec_verify_ct": verify_ct}}
-            for text in texts]
+    return [
+        {
+            "output_ids": rule[text][:max_new_tokens],
+            "meta_info": {"completion_tokens": max_new_tokens, "spec_verify_ct": verify_ct},
+        }
+        for text in texts
+    ]
 
 
 class Handler(BaseHTTPRequestHandler):
