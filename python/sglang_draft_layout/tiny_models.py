@@ -316,7 +316,9 @@ def build_models(out):
         ("long_1k", [prompts["long_1k"]]),
         ("long_1900", [prompts["long_1900"]]),
     ]:
-        exp[name] = [rule_continuation(tok(p)["input_ids"], sigma_inv, EXPECTED_NEW) for p in ps]
+        exp[name] = [
+            rule_continuation(tok(p)["input_ids"], sigma_inv, EXPECTED_NEW) for p in ps
+        ]
     prompts["expected_rule"] = exp
     prompts["positional_softmax_gap"] = check_positional_pattern()
     with open(os.path.join(out, "prompts.json"), "w") as f:
