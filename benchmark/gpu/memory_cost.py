@@ -43,6 +43,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -80,6 +81,7 @@ CAPTURE = re.compile(
     r"Capture (cuda graph|draft cuda graph|draft extend cuda graph) (begin|end)\."
     r"(?: Time elapsed: ([\d.]+) s\. mem usage=(-?[\d.]+) GB\.)? .*?avail mem=(-?[\d.]+) GB"
 )
+LOAD_BEGIN = re.compile(r"Load weight begin\. avail mem=(-?[\d.]+) GB")
 CAPTURE_NAMES = {
     "cuda graph": "target_graph",
     "draft cuda graph": "draft_graph",
@@ -94,6 +96,9 @@ def parse_server_log(text: str) -> dict:
     per capture that ended, its seconds, ``mem_usage_gb`` and ``avail_after_gb``; a capture that
     began and did not end is listed in ``captures_not_ended``."""
     out: dict = {"kv_cache": [], "captures_not_ended": []}
+    m = LOAD_BEGIN.search(text)  # the target's: the free memory this server found at its start
+    if m:
+        out["avail_at_start_gb"] = float(m.group(1))
     for m in KV_CACHE.finditer(text):
         k, v, kv = (float(x) if x else None for x in m.groups()[1:])
         out["kv_cache"].append(
@@ -149,6 +154,31 @@ def formulas(backend: str, probe: dict | None, topk: int, steps: int, ctx: int =
     }
 
 
+def gpu_used_mib() -> int | None:
+    """The GPU's used memory (MiB, nvidia-smi's first GPU); None without nvidia-smi."""
+    try:
+        r = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+        return int(r.stdout.split()[0]) if r.returncode == 0 else None
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return None
+
+
+def wait_gpu_released(limit_s: float, below_mib: int = 1024) -> int | None:
+    """Wait (at most ``limit_s``) until the last server's processes have given the GPU's memory
+    back, so that each server's memory profile starts on an empty GPU; the used MiB at the end."""
+    end = time.time() + max(0.0, limit_s)
+    used = gpu_used_mib()
+    while used is not None and used >= below_mib and time.time() < end:
+        time.sleep(1)
+        used = gpu_used_mib()
+    return used
+
+
 def measure(
     config: str, models: str, extra: str, tree: str, port: int, a: argparse.Namespace, deadline: ab_bench.Deadline
 ) -> dict:
@@ -161,11 +191,16 @@ def measure(
     extra_args = " ".join(
         x for x in ("--disable-piecewise-cuda-graph", f"--context-length {CONTEXT}", extra, a.extra_args) if x
     )
+    gpu_used_before = wait_gpu_released(min(60.0, deadline.left() - a.min_server_seconds / 2))
     t0 = time.time()
     proc = ab_bench.start_server(name, port, server_a, extra_args)
     errors = ab_bench.wait_healthy({name: (proc, port)}, t0 + min(deadline.left() - 10, a.startup_timeout))
     startup = round(time.time() - t0, 1)
     serve_checks.kill_group(proc)
+    try:  # what the launcher's group left (the scheduler, the detokenizer)
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
     for prefix, ext in (("server", ".log"), ("memprobe", ".jsonl")):  # the next server of this name writes its own
         src, dst = (os.path.join(a.logdir, f"{prefix}_{n}{ext}") for n in (name, tag))
         if os.path.exists(src):
@@ -179,6 +214,7 @@ def measure(
         "tree": tree,
         "extra_args": extra_args,
         "startup_s": startup,
+        "gpu_used_mib_before": gpu_used_before,
         "healthy": not errors,
         "errors": list(errors.values()) + (serve_checks.error_lines(log_path) if errors else []),
         "log": log,
@@ -211,6 +247,7 @@ def compare(servers: list[dict]) -> list[dict]:
             "draft_graph_mem_gb": both(lambda s: s["log"]["draft_graph"]["mem_usage_gb"]),
             "avail_after_draft_graph_gb": both(lambda s: s["log"]["draft_graph"]["avail_after_gb"]),
             "available_gpu_mem_gb": both(lambda s: s["log"]["available_gpu_mem_gb"]),
+            "avail_at_start_gb": both(lambda s: s["log"]["avail_at_start_gb"]),
             "rows_bytes": both(lambda s: s["probe"][0]["rows_bytes"]),
             "formula_bytes": both(lambda s: s["formula"][f"{s['tree']}_bytes"]),
         }
@@ -227,8 +264,9 @@ def markdown(rows: list[dict]) -> str:
 
     out = [
         "| config | flags | KV pool tokens A / B | max running A / B | draft graph capture GB A / B (diff) | "
-        "formula rows bytes A / B (diff GiB) | rows measured bytes A / B | free after capture GB A / B |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "formula rows bytes A / B (diff GiB) | rows measured bytes A / B | free after capture GB A / B | "
+        "free at start GB A / B |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         out.append(
@@ -236,7 +274,7 @@ def markdown(rows: list[dict]) -> str:
             f"{pair(r['max_running_requests'])} | {pair(r['draft_graph_mem_gb'], '.2f')} "
             f"({r.get('draft_graph_mem_diff_gb', '-')}) | {pair(r['formula_bytes'], ',')} "
             f"({r.get('formula_diff_gb', '-')}) | {pair(r['rows_bytes'], ',')} | "
-            f"{pair(r['avail_after_draft_graph_gb'], '.2f')} |"
+            f"{pair(r['avail_after_draft_graph_gb'], '.2f')} | {pair(r.get('avail_at_start_gb'), '.2f')} |"
         )
     return "\n".join(out) + "\n"
 
