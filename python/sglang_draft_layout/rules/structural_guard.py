@@ -187,19 +187,22 @@ def _baking_scopes(relative: str, source: Source, named: Collection[str]) -> lis
     ]
 
 
+def _guard_rule(template: Rule, relative: str, scope: str, **changes: object) -> Rule:
+    """``template`` as the structural guard's rule for ``relative``'s ``scope``."""
+    return dataclasses.replace(
+        template,
+        id=f"guard:{template.id.split(':')[0]}:{relative}:{scope}",
+        file=relative,
+        scope=scope,
+        site=f"{template.site} (structural guard)",
+        **changes,
+    )
+
+
 def guard_rules(relative: str, source: Source, named: Collection[str]) -> list[Rule]:
     """A rule per draft layout form of each class in the file that no rule names (``named``), and
-    one per per-step backend no rule names that a multi-step backend's path leads into."""
-    rules = [
-        dataclasses.replace(
-            SPLIT_ONCE,
-            id=f"guard:split-once:{relative}:{scope}",
-            file=relative,
-            scope=scope,
-            site=f"{SPLIT_ONCE.site} (structural guard)",
-        )
-        for scope in _baking_scopes(relative, source, named)
-    ]
+    one per class no rule names that bakes out_cache_loc at init (its split-once verdict)."""
+    rules = [_guard_rule(SPLIT_ONCE, relative, scope) for scope in _baking_scopes(relative, source, named)]
     for cls in source.definitions():
         if not isinstance(cls, ast.ClassDef) or cls.name in named or not may_hold_draft_layout(source.text(cls)):
             continue
@@ -207,14 +210,11 @@ def guard_rules(relative: str, source: Source, named: Collection[str]) -> list[R
             if not may_hold_draft_layout(source.text(method)):
                 continue
             for template in _templates(cls, draft_layout_forms(method)):
-                scope = f"{cls.name}.{method.name}"
                 rules.append(
-                    dataclasses.replace(
+                    _guard_rule(
                         template,
-                        id=f"guard:{template.id.split(':')[0]}:{relative}:{scope}",
-                        file=relative,
-                        scope=scope,
-                        site=f"{template.site} (structural guard)",
+                        relative,
+                        f"{cls.name}.{method.name}",
                         find=functools.partial(_with_advice, template.find),
                     )
                 )
