@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sglang_draft_layout import cli, engine
-from sglang_draft_layout.layout_patterns import wrong_draft_layout
+from sglang_draft_layout.layout_patterns.forms import wrong_draft_layout
 from sglang_draft_layout.rules import RULES
 from sglang_draft_layout.rules.base import State
 from sglang_draft_layout.rules.structural_guard import GUARDED_FOLDERS

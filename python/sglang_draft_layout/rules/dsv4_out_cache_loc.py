@@ -37,21 +37,19 @@ from __future__ import annotations
 import ast
 from typing import Iterator, Optional
 
-from ..layout_patterns import (
-    KEEP_PRAGMA,
-    PER_STEP_HELPER,
-    Split,
+from ..layout_patterns.ast_walk import (
     called_name,
     comprehension_targets,
-    helper_calls,
     in_order,
     inside,
     is_self_attr,
     nodes_of,
-    out_cache_loc_layouts,
     self_called,
     self_reached,
 )
+from ..layout_patterns.helper_names import PER_STEP_HELPER
+from ..layout_patterns.keep import KEEP_PRAGMA
+from ..layout_patterns.out_cache_loc import Split, helper_calls, out_cache_loc_layouts
 from ..proof.baking import baking_methods, keeps_path
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State
 from .draft_forward import split_finding

@@ -39,18 +39,10 @@ import functools
 import re
 from typing import Callable, Collection
 
-from ..layout_patterns import (
-    CAPACITY,
-    HELPERS,
-    KEEP_PRAGMA,
-    KERNEL,
-    LAUNCH,
-    OUT_CACHE_LOC,
-    ROWS,
-    STEP_LENGTH,
-    draft_layout_forms,
-    methods,
-)
+from ..layout_patterns.ast_walk import methods
+from ..layout_patterns.forms import CAPACITY, LAUNCH, OUT_CACHE_LOC, ROWS, STEP_LENGTH, draft_layout_forms
+from ..layout_patterns.helper_names import HELPERS, KERNEL
+from ..layout_patterns.keep import KEEP_PRAGMA
 from ..proof.baking import ATTENTION, baking_methods, keeps_path, nodes
 from . import draft_forward, kv_indices_capacity_check, kv_indices_step_slice
 from .base import Finding, Rule, Source, State
