@@ -148,7 +148,7 @@ def test_upstream_release_reports_patched_and_stays_byte_identical(pristine, tmp
     assert cli.main(["apply", str(root)]) == 0
     assert "nothing to do" in capsys.readouterr().out
     assert every_file(root) == before
-    if layout == "install":  # what the written CPU test checks (layout_patterns.wrong_draft_layout): nothing
+    if layout == "install":  # what the written CPU test checks (layout_patterns.forms.wrong_draft_layout): nothing
         package = root / "sglang"
         assert [
             hit

@@ -339,7 +339,7 @@ def test_guard_class_row_width(sglang_tree, width, state):
     assert bool(plan.changes) == (state is State.TO_PATCH)
 
 
-# ---- what the written CPU test calls: layout_patterns.wrong_draft_layout ---------------------
+# ---- what the written CPU test calls: layout_patterns.forms.wrong_draft_layout ---------------
 
 
 def test_rule_classes_are_the_classes_the_rules_name_or_read():

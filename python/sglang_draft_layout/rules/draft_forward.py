@@ -11,7 +11,7 @@ Invariant: the worker writes step i's KV to the same slots that DeepSeek-V4 bake
 its metadata, because both read the layout off one helper, which also checks the
 buffer's length.
 
-A fork's own spelling (any ``layout_patterns.out_cache_loc_layouts`` proves equal, a 3-d view
+A fork's own spelling (any ``layout_patterns.out_cache_loc.out_cache_loc_layouts`` proves equal, a 3-d view
 bound to a local included, statements between it and its move too, the move also in a block
 below the view) is rewritten where it is, every split of the method in one apply; a bound view
 read elsewhere, moved in several statements, inside a loop below it, into the body of a ``try``

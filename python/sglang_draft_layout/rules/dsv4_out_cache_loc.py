@@ -15,7 +15,7 @@ split from the flat buffer exactly once on the path multi-step backend -> per-st
 A fork's own fix is the same site: a split of its own feeding ``out_cache_loc=`` (inline,
 through a local or a chain of locals each bound once, ``loc = rows[self.speculative_step_id]``,
 or in a method of the class the site calls, at any depth of ``self.`` calls; any spelling
-``layout_patterns.out_cache_loc_layouts`` proves equal) is rewritten to the helper where it
+``layout_patterns.out_cache_loc.out_cache_loc_layouts`` proves equal) is rewritten to the helper where it
 is, every such split in the one apply (say one per branch).
 
 Who splits on the path is ``proof.split_once.once_verdict``, the one verdict that the structural guard

@@ -7,7 +7,7 @@ whose methods launch ``generate_draft_decode_kv_indices``, allocate
 ``(self.speculative_num_steps, width)`` rows from a ``max_context_len`` product (also
 through a local), slice rows with ``seq_lens_sum * topk + bs * (...)`` or split a
 ``[bs, topk, num_steps]`` out_cache_loc per step, inline or through the helpers
-(``layout_patterns.draft_layout_forms``). Each such method gets the rules of the forms
+(``layout_patterns.forms.draft_layout_forms``). Each such method gets the rules of the forms
 it holds, the rule modules' own ``find`` applied to that class and method:
 
 * kv_indices rows: the row-width find (rows counted by ``<batch>.batch_size`` or by
