@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Collection, Iterator, Optional, Sequence
 
 from . import fork_tests, transaction
 from .imports import add_imports
-from .layout_patterns import KEEP_PRAGMA, has_keep_pragma
+from .layout_patterns.keep import KEEP_PRAGMA, has_keep_pragma
 from .rules import RULES, helper_definitions
 from .rules.base import MODULE_SCOPE, Finding, Rule, Source, State
 from .rules.kv_indices_graph_width import one_parameter_frame

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sglang_draft_layout import cli, engine
-from sglang_draft_layout.layout_patterns import inline_draft_layout
+from sglang_draft_layout.layout_patterns.forms import inline_draft_layout
 from sglang_draft_layout.proof.baking import baking_methods
 from sglang_draft_layout.rules.base import State
 from sglang_draft_layout.target import resolve

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from sglang_draft_layout import cli, engine
-from sglang_draft_layout.layout_patterns import HELPERS, called_name
+from sglang_draft_layout.layout_patterns.ast_walk import called_name
+from sglang_draft_layout.layout_patterns.helper_names import HELPERS
 from sglang_draft_layout.rules import RULES
 from sglang_draft_layout.rules.base import MODULE_SCOPE, State
 from sglang_draft_layout.rules.structural_guard import GUARDED_FOLDERS

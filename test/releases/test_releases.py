@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sglang_draft_layout import cli, engine
-from sglang_draft_layout.layout_patterns import wrong_draft_layout
+from sglang_draft_layout.layout_patterns.forms import wrong_draft_layout
 from sglang_draft_layout.rules import RULES
 from sglang_draft_layout.rules.base import State
 from sglang_draft_layout.rules.structural_guard import GUARDED_FOLDERS
@@ -148,7 +148,7 @@ def test_upstream_release_reports_patched_and_stays_byte_identical(pristine, tmp
     assert cli.main(["apply", str(root)]) == 0
     assert "nothing to do" in capsys.readouterr().out
     assert every_file(root) == before
-    if layout == "install":  # what the written CPU test checks (layout_patterns.wrong_draft_layout): nothing
+    if layout == "install":  # what the written CPU test checks (layout_patterns.forms.wrong_draft_layout): nothing
         package = root / "sglang"
         assert [
             hit

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from sglang_draft_layout import cli, engine
-from sglang_draft_layout.layout_patterns import draft_layout_classes
+from sglang_draft_layout.layout_patterns.forms import draft_layout_classes
 from sglang_draft_layout.rules import RULES
 from sglang_draft_layout.rules.structural_guard import GUARDED_FOLDERS
 from sglang_draft_layout.target import resolve

@@ -8,7 +8,8 @@ import textwrap
 
 import pytest
 
-from sglang_draft_layout.layout_patterns import (
+from sglang_draft_layout.layout_patterns.ast_walk import nodes_of
+from sglang_draft_layout.layout_patterns.forms import (
     CAPACITY,
     LAUNCH,
     OUT_CACHE_LOC,
@@ -16,13 +17,10 @@ from sglang_draft_layout.layout_patterns import (
     STEP_LENGTH,
     draft_layout_classes,
     draft_layout_forms,
-    has_keep_pragma,
     inline_draft_layout,
-    nodes_of,
-    out_cache_loc_layouts,
-    view_reads,
-    view_rebinds,
 )
+from sglang_draft_layout.layout_patterns.keep import has_keep_pragma
+from sglang_draft_layout.layout_patterns.out_cache_loc import out_cache_loc_layouts, view_reads, view_rebinds
 from sglang_draft_layout.rules.base import Source
 from sglang_draft_layout.rules.structural_guard import may_hold_draft_layout
 

@@ -339,11 +339,11 @@ def test_guard_class_row_width(sglang_tree, width, state):
     assert bool(plan.changes) == (state is State.TO_PATCH)
 
 
-# ---- what the written CPU test calls: layout_patterns.wrong_draft_layout ---------------------
+# ---- what the written CPU test calls: layout_patterns.forms.wrong_draft_layout ---------------
 
 
 def test_rule_classes_are_the_classes_the_rules_name_or_read():
-    from sglang_draft_layout.layout_patterns import RULE_CLASSES
+    from sglang_draft_layout.layout_patterns.forms import RULE_CLASSES
     from sglang_draft_layout.rules.base import MODULE_SCOPE
 
     named = {r.scope.split(".")[0] for r in RULES if r.scope != MODULE_SCOPE} | {c for r in RULES for c in r.reads}
@@ -362,7 +362,7 @@ def test_rule_classes_are_the_classes_the_rules_name_or_read():
 def test_wrong_draft_layout(cls, width, wrong):
     import ast
 
-    from sglang_draft_layout.layout_patterns import inline_draft_layout, wrong_draft_layout
+    from sglang_draft_layout.layout_patterns.forms import inline_draft_layout, wrong_draft_layout
 
     text = NARROW.format(width=width).replace("class OwnDraftBackend:", f"class {cls}:")
     tree = ast.parse(text)
@@ -373,7 +373,7 @@ def test_wrong_draft_layout(cls, width, wrong):
 def test_wrong_draft_layout_leaves_a_correct_hand_split():
     import ast
 
-    from sglang_draft_layout.layout_patterns import inline_draft_layout, wrong_draft_layout
+    from sglang_draft_layout.layout_patterns.forms import inline_draft_layout, wrong_draft_layout
 
     text = OWN_BACKEND.format(order="2, 0, 1")
     tree = ast.parse(text)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..layout_patterns import called_name, in_order
+from ..layout_patterns.ast_walk import called_name, in_order
 from ..rules.base import Edit, Source
 from .interpret import Event, World
 from .paths import DIVERGED, Entry, Outcome, callers, knows_its_step, outcomes, step_param

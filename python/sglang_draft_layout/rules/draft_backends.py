@@ -12,7 +12,9 @@ import ast
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from ..layout_patterns import WIDTH_HELPER, factors, is_helper_width, is_self_attr, row_allocations, width_binding
+from ..layout_patterns.ast_walk import factors, is_self_attr
+from ..layout_patterns.helper_names import WIDTH_HELPER
+from ..layout_patterns.kv_indices import is_helper_width, row_allocations, width_binding
 from .base import SPEC_UTILS, Edit, Finding, Rule, Source, State, locate_method
 
 #: the local name upstream binds the row width to before allocating

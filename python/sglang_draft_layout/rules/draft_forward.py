@@ -11,7 +11,7 @@ Invariant: the worker writes step i's KV to the same slots that DeepSeek-V4 bake
 its metadata, because both read the layout off one helper, which also checks the
 buffer's length.
 
-A fork's own spelling (any ``layout_patterns.out_cache_loc_layouts`` proves equal, a 3-d view
+A fork's own spelling (any ``layout_patterns.out_cache_loc.out_cache_loc_layouts`` proves equal, a 3-d view
 bound to a local included, statements between it and its move too, the move also in a block
 below the view) is rewritten where it is, every split of the method in one apply; a bound view
 read elsewhere, moved in several statements, inside a loop below it, into the body of a ``try``
@@ -30,19 +30,9 @@ import ast
 import re
 from typing import Optional
 
-from ..layout_patterns import (
-    PER_STEP_HELPER,
-    Split,
-    factors,
-    helper_calls,
-    holding_statement,
-    inside,
-    is_self_attr,
-    nodes_of,
-    out_cache_loc_layouts,
-    view_reads,
-    view_rebinds,
-)
+from ..layout_patterns.ast_walk import factors, holding_statement, inside, is_self_attr, nodes_of
+from ..layout_patterns.helper_names import PER_STEP_HELPER
+from ..layout_patterns.out_cache_loc import Split, helper_calls, out_cache_loc_layouts, view_reads, view_rebinds
 from ..proof.baking import WORKERS
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State, locate_method
 

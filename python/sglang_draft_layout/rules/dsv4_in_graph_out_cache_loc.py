@@ -26,7 +26,9 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
-from ..layout_patterns import PER_STEP_HELPER, helper_calls, holding_statement, nodes_of, out_cache_loc_layouts
+from ..layout_patterns.ast_walk import holding_statement, nodes_of
+from ..layout_patterns.helper_names import PER_STEP_HELPER
+from ..layout_patterns.out_cache_loc import helper_calls, out_cache_loc_layouts
 from . import dsv4_hip_out_cache_loc, dsv4_out_cache_loc
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State
 from .draft_forward import split_finding

@@ -15,7 +15,7 @@ split from the flat buffer exactly once on the path multi-step backend -> per-st
 A fork's own fix is the same site: a split of its own feeding ``out_cache_loc=`` (inline,
 through a local or a chain of locals each bound once, ``loc = rows[self.speculative_step_id]``,
 or in a method of the class the site calls, at any depth of ``self.`` calls; any spelling
-``layout_patterns.out_cache_loc_layouts`` proves equal) is rewritten to the helper where it
+``layout_patterns.out_cache_loc.out_cache_loc_layouts`` proves equal) is rewritten to the helper where it
 is, every such split in the one apply (say one per branch).
 
 Who splits on the path is ``proof.split_once.once_verdict``, the one verdict that the structural guard
@@ -37,21 +37,19 @@ from __future__ import annotations
 import ast
 from typing import Iterator, Optional
 
-from ..layout_patterns import (
-    KEEP_PRAGMA,
-    PER_STEP_HELPER,
-    Split,
+from ..layout_patterns.ast_walk import (
     called_name,
     comprehension_targets,
-    helper_calls,
     in_order,
     inside,
     is_self_attr,
     nodes_of,
-    out_cache_loc_layouts,
     self_called,
     self_reached,
 )
+from ..layout_patterns.helper_names import PER_STEP_HELPER
+from ..layout_patterns.keep import KEEP_PRAGMA
+from ..layout_patterns.out_cache_loc import Split, helper_calls, out_cache_loc_layouts
 from ..proof.baking import baking_methods, keeps_path
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State
 from .draft_forward import split_finding

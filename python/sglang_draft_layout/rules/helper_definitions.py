@@ -26,7 +26,7 @@ import inspect
 from typing import Callable, Optional
 
 from ..imports import add_imports
-from ..layout_patterns import factors
+from ..layout_patterns.ast_walk import factors
 from ..speculative import eagle_utils, spec_utils
 from .base import MODULE_SCOPE, Edit, Finding, Rule, Source, State, param_names
 

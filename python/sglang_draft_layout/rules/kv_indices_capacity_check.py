@@ -21,16 +21,9 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
-from ..layout_patterns import (
-    USED_LEN_HELPER,
-    called_name,
-    in_order,
-    is_self_attr,
-    kernel_launches,
-    nodes_of,
-    step_slices,
-    used_len_operands,
-)
+from ..layout_patterns.ast_walk import called_name, in_order, is_self_attr, nodes_of
+from ..layout_patterns.helper_names import USED_LEN_HELPER
+from ..layout_patterns.kv_indices import kernel_launches, step_slices, used_len_operands
 from .base import SPEC_UTILS, Edit, Finding, Rule, Source, State, locate_method, param_names
 from .draft_backends import DRAFT_BACKENDS
 

@@ -22,7 +22,8 @@ import ast
 from dataclasses import replace
 from typing import Optional
 
-from ..layout_patterns import factors, is_self_attr, row_allocations, width_binding
+from ..layout_patterns.ast_walk import factors, is_self_attr
+from ..layout_patterns.kv_indices import row_allocations, width_binding
 from .base import Finding, Rule, Source, State, locate_method, param_names
 from .draft_backends import DRAFT_BACKENDS, find_row_width
 

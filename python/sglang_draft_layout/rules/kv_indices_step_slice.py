@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import ast
 
-from ..layout_patterns import USED_LEN_HELPER, called_name, step_slices, used_len_operands
+from ..layout_patterns.ast_walk import called_name
+from ..layout_patterns.helper_names import USED_LEN_HELPER
+from ..layout_patterns.kv_indices import step_slices, used_len_operands
 from .base import SPEC_UTILS, Edit, Finding, Rule, Source, State, locate_method
 from .draft_backends import DRAFT_BACKENDS
 

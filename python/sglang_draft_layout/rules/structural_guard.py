@@ -7,7 +7,7 @@ whose methods launch ``generate_draft_decode_kv_indices``, allocate
 ``(self.speculative_num_steps, width)`` rows from a ``max_context_len`` product (also
 through a local), slice rows with ``seq_lens_sum * topk + bs * (...)`` or split a
 ``[bs, topk, num_steps]`` out_cache_loc per step, inline or through the helpers
-(``layout_patterns.draft_layout_forms``). Each such method gets the rules of the forms
+(``layout_patterns.forms.draft_layout_forms``). Each such method gets the rules of the forms
 it holds, the rule modules' own ``find`` applied to that class and method:
 
 * kv_indices rows: the row-width find (rows counted by ``<batch>.batch_size`` or by
@@ -39,18 +39,10 @@ import functools
 import re
 from typing import Callable, Collection
 
-from ..layout_patterns import (
-    CAPACITY,
-    HELPERS,
-    KEEP_PRAGMA,
-    KERNEL,
-    LAUNCH,
-    OUT_CACHE_LOC,
-    ROWS,
-    STEP_LENGTH,
-    draft_layout_forms,
-    methods,
-)
+from ..layout_patterns.ast_walk import methods
+from ..layout_patterns.forms import CAPACITY, LAUNCH, OUT_CACHE_LOC, ROWS, STEP_LENGTH, draft_layout_forms
+from ..layout_patterns.helper_names import HELPERS, KERNEL
+from ..layout_patterns.keep import KEEP_PRAGMA
 from ..proof.baking import ATTENTION, baking_methods, keeps_path, nodes
 from . import draft_forward, kv_indices_capacity_check, kv_indices_step_slice
 from .base import Finding, Rule, Source, State

@@ -1,195 +1,25 @@
-"""The multi-step EAGLE draft layout forms, recognised in Python's own ``ast``.
-
-One module for what SGLang's draft attention backends and EAGLE workers compute about
-the draft layout, written out inline or through upstream's helpers
-(``draft_kv_indices_buffer_width``, ``draft_kv_indices_used_len``,
-``per_step_draft_out_cache_loc``). The patch rules use these patterns to find their
-sites; ``inline_draft_layout`` and ``draft_layout_classes`` report a whole module.
-Standard library only (``ast``, ``typing``): a generated test embeds this source
-verbatim to check a fork's own files with nothing else installed.
+"""The per-step out_cache_loc spellings: a hand-written split of ``[bs, topk, steps]`` per step
+(``Split``, ``out_cache_loc_layouts``), when removing its bound 3-d view would change it
+(``view_reads``, ``view_rebinds``), and the calls of ``per_step_draft_out_cache_loc``.
 """
 
 from __future__ import annotations
 
 import ast
-from typing import Dict, FrozenSet, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
 
-WIDTH_HELPER = "draft_kv_indices_buffer_width"
-USED_LEN_HELPER = "draft_kv_indices_used_len"
-PER_STEP_HELPER = "per_step_draft_out_cache_loc"
-KERNEL = "generate_draft_decode_kv_indices"
-HELPERS = (WIDTH_HELPER, USED_LEN_HELPER, PER_STEP_HELPER)
-
-#: the draft layout forms a function can hold (``draft_layout_forms``)
-ROWS = "kv_indices rows"  # (self.speculative_num_steps, width) from max_context_len
-STEP_LENGTH = "used length"  # seq_lens_sum * topk + bs * (i + 1), or the helper
-CAPACITY = "capacity length"  # the same through self.speculative_num_steps
-LAUNCH = "kernel launch"  # generate_draft_decode_kv_indices[grid](...)
-OUT_CACHE_LOC = "per-step out_cache_loc"  # [bs, topk, num_steps] split per step
-#: the comment that keeps a site as the fork wrote it (on the method's def line or the site's statement)
-KEEP_PRAGMA = "# sglang-draft-layout: keep"
-
-
-def in_order(node: ast.AST) -> Iterator[ast.AST]:
-    """``node`` and every node below it, in source order."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        children = []
-        for name in current._fields:
-            value = getattr(current, name, None)
-            if isinstance(value, ast.AST):
-                children.append(value)
-            elif isinstance(value, list):
-                children += [item for item in value if isinstance(item, ast.AST)]
-        stack += reversed(children)
-
-
-def nodes_of(func: ast.AST, kind: type) -> List[ast.AST]:
-    """The ``kind`` nodes of ``func`` in source order, from one walk kept on ``func``."""
-    index: Optional[Dict[type, List[ast.AST]]] = getattr(func, "_nodes_by_type", None)
-    if index is None:
-        index = {}
-        for node in in_order(func):
-            index.setdefault(type(node), []).append(node)
-        func._nodes_by_type = index  # type: ignore[attr-defined]
-    if kind in index or not kind.__subclasses__():
-        return index.get(kind, [])
-    found = [n for k, group in index.items() if issubclass(k, kind) for n in group]
-    return sorted(found, key=lambda n: (n.lineno, n.col_offset))
-
-
-def is_self_attr(node: ast.AST, name: str) -> bool:
-    """``self.<name>``."""
-    return (
-        isinstance(node, ast.Attribute)
-        and node.attr == name
-        and isinstance(node.value, ast.Name)
-        and node.value.id == "self"
-    )
-
-
-def called_name(node: ast.AST) -> Optional[str]:
-    """``f`` for a call ``f(...)`` or ``x.f(...)``; None for anything else."""
-    if not isinstance(node, ast.Call):
-        return None
-    if isinstance(node.func, ast.Name):
-        return node.func.id
-    if isinstance(node.func, ast.Attribute):
-        return node.func.attr
-    return None
-
-
-def factors(expr: ast.expr) -> List[ast.expr]:
-    """The factors of a product ``a * b * c``; ``[expr]`` for anything else."""
-    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mult):
-        return factors(expr.left) + factors(expr.right)
-    return [expr]
-
-
-def used_len_operands(expr: ast.AST) -> Optional[Tuple[ast.expr, ast.expr, ast.expr]]:
-    """(seq_lens_sum, bs, steps) of ``seq_lens_sum * self.topk + bs * steps``, any order.
-
-    ``steps`` is a sum such as ``(i + 1)`` (a step's slice) or
-    ``self.speculative_num_steps`` (the capacity a launch needs).
-    """
-    if not (isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add)):
-        return None
-    for prefix, appended in ((expr.left, expr.right), (expr.right, expr.left)):
-        prefix_factors, appended_factors = factors(prefix), factors(appended)
-        topk = [f for f in prefix_factors if is_self_attr(f, "topk")]
-        steps = [
-            f
-            for f in appended_factors
-            if isinstance(f, ast.BinOp) and isinstance(f.op, ast.Add) or is_self_attr(f, "speculative_num_steps")
-        ]
-        if len(prefix_factors) == len(appended_factors) == 2 and topk and len(steps) == 1:
-            seq_lens_sum = next(f for f in prefix_factors if f is not topk[0])
-            bs = next(f for f in appended_factors if f is not steps[0])
-            return seq_lens_sum, bs, steps[0]
-    return None
-
-
-def row_allocations(func: ast.AST) -> List[Tuple[ast.Assign, ast.Tuple]]:
-    """``x = torch.empty|zeros((self.speculative_num_steps, width), ...)`` and its shape."""
-    found = []
-    for node in nodes_of(func, ast.Assign):
-        if not isinstance(node.value, ast.Call):
-            continue
-        call = node.value
-        allocates = (
-            isinstance(call.func, ast.Attribute)
-            and call.func.attr in ("empty", "zeros")
-            and isinstance(call.func.value, ast.Name)
-            and call.func.value.id == "torch"
-        )
-        shape = call.args[0] if call.args else None
-        if (
-            allocates
-            and isinstance(shape, ast.Tuple)
-            and len(shape.elts) == 2
-            and is_self_attr(shape.elts[0], "speculative_num_steps")
-        ):
-            found.append((node, shape))
-    return found
-
-
-def local_bindings(func: ast.AST) -> Dict[str, ast.Assign]:
-    """``name -> name = <value>``: each local's last plain assignment in ``func``."""
-    bound: Dict[str, ast.Assign] = {}
-    for node in nodes_of(func, ast.Assign):
-        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            bound[node.targets[0].id] = node
-    return bound
-
-
-def width_binding(width: ast.expr, func: ast.AST) -> Optional[ast.Assign]:
-    """The assignment a row width names, when it is a local: ``width = <value>``."""
-    if isinstance(width, ast.Name):
-        return local_bindings(func).get(width.id)
-    return None
-
-
-def is_helper_width(width: ast.expr, func: ast.AST) -> bool:
-    """A row width computed by ``draft_kv_indices_buffer_width`` (directly or via a local)."""
-    binding = width_binding(width, func)
-    return called_name(binding.value if binding else width) == WIDTH_HELPER
-
-
-def is_inline_width(width: ast.expr, func: ast.AST) -> bool:
-    """A row width written as a product with ``self.max_context_len`` (directly or via a local)."""
-    binding = width_binding(width, func)
-    product = binding.value if binding else width
-    return any(is_self_attr(f, "max_context_len") for f in factors(product))
-
-
-def step_slices(func: ast.AST) -> List[ast.Subscript]:
-    """``row[i][: end]``: a kv_indices row cut to its used length."""
-    return [
-        node
-        for node in nodes_of(func, ast.Subscript)
-        if isinstance(node.value, ast.Subscript)
-        and isinstance(node.slice, ast.Slice)
-        and node.slice.lower is None
-        and node.slice.upper is not None
-        and node.slice.step is None
-    ]
-
-
-def kernel_launches(func: ast.AST) -> List[ast.Expr]:
-    """Statements ``generate_draft_decode_kv_indices[grid](...)``."""
-    found = []
-    for node in nodes_of(func, ast.Expr):
-        if not isinstance(node.value, ast.Call):
-            continue
-        kernel = node.value.func
-        if isinstance(kernel, ast.Subscript):
-            kernel = kernel.value
-            name = getattr(kernel, "id", None) or getattr(kernel, "attr", None)
-            if name == KERNEL:
-                found.append(node)
-    return found
+from .ast_walk import (
+    called_name,
+    comprehension_targets,
+    end_of,
+    factors,
+    holding_statement,
+    in_order,
+    inside,
+    nodes_of,
+    start_of,
+)
+from .helper_names import PER_STEP_HELPER
 
 
 def _method_call(node: ast.AST, name: str) -> Optional[ast.Call]:
@@ -486,24 +316,6 @@ def out_cache_loc_layouts(func: ast.AST) -> List[Split]:
     return sorted(found, key=lambda s: (s.node.lineno, s.node.col_offset))
 
 
-def holding_statement(func: ast.AST, node: ast.AST) -> ast.stmt:
-    """The innermost statement of ``func`` holding ``node``."""
-    return [s for s in nodes_of(func, ast.stmt) if inside(node, s)][-1]
-
-
-def _start(node: ast.AST) -> Tuple[int, int]:
-    return node.lineno, node.col_offset
-
-
-def _end(node: ast.AST) -> Tuple[int, int]:
-    return node.end_lineno or node.lineno, node.end_col_offset or 0
-
-
-def inside(node: ast.AST, outer: ast.AST) -> bool:
-    """``node`` lies within ``outer``'s source range."""
-    return _start(outer) <= _start(node) and _end(node) <= _end(outer)
-
-
 def view_reads(func: ast.AST, split: Split) -> List[ast.Name]:
     """The reads (loads, ``del``) of ``split``'s bound 3-d view other than the split's own:
     any after the view is bound (or anywhere in a loop around it), up to the end of the
@@ -530,23 +342,12 @@ def view_reads(func: ast.AST, split: Split) -> List[ast.Name]:
         if any(inside(read, node) for node in later):
             seen = True
         elif rebinds:
-            seen = _end(view) <= _start(read) and _end(read) <= _end(holder)
+            seen = end_of(view) <= start_of(read) and end_of(read) <= end_of(holder)
         else:
-            seen = _end(view) <= _start(read) or any(inside(read, loop) for loop in loops)
+            seen = end_of(view) <= start_of(read) or any(inside(read, loop) for loop in loops)
         if seen:
             reads.append(read)
     return reads
-
-
-def comprehension_targets(node: ast.AST) -> FrozenSet[int]:
-    """``id`` of each name a comprehension in ``node`` binds (``for bs in ...`` inside ``[...]``):
-    local to the comprehension, it rebinds nothing around it."""
-    return frozenset(
-        id(name)
-        for comprehension in nodes_of(node, ast.comprehension)
-        for name in in_order(comprehension.target)
-        if isinstance(name, ast.Name)
-    )
 
 
 def _bindings(stmt: ast.stmt, until: Optional[ast.stmt] = None) -> Iterator[Tuple[str, int]]:
@@ -560,7 +361,7 @@ def _bindings(stmt: ast.stmt, until: Optional[ast.stmt] = None) -> Iterator[Tupl
         if id(node) in inner:
             continue
         names = _bound_by(node)
-        if names and until is not None and _start(node) >= _start(until):
+        if names and until is not None and start_of(node) >= start_of(until):
             continue
         for name in names:
             yield name, node.lineno
@@ -596,7 +397,7 @@ def _bound_ahead(holder: ast.stmt, node: ast.AST) -> Iterator[Tuple[str, int]]:
     for each in _header_nodes(holder):
         if id(each) in skipped or not hasattr(each, "lineno"):
             continue
-        if _start(each) < _start(node):
+        if start_of(each) < start_of(node):
             for name in _bound_by(each):
                 yield name, each.lineno
 
@@ -631,188 +432,3 @@ def view_rebinds(split: Split, holder: Optional[ast.stmt] = None) -> List[Tuple[
 def helper_calls(func: ast.AST) -> List[ast.Call]:
     """The ``per_step_draft_out_cache_loc(...)`` calls of ``func``."""
     return [n for n in nodes_of(func, ast.Call) if called_name(n) == PER_STEP_HELPER]
-
-
-def self_called(cls: ast.ClassDef, func: ast.AST) -> List[ast.FunctionDef]:
-    """The methods of ``cls`` that ``func`` calls as ``self.<name>(...)``."""
-    called = {n.func.attr for n in nodes_of(func, ast.Call) if is_self_attr(n.func, getattr(n.func, "attr", ""))}
-    return [m for m in methods(cls) if m.name in called and m is not func]
-
-
-def self_reached(cls: ast.ClassDef, func: ast.AST) -> List[ast.AST]:
-    """``func``, then each method of ``cls`` it reaches through ``self.<name>(...)`` calls at any
-    depth (``self_called`` of ``self_called`` ...), each once in the order first reached, so
-    recursion and methods calling each other end."""
-    reached = [func]
-    for each in reached:  # the list grows while it is walked: breadth first
-        reached += [m for m in self_called(cls, each) if m not in reached]
-    return reached
-
-
-def _is_pragma(line: str) -> bool:
-    return any(part.strip().startswith(KEEP_PRAGMA[2:]) for part in line.split("#")[1:])
-
-
-def _header_lines(stmt: ast.stmt) -> List[int]:
-    """The lines of a simple statement, or of a compound statement's header (its first lines before its body)."""
-    body = getattr(stmt, "body", None)
-    end = stmt.end_lineno or stmt.lineno
-    if isinstance(body, list) and body and body[0].lineno > stmt.lineno:
-        end = body[0].lineno - 1
-    return list(range(stmt.lineno, max(end, stmt.lineno) + 1))
-
-
-def has_keep_pragma(
-    lines: List[str],
-    func: Optional[ast.AST],
-    line: Optional[int],
-    scope: Optional[ast.AST] = None,
-) -> bool:
-    """KEEP_PRAGMA on the def line(s) of ``func`` or on the statement starting at ``line``
-    (the outermost one there, looked up in ``scope``, default ``func``)."""
-    numbers: List[int] = _header_lines(func) if isinstance(func, ast.stmt) else []
-    within = scope if scope is not None else func
-    if isinstance(within, ast.Module):  # only the top-level definition holding the line is walked
-        within = next(
-            (d for d in within.body if line and d.lineno <= line <= (d.end_lineno or 0)),
-            None,
-        )
-    if line and within is not None:
-        starting = [n for n in nodes_of(within, ast.stmt) if n.lineno == line]
-        numbers += _header_lines(starting[0]) if starting else [line]
-    return any(_is_pragma(lines[n - 1]) for n in numbers if 0 < n <= len(lines))
-
-
-def _inline_forms(func: ast.AST) -> Iterator[Tuple[int, str]]:
-    """(line, what) of each draft layout ``func`` computes without the helpers."""
-    for stmt, shape in row_allocations(func):
-        width = shape.elts[1]
-        if not is_helper_width(width, func) and is_inline_width(width, func):
-            yield stmt.lineno, f"row width without {WIDTH_HELPER}"
-    for node in nodes_of(func, ast.BinOp):
-        if used_len_operands(node):
-            yield node.lineno, f"used length without {USED_LEN_HELPER}"
-    for split in out_cache_loc_layouts(func):
-        yield split.line, f"per-step out_cache_loc without {PER_STEP_HELPER}"
-
-
-def methods(cls: ast.ClassDef) -> List[ast.FunctionDef]:
-    """The functions defined in the class body."""
-    return [s for s in cls.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))]
-
-
-def method_named(cls: ast.ClassDef, name: str) -> Optional[ast.FunctionDef]:
-    """The method ``name`` of ``cls`` as Python keeps it, the last definition (None when it has none)."""
-    return next((m for m in reversed(methods(cls)) if m.name == name), None)
-
-
-def _classes(tree: ast.Module) -> List[ast.ClassDef]:
-    return [n for n in in_order(tree) if isinstance(n, ast.ClassDef)]
-
-
-def inline_draft_layout(tree: ast.Module, lines: Optional[List[str]] = None) -> List[Tuple[str, str, int, str]]:
-    """(class, method, line, what) for every draft layout computed inline in a class; with the
-    file's ``lines``, none that the fork keeps (KEEP_PRAGMA on the def line or the statement).
-    """
-    return [
-        (cls.name, method.name, line, what)
-        for cls in _classes(tree)
-        for method in methods(cls)
-        for line, what in _inline_forms(method)
-        if lines is None or not has_keep_pragma(lines, method, line)
-    ]
-
-
-def _used_length_form(steps: ast.expr) -> str:
-    return CAPACITY if is_self_attr(steps, "speculative_num_steps") else STEP_LENGTH
-
-
-def draft_layout_forms(func: ast.AST) -> FrozenSet[str]:
-    """The draft layout forms ``func`` holds, written inline or through the helpers."""
-    forms = set()
-    if kernel_launches(func):
-        forms.add(LAUNCH)
-    for _stmt, shape in row_allocations(func):
-        width = shape.elts[1]
-        if is_helper_width(width, func) or is_inline_width(width, func):
-            forms.add(ROWS)
-    for node in nodes_of(func, ast.BinOp):
-        operands = used_len_operands(node)
-        if operands:
-            forms.add(_used_length_form(operands[2]))
-    if out_cache_loc_layouts(func):
-        forms.add(OUT_CACHE_LOC)
-    for call in nodes_of(func, ast.Call):
-        name = called_name(call)
-        if name == USED_LEN_HELPER and len(call.args) == 4:  # type: ignore[attr-defined]
-            forms.add(_used_length_form(call.args[3]))  # type: ignore[attr-defined]
-        elif name == PER_STEP_HELPER:
-            forms.add(OUT_CACHE_LOC)
-    return frozenset(forms)
-
-
-def draft_layout_methods(
-    cls: ast.ClassDef,
-) -> List[Tuple[ast.FunctionDef, FrozenSet[str]]]:
-    """(method, its forms) for each method of ``cls`` that holds a draft layout form."""
-    found = [(method, draft_layout_forms(method)) for method in methods(cls)]
-    return [(method, forms) for method, forms in found if forms]
-
-
-def draft_layout_classes(tree: ast.Module) -> List[str]:
-    """Classes with draft layout arithmetic or a draft kernel launch, inline or via the helpers."""
-    return [cls.name for cls in _classes(tree) if draft_layout_methods(cls)]
-
-
-#: the classes whose draft layouts ``apply`` brings to upstream's form (a rule names them, or
-#: reads them as the caller of its site): every inline layout there is one to rewrite; in any other
-#: class a layout giving upstream's values is left as the fork wrote it ("correct, by hand")
-RULE_CLASSES = frozenset(
-    {
-        "FlashInferMultiStepDraftBackend",
-        "FlashInferMLAMultiStepDraftBackend",
-        "TritonMultiStepDraftBackend",
-        "AiterMultiStepDraftBackend",
-        "DeepseekV4AttnBackend",
-        "DeepseekV4HipRadixBackend",
-        "DeepseekV4MultiStepBackend",
-        "EAGLEWorker",
-        "EagleDraftWorker",
-    }
-)
-
-
-def _has_topk(product: ast.expr) -> bool:
-    return any(is_self_attr(f, "topk") or isinstance(f, ast.Name) and f.id == "topk" for f in factors(product))
-
-
-def _narrow_rows(func: ast.AST) -> FrozenSet[int]:
-    """Lines of the inline kv_indices row widths of ``func`` without the topk factor."""
-    found = set()
-    for stmt, shape in row_allocations(func):
-        width = shape.elts[1]
-        binding = width_binding(width, func)
-        product = binding.value if binding else width
-        if is_inline_width(width, func) and not _has_topk(product):
-            found.add(stmt.lineno)
-    return frozenset(found)
-
-
-def wrong_draft_layout(tree: ast.Module, lines: Optional[List[str]] = None) -> List[Tuple[str, str, int, str]]:
-    """The entries of ``inline_draft_layout`` a patched tree must not hold: every one in a
-    class of RULE_CLASSES, and in any other class only a layout that does not give
-    upstream's values (a kv_indices row without the topk factor). A correct hand layout
-    elsewhere (upstream's used length, a per-step split ``out_cache_loc_layouts`` proves
-    equal, a row with the topk factor) is what ``check`` reports "correct, by hand".
-    """
-    wrong = []
-    for cls in _classes(tree):
-        for method in methods(cls):
-            narrow = _narrow_rows(method)
-            for line, what in _inline_forms(method):
-                if lines is not None and has_keep_pragma(lines, method, line):
-                    continue
-                narrow_row = what.startswith("row width") and line in narrow
-                if cls.name in RULE_CLASSES or narrow_row:
-                    wrong.append((cls.name, method.name, line, what))
-    return wrong
