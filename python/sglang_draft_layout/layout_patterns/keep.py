@@ -5,10 +5,8 @@ from __future__ import annotations
 import ast
 from typing import List, Optional
 
+from ..proof.baking import KEEP as KEEP_PRAGMA  # the comment that keeps a site as the fork wrote it
 from .ast_walk import nodes_of
-
-#: the comment that keeps a site as the fork wrote it (on the method's def line or the site's statement)
-KEEP_PRAGMA = "# sglang-draft-layout: keep"
 
 
 def _is_pragma(line: str) -> bool:

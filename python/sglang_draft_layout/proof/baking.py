@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 from typing import Sequence
 
+#: the comment that keeps a site as the fork wrote it (on a method's def line or a site's statement)
 KEEP = "# sglang-draft-layout: keep"
 #: where the per-step backends that bake out_cache_loc are looked for (under the sglang package)
 ATTENTION = "srt/layers/attention/"

@@ -92,7 +92,8 @@ def _twice(world: World, entry: Entry, handed: Sequence[Event], why: str) -> Spl
 def split_verdict(world: World, per_step: str) -> SplitVerdict:
     """The verdict on every path into ``per_step``'s ``init_forward_metadata`` (see the module)."""
 
-    driver = None if callers(world, per_step) else _unfollowed_driver(world, per_step)
+    driving = callers(world, per_step)
+    driver = None if driving else _unfollowed_driver(world, per_step)
     if driver:
         return SplitVerdict(
             WRONG,
@@ -100,7 +101,7 @@ def split_verdict(world: World, per_step: str) -> SplitVerdict:
             "backends it does not build as `self.<list>.append(<Class>(...))` or "
             "`self.<list> = [<Class>(...) ...]`",
         )
-    starts = callers(world, per_step) or [Entry(per_step, "init_forward_metadata", stepped=True)]
+    starts = driving or [Entry(per_step, "init_forward_metadata", stepped=True)]
     taken: set[str] = set()
     where_kind: dict[str, str] = {}
     handed_rows, handed_line = True, None
@@ -181,11 +182,13 @@ def split_once_problems(
     workers = worker_rows({path: tree for path, (tree, _lines) in modules.items()})
     found, problems = [], []
     for path, (tree, lines) in modules.items():
+        world = None  # the module's, made once for its first class judged
         for cls in [c for c in tree.body if isinstance(c, ast.ClassDef)] if path.startswith(ATTENTION) else []:
-            methods = baking_methods(cls)
-            found += [cls.name] if methods else []
-            if methods and not keeps_path(lines, methods):
-                verdict = once_verdict(world_of(tree, package), cls.name, workers)
+            path_methods = baking_methods(cls)
+            found += [cls.name] if path_methods else []
+            if path_methods and not keeps_path(lines, path_methods):
+                world = world or world_of(tree, package)
+                verdict = once_verdict(world, cls.name, workers)
                 if verdict.who not in (CALLER, PER_STEP):
-                    problems.append((path, methods[0].lineno, cls.name, verdict))
+                    problems.append((path, path_methods[0].lineno, cls.name, verdict))
     return found, problems

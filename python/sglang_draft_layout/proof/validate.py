@@ -238,9 +238,15 @@ def split_once_of(source: Source, cls: str) -> SplitVerdict:
     module as the written CPU test reads it (its functions too, not only the class blocks ``check`` parsed)."""
     verdicts = source.__dict__.setdefault("_split_once", {})
     if cls not in verdicts:
-        world = verdicts.setdefault(None, world_of(ast.parse(source.code), source.package))
-        verdicts[cls] = once_verdict(world, cls, worker_rows(source.other_trees()))
+        verdicts[cls] = once_verdict(_whole_world(source), cls, worker_rows(source.other_trees()))
     return verdicts[cls]
+
+
+def _whole_world(source: Source) -> World:
+    """``world_of`` the whole module (``source`` may hold only its class blocks), made once per source."""
+    if getattr(source, "_whole_world", None) is None:
+        source._whole_world = world_of(ast.parse(source.code), source.package)  # type: ignore[attr-defined]
+    return source._whole_world  # type: ignore[attr-defined]
 
 
 def _helper_calls(world: World, cls: str, method: str) -> list[ast.Call]:
