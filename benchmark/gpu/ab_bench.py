@@ -43,8 +43,17 @@ Two modes (``--mode``) decide how a pair's two rounds meet the machine:
   faster than it ran beside the other; this pulls a ratio that is far from 1 toward 1. Together
   mode answers the parity question (is the ratio 1 within ±2%?); the gain question (how much
   faster is the patched tree?) keeps ``sequential``.
+* ``both``: the mode's bias, measured (issue 29). On the same pair of servers, the measured pairs
+  alternate between the two modes in the order together, sequential, sequential, together, ...
+  (ab_stats.pair_mode), so a drift of the machine that is linear over four pairs favours neither
+  mode, and each block of two pairs holds one of each (ab_stats.mode_bias). Warm-up and calibration
+  run each tree alone, as sequential mode does; both modes' rounds get the same prompts. With
+  ``--cpu-split`` a together pair runs each tree on its half (the halves swapping trees from one
+  together pair to the next) and a sequential pair gives the measured tree every CPU ab_bench may
+  use, as sequential mode does. The summary gives one row per mode (``sequential (both)``,
+  ``together+cpu-split (both)``); report_ab.py the bias with its interval.
 
-``--cpu-split`` (together mode only; refused otherwise): the two trees get disjoint halves of the
+``--cpu-split`` (together and both modes; refused in sequential mode): the two trees get disjoint halves of the
 CPUs. On the H200 of 2026-12-01 (results/h200-2026-12-01-ab3) together mode resolved triton
 with CUDA graphs to ±2% (sd of a pair's log ratio 0.011) but not the eager configurations (sd
 0.041-0.103), whose two trees' tokens/s were negatively correlated within a pair (-0.79 to
@@ -73,7 +82,7 @@ already restricted.
 
 bench_serving runs in long-lived client processes (``--client``), which execute the module as
 ``python -m`` does (``runpy``) once per run, so its imports are paid once: one client for both
-trees in sequential mode, one per tree in together mode. Every run's record has its ``t_start``
+trees in sequential mode, one per tree in together and both modes. Every run's record has its ``t_start``
 (time.time()) and ``wall_s``, so rounds can be plotted against time.
 
 Per (configuration, concurrency): the patched / unpatched ratio of output tokens/s per pair, its
@@ -325,6 +334,12 @@ def pin_group(pgid: int, cpus: list[int]) -> dict:
     return {"processes": processes, "threads": threads, "cpus": format_cpu_list(seen)}
 
 
+def omp_threads(a: argparse.Namespace, cpus: list[int]) -> int:
+    """OMP_NUM_THREADS of a server or client started on ``cpus``: their size; with --mode both and
+    --cpu-split the half's (it starts them on every CPU, and its together pairs move them onto a half)."""
+    return len(a.cpu_halves[0]) if getattr(a, "mode", None) == "both" and getattr(a, "cpu_halves", None) else len(cpus)
+
+
 def client_loop() -> int:
     """--client: for each JSON argv list on stdin, run sglang.bench_serving as ``python -m`` does."""
     import runpy
@@ -359,7 +374,7 @@ class Client:
             PYTHONUNBUFFERED="1",
         )
         if cpus:
-            self.env.setdefault("OMP_NUM_THREADS", str(len(cpus)))
+            self.env.setdefault("OMP_NUM_THREADS", str(omp_threads(a, cpus)))
         self.log = open(log_path, "a")
         self._start()
 
@@ -423,7 +438,7 @@ def start_server(
     env = serve_checks.server_env(cfg, opts, os.path.join(a.logdir, f"trace_{name}.txt"))
     env["SGL_DL_MEMPROBE"] = os.path.join(a.logdir, f"memprobe_{name}.jsonl")
     if cpus:  # OpenMP teams no larger than the half, whatever the OpenMP runtime
-        env.setdefault("OMP_NUM_THREADS", str(len(cpus)))
+        env.setdefault("OMP_NUM_THREADS", str(omp_threads(a, cpus)))
     with pinned(cpus):
         proc = subprocess.Popen(
             serve_checks.server_cmd(cfg, a.models, port, opts),
@@ -609,28 +624,36 @@ class Pair:
         return self.deadline.left()
 
     def groups(self) -> list[tuple[str, ...]]:
-        """The trees that run at the same time, in turn: both at once, or one after the other."""
+        """The trees that warm up and calibrate at the same time, in turn: both at once (together
+        mode), or one after the other (sequential and both)."""
         return [TREES] if self.a.mode == "together" else [(tree,) for tree in TREES]
 
     def pair_steps(self, k: int) -> list[tuple[int, tuple[str, ...]]]:
         """(concurrency, trees run at once) of measured pair ``k``, in run order."""
         if self.a.mode == "together":
             return [(c, TREES) for kk, c in ab_stats.together_schedule(k + 1, self.concurrencies) if kk == k]
+        if self.a.mode == "both":
+            return [(c, trees) for kk, c, trees in ab_stats.both_schedule(k + 1, self.concurrencies) if kk == k]
         return [(c, (tree,)) for kk, c, tree in ab_stats.schedule(k + 1, self.concurrencies) if kk == k]
 
-    def cpus_for(self, k: int) -> dict[str, list[int]]:
-        """--cpu-split: each tree's half of the CPUs in pair ``k`` (and, for ``k`` = 0, before the
-        measured pairs): the unpatched tree on the first half in even pairs, on the second in odd
-        ones, so a difference between the halves cancels over pairs."""
-        halves = self.a.cpu_halves
-        return {tree: halves[(j + k) % 2] for j, tree in enumerate(TREES)}
+    def cpus_for(self, k: int | None) -> dict[str, list[int]]:
+        """--cpu-split: each tree's CPUs in pair ``k`` (None: from the start to the measured pairs,
+        as pair 0 in together mode): in a together pair its half, the unpatched tree on the first
+        half in even together pairs, on the second in odd ones, so a difference between the halves
+        cancels over pairs; before the pairs and in a sequential pair (``--mode both``) every CPU
+        ab_bench may use, each tree running alone."""
+        a = self.a
+        if a.mode == "both" and (k is None or ab_stats.pair_mode(a.mode, k) == "sequential"):
+            return {tree: a.cpu_all for tree in TREES}
+        together = 0 if k is None else sum(ab_stats.pair_mode(a.mode, kk) == "together" for kk in range(k))
+        return {tree: a.cpu_halves[(j + together) % 2] for j, tree in enumerate(TREES)}
 
-    def pin(self, k: int) -> None:
-        """--cpu-split: every thread of each tree's server and client onto the tree's half for
-        pair ``k``; the record keeps what the kernel then reports (a note when it differs, or
-        when a tree's server or client has no process left)."""
+    def pin(self, k: int | None) -> None:
+        """--cpu-split: every thread of each tree's server and client onto the tree's CPUs for
+        pair ``k`` (:meth:`cpus_for`); the record keeps what the kernel then reports (a note when
+        it differs, or when a tree's server or client has no process left)."""
         self.cpus = self.cpus_for(k)
-        entry: dict = {"pair": k}
+        entry: dict = {"pair": k if k is not None or self.a.mode == "both" else 0}
         for tree in TREES:
             cpus = format_cpu_list(self.cpus[tree])
             self.clients[tree].cpus = self.cpus[tree]
@@ -662,7 +685,7 @@ class Pair:
                 f"{k} pairs: the measured phase ran {ran:.0f} s of --config-seconds " f"{a.config_seconds:.0f}"
             )
             return False
-        per_round = 1 if a.mode == "together" else 2
+        per_round = 1 if ab_stats.pair_mode(a.mode, k) == "together" else 2
         need = sum(per_round * (expected[c] + 5) for c in self.concurrencies)
         if self.left() < need:
             self.record["notes"].append(
@@ -727,7 +750,7 @@ class Pair:
     def run(self, prompts_json: dict) -> dict:
         a = self.a
         extra = self.record["server_extra_args"]
-        start_cpus = self.cpus_for(0) if a.cpu_halves else {tree: None for tree in TREES}
+        start_cpus = self.cpus_for(None) if a.cpu_halves else {tree: None for tree in TREES}
         for tree in TREES:
             self.procs[tree] = start_server(self.names[tree], self.ports[tree], a, extra, start_cpus[tree])
         try:
@@ -745,7 +768,7 @@ class Pair:
                     self.record["notes"] += serve_checks.error_lines(os.path.join(a.logdir, f"server_{name}.log"))
                 return self.record
             if a.cpu_halves:  # the clients too (the last configuration may have left them swapped); checked
-                self.pin(0)
+                self.pin(None)
             if a.stress >= 0:
                 self.record["exactness"] = {
                     t: exactness(
@@ -780,7 +803,7 @@ class Pair:
         try:
             k = 0
             while k < self.pairs or self.another_pair(k, measured_since, expected):
-                if k and self.cpus:
+                if self.cpus and (k or a.mode == "both"):  # together: pair 0's CPUs are the start's
                     self.pin(k)
                 for c, trees in self.pair_steps(k):
                     # a pair's second round needs its first: start a pair's first round only if both fit
@@ -791,7 +814,8 @@ class Pair:
                     runs = self.bench(trees, f"pair{k}", round_prompts[c], c, expected[c])
                     if len(runs) < len(trees):
                         return
-                    self.record["rounds"] += [{"pair": k, **run} for run in runs.values()]
+                    mode = {"pair_mode": ab_stats.pair_mode(a.mode, k)} if a.mode == "both" else {}
+                    self.record["rounds"] += [{"pair": k, **mode, **run} for run in runs.values()]
                     self.on_round(self.record)
                     expected[c] = max(expected[c], 1.1 * max(run["wall_s"] for run in runs.values()))
                     pair_rounds = [r for r in self.record["rounds"] if r["pair"] == k and r["concurrency"] == c]
@@ -810,10 +834,29 @@ class Pair:
             self.record["measured_s"] = round(time.time() - measured_since, 1)
 
 
-def mode_label(record: dict) -> str:
+def mode_label(record: dict, pair_mode: str | None = None) -> str:
     """A record's mode as tables show it: ``sequential`` (also a record written before --mode
-    existed), ``together`` or ``together+cpu-split``."""
-    return record.get("mode", "sequential") + ("+cpu-split" if record.get("cpu_split") else "")
+    existed), ``together`` or ``together+cpu-split``; with ``--mode both`` the mode of its pairs
+    ``pair_mode`` (``together+cpu-split (both)``, ``sequential (both)``), or ``both``."""
+    mode = record.get("mode", "sequential")
+    if mode == "both":
+        if pair_mode is None:
+            return "both" + ("+cpu-split" if record.get("cpu_split") else "")
+        split = "+cpu-split" if record.get("cpu_split") and pair_mode == "together" else ""
+        return f"{pair_mode}{split} (both)"
+    return mode + ("+cpu-split" if record.get("cpu_split") else "")
+
+
+def pair_ratios(rounds: list[dict]) -> dict[int, float]:
+    """Pair index -> patched / unpatched output tokens/s, of the pairs with both rounds."""
+    by_pair: dict[int, dict] = {}
+    for r in rounds:
+        by_pair.setdefault(r["pair"], {})[r["tree"]] = r
+    return {
+        k: p["patched"]["output_throughput"] / p["unpatched"]["output_throughput"]
+        for k, p in sorted(by_pair.items())
+        if len(p) == 2
+    }
 
 
 def summarize(record: dict, concurrencies: list[int], plan: dict | None = None) -> list[dict]:
@@ -824,8 +867,13 @@ def summarize(record: dict, concurrencies: list[int], plan: dict | None = None) 
     after the run (post hoc, and said so)."""
     out = []
     backend = serve_checks.parse(f"{record['config']}_patched")["backend"]
-    for c in record.get("concurrencies", concurrencies):
-        rounds = [r for r in record.get("rounds", []) if r["concurrency"] == c]
+    modes = ab_stats.MODES if record.get("mode") == "both" else (None,)
+    for c, pair_mode in [(c, m) for c in record.get("concurrencies", concurrencies) for m in modes]:
+        rounds = [
+            r
+            for r in record.get("rounds", [])
+            if r["concurrency"] == c and (pair_mode is None or r.get("pair_mode") == pair_mode)
+        ]
         by_pair: dict[int, dict] = {}
         for r in rounds:
             by_pair.setdefault(r["pair"], {})[r["tree"]] = r
@@ -838,18 +886,21 @@ def summarize(record: dict, concurrencies: list[int], plan: dict | None = None) 
             cell, registered = ab_stats.plan_cell(plan, record["config"], c), "after the run (post hoc)"
         s = {
             "config": record["config"],
-            "mode": mode_label(record),
+            "mode": mode_label(record, pair_mode),
             "concurrency": c,
             **ab_stats.ratio_summary(pairs, min(durations) if durations else None, cell),
             **{tree: ab_stats.tree_summary([p[i] for p in pairs]) for i, tree in enumerate(TREES)},
         }
         if cell:
             s["tost"].update(registered=registered, plan=(record.get("plan") or plan)["file"])
-        if record.get("cpu_split"):  # the halves swap trees pair by pair: does one half favour its tree?
+        if pair_mode:  # --mode both: the blocks' together - sequential difference (no t interval: no scipy here)
+            s["mode_bias"] = ab_stats.mode_bias(pair_ratios([r for r in record["rounds"] if r["concurrency"] == c]))
+        if record.get("cpu_split") and pair_mode != "sequential":  # the halves swap trees: does one favour its tree?
             by_half: dict[str, list[float]] = {}
             for k, p in sorted(by_pair.items()):
                 if len(p) == 2:
-                    by_half.setdefault(f"unpatched on {record['cpu_split'][k % 2]}", []).append(
+                    half = p["unpatched"].get("cpus") or record["cpu_split"][k % 2]
+                    by_half.setdefault(f"unpatched on {half}", []).append(
                         p["patched"]["output_throughput"] / p["unpatched"]["output_throughput"]
                     )
             s["ratio_median_by_half"] = {half: statistics.median(ratios) for half, ratios in by_half.items()}
@@ -957,15 +1008,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument(
         "--mode",
-        choices=("sequential", "together"),
+        choices=("sequential", "together", "both"),
         default="sequential",
-        help="a pair's two rounds one after the other, or both at the same time (module docstring)",
+        help="a pair's two rounds one after the other, both at the same time, or pairs of the two "
+        "modes alternating on the same servers, to measure the mode's bias (module docstring)",
     )
     ap.add_argument(
         "--cpu-split",
         action="store_true",
-        help="together mode: each tree's server (with all it spawns) and client on its own half of "
-        "this process's CPUs, the halves swapping trees pair by pair (module docstring)",
+        help="together (and both) mode: each tree's server (with all it spawns) and client on its own "
+        "half of this process's CPUs in a together pair, the halves swapping trees pair by pair "
+        "(module docstring)",
     )
     ap.add_argument(
         "--config-seconds",
@@ -1043,9 +1096,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             plan_cells(ap, a)
         a.cpu_halves = None
         if a.cpu_split:
-            if a.mode != "together":
-                ap.error("--cpu-split needs --mode together (in sequential mode each tree has the host to itself)")
+            if a.mode == "sequential":
+                ap.error(
+                    "--cpu-split needs --mode together or both (in sequential mode each tree has the host to itself)"
+                )
             try:
+                a.cpu_all = sorted(os.sched_getaffinity(0))
                 a.cpu_halves = cpu_halves(physical_cores(os.sched_getaffinity(0)))
             except ValueError as exc:
                 ap.error(str(exc))
@@ -1131,8 +1187,8 @@ def main(argv: list[str] | None = None) -> int:
         os.makedirs(d, exist_ok=True)
     with open(os.path.join(a.models, "prompts.json")) as f:
         prompts_json = json.load(f)
-    if a.mode == "together":  # one client per tree, both started now (--cpu-split: each on its pair-0 half)
-        halves = a.cpu_halves or (None, None)
+    if a.mode != "sequential":  # one client per tree, both started now (--cpu-split: each on its pair-0 CPUs)
+        halves = (a.cpu_all, a.cpu_all) if a.cpu_halves and a.mode == "both" else a.cpu_halves or (None, None)
         clients = {
             tree: Client(a, os.path.join(a.logdir, f"bench_serving_{tree}.log"), halves[j])
             for j, tree in enumerate(TREES)

@@ -5,6 +5,11 @@
   then B A, ...), so a drift of the machine over a pair's minute does not favour one tree.
 * :func:`together_schedule`: the order of ab_bench's together mode, where both trees run each
   pair's round at the same time: no tree goes first.
+* :func:`pair_mode`, :func:`both_schedule`: ab_bench's ``--mode both``, which measures the mode's
+  bias (issue 29): on the same servers the pairs alternate between together and sequential in the
+  order T S S T (repeated), so a drift that is linear over four pairs favours neither mode; each
+  block of two pairs (0-1, 2-3, ...) holds one of each. :func:`mode_bias`: the blocks' differences
+  of log ratio, together minus sequential, and how much of the sequential log ratio together keeps.
 * :func:`ratio_summary`: per (configuration, concurrency), the patched / unpatched ratio of
   output tokens/s of each pair, its median and a percentile-bootstrap 95% interval of that
   median (seeded; only from MIN_PAIRS_FOR_CI pairs on; descriptive: in simulation it covered the
@@ -61,6 +66,73 @@ def schedule(pairs: int, concurrencies: list[int]) -> list[tuple[int, int, str]]
 def together_schedule(pairs: int, concurrencies: list[int]) -> list[tuple[int, int]]:
     """(pair, concurrency) in run order when both trees run a pair's rounds at the same time."""
     return [(k, c) for k in range(pairs) for c in concurrencies]
+
+
+MODES = ("together", "sequential")
+
+
+def pair_mode(mode: str, k: int) -> str:
+    """The mode pair ``k`` runs in: ``mode`` itself, or with ``both`` together for k % 4 in (0, 3)
+    and sequential for k % 4 in (1, 2) (T S S T, ...)."""
+    if mode != "both":
+        return mode
+    return MODES[0] if k % 4 in (0, 3) else MODES[1]
+
+
+def both_schedule(pairs: int, concurrencies: list[int]) -> list[tuple[int, int, tuple[str, ...]]]:
+    """(pair, concurrency, trees run at once) in run order for ``--mode both``: a together pair runs
+    both trees at once; a sequential one runs them one after the other, the first tree alternating
+    from one sequential (pair, concurrency) slot to the next, as :func:`schedule` does."""
+    order, slot = [], 0
+    for k in range(pairs):
+        for c in concurrencies:
+            if pair_mode("both", k) == "together":
+                order.append((k, c, TREES))
+            else:
+                order += [(k, c, (tree,)) for tree in (TREES if slot % 2 == 0 else TREES[::-1])]
+                slot += 1
+    return order
+
+
+def mode_bias(ratios: dict[int, float], t_crit: float | None = None, n_boot: int = 20000, seed: int = 0) -> dict:
+    """``--mode both``'s bias from the patched / unpatched ratio of each pair (pair index -> ratio):
+    per complete block of two pairs b (pairs 2b and 2b + 1, one in each mode, see :func:`pair_mode`),
+    ``d_b = log(together ratio) - log(sequential ratio)``, paired within the block so that the
+    machine's slow drift cancels. Gives the blocks, the mean of d and its sd, the mean as a ratio of
+    ratios, and ``kept``: the mean together log ratio over the mean sequential one (1: together
+    shows the sequential ratio, 0: it pulls it all the way to 1), with a percentile-bootstrap 95%
+    interval over the blocks (seeded). With ``t_crit`` (t's 0.975 quantile at blocks - 1 degrees of
+    freedom) also the 95% t interval of the ratio of ratios."""
+    blocks = []
+    for b in sorted({k // 2 for k in ratios}):
+        pair = {pair_mode("both", k): math.log(ratios[k]) for k in (2 * b, 2 * b + 1) if k in ratios}
+        if len(pair) == 2:
+            blocks.append((pair["together"], pair["sequential"]))
+    out: dict = {"blocks": len(blocks)}
+    if len(blocks) < 2:
+        return out
+    d = [t - s for t, s in blocks]
+    mean, sd = statistics.mean(d), statistics.stdev(d)
+
+    def kept(sample: list[tuple[float, float]]) -> float:
+        seq = statistics.mean(s for _, s in sample)
+        return statistics.mean(t for t, _ in sample) / seq if seq else math.nan
+
+    rng = random.Random(seed)
+    boots = sorted(kept(rng.choices(blocks, k=len(blocks))) for _ in range(n_boot))
+    out.update(
+        mean_log_diff=mean,
+        sd_log_diff=sd,
+        ratio_of_ratios=math.exp(mean),
+        together_ratio=math.exp(statistics.mean(t for t, _ in blocks)),
+        sequential_ratio=math.exp(statistics.mean(s for _, s in blocks)),
+        kept=kept(blocks),
+        kept_ci95=(boots[int(0.025 * (n_boot - 1))], boots[int(math.ceil(0.975 * (n_boot - 1)))]),
+    )
+    if t_crit is not None:
+        half = t_crit * sd / math.sqrt(len(d))
+        out["ratio_of_ratios_ci95"] = (math.exp(mean - half), math.exp(mean + half))
+    return out
 
 
 def bootstrap_median_ci(

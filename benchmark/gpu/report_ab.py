@@ -12,6 +12,9 @@ before ab_bench had ``--mode``, is a sequential one; a together one with ``--cpu
   ITL, accept length; then the pairs a TOST at ±2% with 80% power would need at each measured sd
   (scipy), the exactness check and the measured draft kv_indices rows against
   benchmark/kv_indices_memory.py's formula;
+  For a run of ``ab_bench --mode both``, the mode's bias: per block of a together and a sequential
+  pair, the difference of log ratios, its mean with a 95% t interval, and the share of the
+  sequential log ratio that together mode keeps;
 * ``summary.json``: the same, machine-readable;
 * ``ab_ratio.png``: per (configuration, concurrency) each pair's ratio, the median and its 95%
   interval (or, below 6 pairs, the min-max range, drawn dashed), the ±2% parity band;
@@ -110,6 +113,35 @@ def need_table(summaries: list[dict]) -> str:
                 f"| {s['config']} | {s['mode']} | {s['concurrency']} | {s['pairs']} | "
                 f"{ab_bench.fmt(s.get('round_seconds'), '.1f')} | {s['sd_log_ratio']:.4f} | "
                 f"{ab_stats.tost_pairs(s['sd_log_ratio'])} |"
+            )
+    return "\n".join(rows) + "\n"
+
+
+def bias_table(records: list[dict]) -> str:
+    """Per (configuration, concurrency) run with ``ab_bench --mode both``: the mode's bias over its
+    complete blocks (ab_stats.mode_bias), with the 95% t interval of the ratio of ratios (scipy)."""
+    rows = [
+        "| config | conc | blocks | sequential ratio (mean) | together ratio (mean) | together / sequential "
+        "ratio [95% t CI] | share of the sequential log ratio together keeps [95% bootstrap CI] |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for record in records:
+        if record.get("mode") != "both":
+            continue
+        for c in record["concurrencies"]:
+            ratios = ab_bench.pair_ratios([r for r in record["rounds"] if r["concurrency"] == c])
+            b = ab_stats.mode_bias(ratios)
+            if b["blocks"] >= 2:
+                b = ab_stats.mode_bias(ratios, ab_stats.t_quantile(0.975, b["blocks"] - 1))
+            else:
+                rows.append(f"| {record['config']} | {c} | {b['blocks']} | - | - | - | - |")
+                continue
+            lo, hi = b["ratio_of_ratios_ci95"]
+            klo, khi = b["kept_ci95"]
+            rows.append(
+                f"| {record['config']} | {c} | {b['blocks']} | {b['sequential_ratio']:.3f} | "
+                f"{b['together_ratio']:.3f} | {b['ratio_of_ratios']:.3f} [{lo:.3f}, {hi:.3f}] | "
+                f"{b['kept']:.2f} [{klo:.2f}, {khi:.2f}] |"
             )
     return "\n".join(rows) + "\n"
 
@@ -259,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     text = (
         "## A/B\n\n"
         + ab_bench.markdown_table(summaries)
+        + "\n## The mode's bias (ab_bench --mode both)\n\n"
+        + bias_table(records)
         + "\n## Pairs a TOST at ±2% would need\n\n"
         + need_table(summaries)
         + "\n## Exactness (serve_checks.py's requests on each server)\n\n"

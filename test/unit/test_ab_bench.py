@@ -402,7 +402,9 @@ with their start and end times (runs.log), the CPUs its client, the server, the 
 thread and its child may run on and the client's OMP_NUM_THREADS (cpus.log); the requests of the
 first measured pair run at 16/s, all others at 10/s; with a file `sleep` beside it, every run
 takes that many seconds; with a file `move_deadline` ("TAG SECONDS") beside it, a run of TAG
-writes now + SECONDS into `deadline`."""
+writes now + SECONDS into `deadline`; with a file `together_slows` beside it, the patched server
+runs a measured round at 110 tokens/s (not 125) when the other server's run is in flight halfway
+through its own: together mode pulling the ratio toward 1."""
 import json
 import os
 import sys
@@ -420,8 +422,12 @@ output_file = argv[argv.index("--output-file") + 1]
 tag = output_file.rsplit("_", 1)[1].split(".")[0]
 results = os.path.join(os.path.dirname(os.path.dirname(output_file)), "ab_results.json")
 rounds = len(json.load(open(results))["records"][-1]["rounds"]) if os.path.exists(results) else "-"
-if os.path.exists(os.path.join(here, "sleep")):
-    time.sleep(float(open(os.path.join(here, "sleep")).read()))
+inflight = os.path.join(here, f"inflight_{port}")
+open(inflight, "w").close()
+sleep = float(open(os.path.join(here, "sleep")).read()) if os.path.exists(os.path.join(here, "sleep")) else 0
+time.sleep(sleep / 2)
+beside = os.path.exists(os.path.join(here, f"inflight_{base + 1 - (port - base)}"))
+time.sleep(sleep / 2)
 if os.path.exists(os.path.join(here, "move_deadline")):
     at, seconds = open(os.path.join(here, "move_deadline")).read().split()
     if tag == at:
@@ -436,10 +442,12 @@ client = open("/proc/self/status").read().split("Cpus_allowed_list:")[1].split()
 with open(os.path.join(here, "cpus.log"), "a") as log:
     log.write(f"{port} {tag} {client} {server['server']} {server['thread']} {server['child']} "
               f"{os.environ.get('OMP_NUM_THREADS')}\\n")
+slowed = beside and tag.startswith("pair") and os.path.exists(os.path.join(here, "together_slows"))
 with open(output_file, "a") as f:
     f.write(json.dumps({"completed": n, "duration": n / (16.0 if tag == "pair0" else 10.0),
-                        "output_throughput": 125.0 if fast else 100.0, "accept_length": 4.0 if fast else 2.5,
-                        "median_ttft_ms": 10.0}) + "\\n")
+                        "output_throughput": (110.0 if slowed else 125.0) if fast else 100.0,
+                        "accept_length": 4.0 if fast else 2.5, "median_ttft_ms": 10.0}) + "\\n")
+os.remove(inflight)
 with open(os.path.join(here, "runs.log"), "a") as log:
     log.write(f"{port} {n} {argv[argv.index('--max-concurrency') + 1]} {rounds} {tag} {t0} {time.time()}\\n")
 '''
@@ -865,3 +873,102 @@ def test_the_decode_window_line_is_0_5_12s():
     ]
     at = [text.find(p) for p in pieces]
     assert -1 not in at and at == sorted(at)
+
+
+def test_both_mode_alternates_the_modes_t_s_s_t_with_one_of_each_in_every_block():
+    assert [ab_stats.pair_mode("both", k) for k in range(8)] == ["together", "sequential", "sequential", "together"] * 2
+    assert ab_stats.pair_mode("together", 1) == "together" and ab_stats.pair_mode("sequential", 0) == "sequential"
+    trees = ab_stats.TREES
+    assert ab_stats.both_schedule(4, [8]) == [
+        (0, 8, trees),
+        (1, 8, ("unpatched",)),
+        (1, 8, ("patched",)),
+        (2, 8, ("patched",)),
+        (2, 8, ("unpatched",)),
+        (3, 8, trees),
+    ]
+    for b in range(4):
+        assert {ab_stats.pair_mode("both", k) for k in (2 * b, 2 * b + 1)} == set(ab_stats.MODES)
+
+
+def test_mode_bias_pairs_each_blocks_together_and_sequential_ratios():
+    """The blocks' together - sequential log ratios, a drift shared by both pairs of a block cancelled;
+    an incomplete block left out; the share of the sequential log ratio that together keeps."""
+    drift = [1.0, 1.03, 0.97, 1.01]
+    ratios = {}
+    for b, f in enumerate(drift):  # the machine's drift moves both pairs of block b alike
+        for k in (2 * b, 2 * b + 1):
+            ratios[k] = (1.1 if ab_stats.pair_mode("both", k) == "together" else 1.25) * f
+    ratios[8] = 1.3  # block 4: its together pair only
+    bias = ab_stats.mode_bias(ratios, t_crit=3.182)  # t's 0.975 quantile at 3 degrees of freedom
+    assert bias["blocks"] == 4
+    assert bias["ratio_of_ratios"] == pytest.approx(1.1 / 1.25)
+    assert bias["sd_log_diff"] == pytest.approx(0, abs=1e-12)
+    lo, hi = bias["ratio_of_ratios_ci95"]
+    assert lo == pytest.approx(1.1 / 1.25) and hi == pytest.approx(1.1 / 1.25)
+    geo = math.exp(statistics.mean(math.log(f) for f in drift))
+    assert bias["together_ratio"] == pytest.approx(1.1 * geo) and bias["sequential_ratio"] == pytest.approx(1.25 * geo)
+    kept = math.log(1.1 * geo) / math.log(1.25 * geo)
+    assert bias["kept"] == pytest.approx(kept)
+    klo, khi = bias["kept_ci95"]
+    assert klo <= bias["kept"] <= khi and 0 < klo < 1
+    noisy = {**ratios, 1: ratios[1] * 1.05, 2: ratios[2] / 1.05}
+    wide = ab_stats.mode_bias(noisy, t_crit=3.182)
+    lo, hi = wide["ratio_of_ratios_ci95"]
+    assert lo < wide["ratio_of_ratios"] < hi and hi / lo > 1.05
+    assert ab_stats.mode_bias({0: 1.1, 1: 1.2}) == {"blocks": 1}
+
+
+def test_both_mode_alternates_the_modes_on_the_same_servers_and_reports_the_bias(tmp_path, monkeypatch):
+    """--mode both --cpu-split: warm-up and calibration each tree alone on every CPU; pairs 0, 3, 4
+    both trees at once, each on its half (the halves swapping from one together pair to the next), pairs
+    1, 2, 5 one tree after the other on every CPU, the first tree alternating; a summary per mode, the
+    mode bias in both, report_ab's bias table. The stand-in's patched server runs 110 tokens/s
+    instead of 125 beside the other one."""
+    site, base = stand_in_site(tmp_path)
+    (site / "sglang" / "sleep").write_text("0.4")
+    (site / "sglang" / "together_slows").write_text("")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    runs = run_stand_in_ab(tmp_path, site, base, "--mode", "both", "--cpu-split")
+    a, b = str(base), str(base + 1)
+    assert [(r[0], r[4]) for r in runs[:4]] == [(a, "warmup"), (b, "warmup"), (a, "calibration"), (b, "calibration")]
+    measured = runs[4:]
+    assert [r[4] for r in measured] == [f"pair{k}" for k in (0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5)]
+    for k, (first, second) in enumerate(zip(measured[::2], measured[1::2])):
+        (start1, end1), (start2, end2) = map(float, first[5:]), map(float, second[5:])
+        overlap = start1 < end2 and start2 < end1
+        assert overlap == (k in (0, 3, 4)), k  # together pairs at once, sequential ones one after the other
+    assert [r[0] for r in measured[2:6]] == [a, b, b, a] and [r[0] for r in measured[10:]] == [a, b]
+
+    first, second = ab_bench.cpu_halves(ab_bench.physical_cores(os.sched_getaffinity(0)))
+    halves = [ab_bench.format_cpu_list(first), ab_bench.format_cpu_list(second)]
+    every = ab_bench.format_cpu_list(os.sched_getaffinity(0))
+    started = sorted(line.split() for line in (site / "sglang" / "started.log").read_text().splitlines())
+    assert started == [[a, every, str(len(first))], [b, every, str(len(first))]]
+    together_index = {0: 0, 3: 1, 4: 2}
+    for port, tag, *cpus, _ in (line.split() for line in (site / "sglang" / "cpus.log").read_text().splitlines()):
+        k = int(tag[4:]) if tag.startswith("pair") else None
+        if k in together_index:
+            want = halves[(int(port) - base + together_index[k]) % 2]
+        else:
+            want = every
+        assert cpus == [want] * 4, (port, tag)  # client, server, its thread, its child
+
+    result = json.loads((tmp_path / "out" / "ab_results.json").read_text())
+    (record,) = result["records"]
+    assert record["mode"] == "both" and result["settings"]["mode"] == "both"
+    assert {r["pair"]: r["pair_mode"] for r in record["rounds"]} == {k: ab_stats.pair_mode("both", k) for k in range(6)}
+    together, sequential = result["summaries"]
+    assert (together["mode"], together["pairs"]) == ("together+cpu-split (both)", 3)
+    assert (sequential["mode"], sequential["pairs"]) == ("sequential (both)", 3)
+    assert together["ratio_median"] == pytest.approx(1.1) and sequential["ratio_median"] == pytest.approx(1.25)
+    assert "ratio_median_by_half" in together and "ratio_median_by_half" not in sequential
+    assert together["mode_bias"] == sequential["mode_bias"]
+    assert together["mode_bias"]["blocks"] == 3
+    assert together["mode_bias"]["ratio_of_ratios"] == pytest.approx(1.1 / 1.25)
+    assert together["mode_bias"]["kept"] == pytest.approx(math.log(1.1) / math.log(1.25))
+
+    assert report_ab.main([str(tmp_path / "out" / "ab_results.json"), "--out", str(tmp_path / "r"), "--no-plots"]) == 0
+    text = (tmp_path / "r" / "summary.md").read_text()
+    assert "| triton_nocg_k4s3 | 8 | 3 | 1.250 | 1.100 | 0.880 [0.880, 0.880] | 0.43 [0.43, 0.43] |" in text
+    assert "| triton_nocg_k4s3 | sequential (both) | 8 | 3 |" in text
