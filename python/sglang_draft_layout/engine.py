@@ -187,26 +187,30 @@ TAKEN_OUT = "taken out with the split it belongs to"
 
 
 def _taken_out(findings: Sequence[Finding]) -> list[Finding]:
-    """A site whose edits all lie in statements or methods that another site's rewrite takes out
-    (``Edit.absorb``, ``Edit.remove``: a fork's own split, taken out) has nothing left to patch."""
-    gone: dict[str, list[tuple[int, int]]] = {}
+    """A site in code that another site's rewrite takes out (``Edit.absorb``, ``Edit.remove``: a fork's own
+    split) has nothing left to patch: one whose edits all lie there, or one without edits at a line of a
+    method taken out whole."""
+    absorbed: list[tuple[int, str, int, int]] = []  # (id of the finding taking it out, file, first, last)
+    removed: list[tuple[int, str, int, int]] = []
     for finding in (f for f in findings if f.state is State.TO_PATCH):
         for edit in finding.edits:
-            for node in [*edit.absorb, *([edit.node] if edit.remove else [])]:
-                gone.setdefault(finding.rule.file, []).append((node.lineno, node.end_lineno))
+            absorbed += [(id(finding), finding.rule.file, n.lineno, n.end_lineno) for n in edit.absorb]
+            if edit.remove:
+                removed.append((id(finding), finding.rule.file, edit.node.lineno, edit.node.end_lineno))
 
     def inside(finding: Finding) -> bool:
-        spans = gone.get(finding.rule.file, [])
-        return bool(finding.edits) and all(
-            any(first <= e.node.lineno and e.node.end_lineno <= last for first, last in spans) for e in finding.edits
-        )
+        spans = [
+            (a, b) for owner, file, a, b in absorbed + removed if owner != id(finding) and file == finding.rule.file
+        ]
+        if finding.edits:
+            return bool(spans) and all(
+                any(a <= e.node.lineno and e.node.end_lineno <= b for a, b in spans) for e in finding.edits
+            )
+        methods = [(a, b) for owner, file, a, b in removed if owner != id(finding) and file == finding.rule.file]
+        return finding.line is not None and any(a <= finding.line <= b for a, b in methods)
 
     return [
-        (
-            replace(f, state=State.NOT_AFFECTED, detail=TAKEN_OUT, edits=(), imports=())
-            if f.state is State.TO_PATCH and inside(f)
-            else f
-        )
+        replace(f, state=State.NOT_AFFECTED, detail=TAKEN_OUT, edits=(), imports=()) if inside(f) else f
         for f in findings
     ]
 

@@ -272,14 +272,17 @@ def _find(rule: Rule, source: Source) -> Finding:
 
 
 def _upstream_side(source: Source, cls: str, caller: str) -> list[Edit]:
-    """The edits that take the split out of ``caller`` (``Class.method`` of this file) where the per-step
-    code splits as upstream does, when the split-once verdict on the result proves ``cls``'s own code
+    """The edits that take the split out of ``caller`` (``Class.method`` of this file, no keep comment in
+    it) where the per-step code splits as upstream does, when the split-once verdict on the result proves ``cls``'s own code
     splits once (``caller_split_removal``, ``prove_split_once``); [] otherwise."""
     from ..proof.splice import spliced
     from ..proof.validate import prove_split_once
 
     owner, _, method = caller.partition(".")
-    edits, _why = caller_split_removal(source, owner, method) if source.cls(owner) is not None else ([], "")
+    defined = source.method(owner, method) if source.cls(owner) is not None else None
+    if defined is None or any(KEEP_PRAGMA in line for line in source.lines[defined.lineno - 1 : defined.end_lineno]):
+        return []  # a caller the fork keeps stays as written: the double split is refused
+    edits, _why = caller_split_removal(source, owner, method)
     return edits if edits and prove_split_once(source, spliced(source, edits), cls).proven else []
 
 
