@@ -182,6 +182,39 @@ def _own_lines(finding: Finding, source: Optional[Source]) -> Finding:
     )
 
 
+#: the detail of a site inside code that another site's rewrite takes out
+TAKEN_OUT = "taken out with the split it belongs to"
+
+
+def _taken_out(findings: Sequence[Finding]) -> list[Finding]:
+    """A site in code that another site's rewrite takes out (``Edit.absorb``, ``Edit.remove``: a fork's own
+    split) has nothing left to patch: one whose edits all lie there, or one without edits at a line of a
+    method taken out whole."""
+    absorbed: list[tuple[int, str, int, int]] = []  # (id of the finding taking it out, file, first, last)
+    removed: list[tuple[int, str, int, int]] = []
+    for finding in (f for f in findings if f.state is State.TO_PATCH):
+        for edit in finding.edits:
+            absorbed += [(id(finding), finding.rule.file, n.lineno, n.end_lineno) for n in edit.absorb]
+            if edit.remove:
+                removed.append((id(finding), finding.rule.file, edit.node.lineno, edit.node.end_lineno))
+
+    def inside(finding: Finding) -> bool:
+        spans = [
+            (a, b) for owner, file, a, b in absorbed + removed if owner != id(finding) and file == finding.rule.file
+        ]
+        if finding.edits:
+            return bool(spans) and all(
+                any(a <= e.node.lineno and e.node.end_lineno <= b for a, b in spans) for e in finding.edits
+            )
+        methods = [(a, b) for owner, file, a, b in removed if owner != id(finding) and file == finding.rule.file]
+        return finding.line is not None and any(a <= finding.line <= b for a, b in methods)
+
+    return [
+        replace(f, state=State.NOT_AFFECTED, detail=TAKEN_OUT, edits=(), imports=()) if inside(f) else f
+        for f in findings
+    ]
+
+
 def _proven(findings: Sequence[Finding], sources: dict[str, Source]) -> list[Finding]:
     """Each call site to patch with its rewrite proven (``proof.validate.prove``, on the file's edits spliced in as
     text); one that cannot be proven is unrecognised, with the proof's one line. The helper definitions
@@ -189,7 +222,7 @@ def _proven(findings: Sequence[Finding], sources: dict[str, Source]) -> list[Fin
     to_patch = [f for f in findings if f.state is State.TO_PATCH and f.edits and f.rule.scope != MODULE_SCOPE]
     if not to_patch:
         return list(findings)
-    from .proof.validate import prove, spliced
+    from .proof.validate import prove, prove_split_once, spliced
 
     proven = {}
     for relative in {f.rule.file for f in to_patch}:
@@ -198,7 +231,11 @@ def _proven(findings: Sequence[Finding], sources: dict[str, Source]) -> list[Fin
         classes = {c.name for c in source.tree.body if isinstance(c, ast.ClassDef)}
         new = Source.class_blocks(relative, code, lambda block: any(f"class {name}" in block for name in classes))
         for finding in (f for f in to_patch if f.rule.file == relative):
-            proven[id(finding)] = prove(finding.rule.scope, source, new.code, finding.edits, source.package, new)
+            proven[id(finding)] = (
+                prove_split_once(source, code, finding.proven_by_split_once)
+                if finding.proven_by_split_once
+                else prove(finding.rule.scope, source, new.code, finding.edits, source.package, new)
+            )
     return [
         (
             f
@@ -398,6 +435,7 @@ def _plan(
             for rule in file_rules
         ]
     )
+    findings = _taken_out(findings)
     created = _modules_to_create(findings, target)
     findings = [
         (
@@ -450,6 +488,11 @@ def _plan(
     generated, notes = fork_tests.generated_files(target, test_options, up_to_date) if test_options else ([], [])
     if render_changes:
         changes += [_generated_change(g) for g in generated if g.state is not fork_tests.FileState.PRESENT]
+        notes += [  # who splits changes: said in one line
+            f"{f.rule.file}:{f.line}: {f.detail}"
+            for f in findings
+            if f.state is State.TO_PATCH and f.proven_by_split_once
+        ]
         _refuse_links_out_of_tree(target, changes)
     folders = [text.path.resolve().parent for text in stored.values()] + [g.path.parent for g in generated]
     return Plan(
@@ -476,7 +519,8 @@ def _file_change(
     """The change of one file with sites to patch and none unrecognised (``keep``, ``others``: as for ``_check_rendered``)."""
     _parse(path, relative, stored.text)  # a file written must be valid Python as a whole, not only its classes
     new = render(path, source, findings, line_length)
-    left = {f.rule.id for f in findings if f.state is State.BY_HAND}  # correct by hand: not rewritten
+    # correct by hand, or taken out: not rewritten
+    left = {f.rule.id for f in findings if f.state is State.BY_HAND or f.detail == TAKEN_OUT}
     _check_rendered(path, relative, new, [r for r in file_rules if r.id not in left], keep, others)
     _prove_rendered(path, source, new, findings)
     return FileChange.of(path, stored, new)
@@ -485,13 +529,17 @@ def _file_change(
 def _prove_rendered(path: Path, source: Source, new: str, findings: Sequence[Finding]) -> None:
     """Each rewrite proven again on the text libcst rendered, the text to be written (``_proven``
     proved the edits spliced in as plain text)."""
-    from .proof.validate import prove
+    from .proof.validate import prove, prove_split_once
 
     rendered = None
     for finding in findings:
         if finding.state is State.TO_PATCH and finding.edits and finding.rule.scope != MODULE_SCOPE:
             rendered = rendered or Source(source.path, new)
-            proof = prove(finding.rule.scope, source, new, finding.edits, source.package, rendered)
+            proof = (
+                prove_split_once(source, new, finding.proven_by_split_once)
+                if finding.proven_by_split_once
+                else prove(finding.rule.scope, source, new, finding.edits, source.package, rendered)
+            )
             if not proof.proven:
                 raise PatchError(
                     f"{path}: {finding.rule.scope}: {finding.rule.site}: the rendered rewrite: "

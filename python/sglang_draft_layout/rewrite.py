@@ -18,7 +18,7 @@ from typing import Sequence
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider, WhitespaceInclusivePositionProvider
 
-from .rules.base import Edit, Source
+from .rules.base import Edit, Source, definition_start, removed_lines
 
 METHOD_PREFIX = "class _:\n"
 #: expressions that never need the parentheses the node they replace had
@@ -45,15 +45,6 @@ class Segment:
     def text(self, module: cst.Module) -> str:
         """The lines of ``module`` (this segment, possibly rewritten) without the prefix."""
         return module.code[len(self.prefix) :]
-
-
-def definition_start(source: Source, stmt: ast.stmt) -> int:
-    """Index of a statement's first line: its decorators, and the comment lines right above them."""
-    start = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))]) - 1
-    indent = source.lines[start][: len(source.lines[start]) - len(source.lines[start].lstrip())]
-    while start > 0 and source.lines[start - 1].startswith(indent + "#"):
-        start -= 1
-    return start
 
 
 def _holder(source: Source, node: ast.AST) -> tuple[ast.stmt, str]:
@@ -230,14 +221,15 @@ def _blank(count: int) -> list[cst.EmptyLine]:
 
 
 def apply_edits(source: Source, edits: Sequence[Edit]) -> str:
-    """The file's text with ``edits`` applied (raises AnchorError for an anchor libcst lacks)."""
+    """The file's text with ``edits`` applied (raises AnchorError for an anchor libcst lacks); a removed
+    definition's lines are cut as they are (``removed_lines``), apart from the pieces libcst rewrites."""
     by_piece: dict[tuple[int, str], list[Edit]] = defaultdict(list)
     holders: dict[tuple[int, str], ast.stmt] = {}
-    for edit in edits:
+    replacements: dict[tuple[int, int], str] = {removed_lines(source, e.node): "" for e in edits if e.remove}
+    for edit in (e for e in edits if not e.remove):
         stmt, prefix = _holder(source, edit.node)
         holders[id(stmt), prefix] = stmt
         by_piece[id(stmt), prefix].append(edit)
-    replacements: dict[tuple[int, int], str] = {}
     for key, piece_edits in by_piece.items():
         segment = _parse(source, holders[key], key[1])
         anchors = [e.node for e in piece_edits] + [s for e in piece_edits for s in e.absorb]

@@ -256,19 +256,23 @@ def apply_refused(root: Path, capsys) -> str:
     return error
 
 
-def test_a_path_patched_twice_is_refused(scratch, capsys):
-    """A caller-split fork on which an older `apply` added upstream's per-step split (the server died)."""
+def test_a_path_patched_twice_takes_the_callers_split_out(scratch, capsys):
+    """A caller-split fork on which an older `apply` added upstream's per-step split (the server died):
+    `check` names the duplicate, `apply` takes the fork's caller split out (the tree is then the patched
+    release again) and `check` is clean."""
     root = scratch("0.5.12")
     assert cli.main(["apply", "--no-tests", str(root)]) == 0
+    patched = tree_digest(root)
     fork_edits.dsv4_caller_split(root)
-    before = tree_digest(root)
     capsys.readouterr()
-    assert cli.main(["check", str(root)]) == 2
-    [error] = capsys.readouterr().err.splitlines()
-    assert "DeepseekV4AttnBackend.init_forward_metadata" in error and "splits the per-step out_cache_loc twice" in error
-    assert "in its caller DeepseekV4MultiStepBackend.init_forward_metadata" in error
-    assert tree_digest(root) == before
-    assert "splits the per-step out_cache_loc twice" in apply_refused(root, capsys)
+    assert cli.main(["check", "--no-tests", str(root)]) == 1
+    out = capsys.readouterr().out
+    assert "DeepseekV4MultiStepBackend.init_forward_metadata splits it again after upstream's split" in out
+    assert "the fork's split taken out, upstream's kept" in out
+    assert cli.main(["apply", "--no-tests", str(root)]) == 0
+    assert "taken out" in capsys.readouterr().out
+    assert tree_digest(root) == patched
+    assert cli.main(["check", "--no-tests", str(root)]) == 0
 
 
 def test_a_workers_rows_and_a_split_of_dsv4s_own_are_refused(scratch, capsys):
@@ -384,7 +388,8 @@ def test_an_init_moved_into_a_method_is_judged_alike_by_check_and_the_written_te
     """DSv4's init_forward_metadata calls a method holding the release's body (fork_edits.dsv4_init_moved), or
     calls one that calls it (dsv4_init_moved_deep), its own split maybe further down (dsv4_own_method_deep):
     `check` follows the `self.` calls, and so does the written test, before apply (never split, or the fork's
-    own once), after it (once), and with a caller splitting too (twice, both places named)."""
+    own once), after it (once), and with a caller splitting too (twice, until apply takes the caller's
+    split out)."""
     root = scratch("0.5.12")
     for fork in forks:
         fork_edits.FORKS[fork](root)
@@ -397,12 +402,12 @@ def test_an_init_moved_into_a_method_is_judged_alike_by_check_and_the_written_te
     assert findings(root)[SITE].state is State.PATCHED and written_test_problems(root) == []
     assert_as_clean_as(pristine("0.5.12"), root, DSV4)
     fork_edits.dsv4_caller_split(root)
-    capsys.readouterr()
-    assert cli.main(["check", "--no-tests", str(root)]) == 2
-    error = capsys.readouterr().err
-    assert "DeepseekV4AttnBackend.init_forward_metadata" in error and "splits the per-step out_cache_loc twice" in error
-    assert "in its caller DeepseekV4MultiStepBackend.init_forward_metadata" in error
     assert written_test_problems(root) == [("DeepseekV4AttnBackend", "twice")]
+    assert findings(root)[SITE].state is State.TO_PATCH
+    assert cli.main(["apply", "--no-tests", str(root)]) == 0
+    assert findings(root)[SITE].state is State.PATCHED and written_test_problems(root) == []
+    text = (root / "sglang" / DSV4).read_text()
+    assert text.count("per_step_draft_out_cache_loc(") == 1
 
 
 @pytest.mark.parametrize("version", ["0.5.13", "0.5.23"])

@@ -190,7 +190,7 @@ def test_hip_decode_branch_split_by_the_caller(sglang_tree):
     assert "DeepseekV4MultiStepBackend.init_forward_metadata" in finding.detail
 
 
-def test_hip_decode_branch_split_twice_is_refused(sglang_tree):
+def test_hip_decode_branch_split_twice_takes_the_callers_split_out(sglang_tree):
     text = (
         module(multi=MULTI_SPLITS, imported=True)
         .replace(
@@ -205,7 +205,13 @@ def test_hip_decode_branch_split_twice_is_refused(sglang_tree):
     )
     sglang_tree.write(HIP, text)
     finding = of(sglang_tree.plan([DECODE_RULE]), DECODE_RULE)
-    assert finding.state is State.UNRECOGNISED and "twice" in finding.detail
+    assert finding.state is State.TO_PATCH and "the fork's split taken out, upstream's kept" in finding.detail
+    assert finding.proof.proven
+    sglang_tree.apply([DECODE_RULE])
+    assert sglang_tree.read(HIP) == text.replace(
+        MULTI_SPLITS.format(cls=CLS, in_graph=""), MULTI_STEP.format(cls=CLS, in_graph="")
+    )
+    sglang_tree.assert_idempotent([DECODE_RULE])
 
 
 @pytest.mark.parametrize("in_graph", [IN_GRAPH_LOCAL, IN_GRAPH_INLINE], ids=["through a local", "inline"])

@@ -731,10 +731,27 @@ def test_a_caller_that_does_not_split_leaves_the_split_to_upstreams_place(sglang
     assert sglang_tree.read(DSV4) == dsv4_module(INIT, AFTER, DECODE, header=HEADER_AFTER) + PLAIN_MULTI_STEP
 
 
-@pytest.mark.parametrize("per_step", [AFTER, CALLS_OWN_METHOD], ids=["upstream's split", "the fork's own method"])
-def test_a_path_that_splits_twice_is_refused(sglang_tree, per_step):
-    """A per-step split under a caller that splits: what `apply` once added to such a fork."""
-    text = dsv4_module(INIT, per_step, DECODE, OWN_METHOD, header=HEADER_AFTER) + MULTI_STEP_AFTER
+def test_upstreams_split_under_a_caller_that_splits_takes_the_callers_split_out(sglang_tree):
+    """Upstream's per-step split under a caller that splits (a fork that merged upstream, or what `apply`
+    once added to such a fork): the caller's split is taken out, proven by the split-once verdict."""
+    text = dsv4_module(INIT, AFTER, DECODE, OWN_METHOD, header=HEADER_AFTER) + MULTI_STEP_AFTER
+    sglang_tree.write(DSV4, text)
+    finding = sglang_tree.plan([RULE]).findings[0]
+    assert finding.state is State.TO_PATCH and finding.proof.proven  # by the split-once verdict on the result
+    assert finding.detail.endswith("the fork's split taken out, upstream's kept")
+    assert written_test_problems(sglang_tree) == [(CLS, "twice")]
+    code, out, _err = sglang_tree.cli("apply", "--no-tests")
+    assert code == 0 and "the fork's split taken out" in " ".join(out.split())
+    after = sglang_tree.read(DSV4)
+    assert "forward_batch.out_cache_loc = " not in after and "_split_out_cache_loc_per_step" not in after
+    assert after.startswith(dsv4_module(INIT, AFTER, DECODE, OWN_METHOD, header=HEADER_AFTER))
+    assert sglang_tree.cli("check", "--no-tests")[0] == 0 and written_test_problems(sglang_tree) == []
+
+
+def test_a_path_that_splits_twice_is_refused(sglang_tree):
+    """The fork's own per-step split (not upstream's) under a caller that splits: which to keep is the
+    maintainer's call."""
+    text = dsv4_module(INIT, CALLS_OWN_METHOD, DECODE, OWN_METHOD, header=HEADER_AFTER) + MULTI_STEP_AFTER
     sglang_tree.write(DSV4, text)
     [finding, _guard] = sglang_tree.plan([RULE]).findings
     assert (finding.state, finding.line) == (
@@ -759,10 +776,11 @@ CALLER_DEF = "    def init_forward_metadata(self, forward_batch):\n        step_
 KEEP_ON = {
     "DSv4 def line": (DSV4_DEF, True),
     "DSv4 statement": ("            metadata = self.init_forward_metadata_decode(\n", True),
-    "DSv4 split statement": ("                out_cache_loc = per_step_draft_out_cache_loc(\n", False),
+    "DSv4 split statement": ("                out_cache_loc = per_step_draft_out_cache_loc(\n", None),
     "caller def line": (CALLER_DEF, False),
     "caller's row": ("                forward_batch.out_cache_loc = step_out_cache_loc[i]\n", False),
 }
+#: (True: kept; False: refused, the caller kept as written; None: the caller's split taken out)
 
 
 def with_keep(text: str, line: str) -> str:
@@ -785,10 +803,12 @@ def test_a_double_split_is_kept_on_the_dsv4_site_not_on_its_caller(sglang_tree, 
     text = with_keep(dsv4_module(INIT, AFTER, DECODE, header=HEADER_AFTER) + MULTI_STEP_AFTER, line)
     sglang_tree.write(DSV4, text)
     finding = sglang_tree.plan([RULE]).findings[0]
-    assert finding.state is (State.KEPT if kept else State.UNRECOGNISED)
+    assert finding.state is {True: State.KEPT, False: State.UNRECOGNISED, None: State.TO_PATCH}[kept]
     code, out, err = sglang_tree.cli("check", "--no-tests")
     problems = written_test_problems(sglang_tree)
-    if kept:
+    if kept is None:  # a keep on upstream's split keeps nothing the removal touches
+        assert code == 1 and problems == [(CLS, "twice")]
+    elif kept:
         assert (code, err) == (0, "") and "kept by the fork" in out
         assert problems == []
     else:
@@ -922,7 +942,7 @@ MOVED = {
     "moved, upstream's split": ((moved(AFTER),), BUILDING_MULTI_STEP, State.PATCHED, None),
     "moved, own method": ((moved(CALLS_OWN_METHOD), OWN_METHOD), BUILDING_MULTI_STEP, State.TO_PATCH, None),
     "moved, caller splits": ((moved(BEFORE),), MULTI_STEP_AFTER, State.BY_CALLER, None),
-    "moved, caller and upstream's split": ((moved(AFTER),), MULTI_STEP_AFTER, State.UNRECOGNISED, TWICE),
+    "moved, caller and upstream's split": ((moved(AFTER),), MULTI_STEP_AFTER, State.TO_PATCH, TWICE),
     "moved, caller and own method": (
         (moved(CALLS_OWN_METHOD), OWN_METHOD),
         MULTI_STEP_AFTER,
@@ -932,7 +952,7 @@ MOVED = {
     "two deep, no split": ((DEEPER, deeper(BEFORE)), BUILDING_MULTI_STEP, State.TO_PATCH, NEVER),
     "two deep, upstream's split": ((DEEPER, deeper(AFTER)), BUILDING_MULTI_STEP, State.PATCHED, None),
     "two deep, caller splits": ((DEEPER, deeper(BEFORE)), MULTI_STEP_AFTER, State.BY_CALLER, None),
-    "two deep, caller and upstream's split": ((DEEPER, deeper(AFTER)), MULTI_STEP_AFTER, State.UNRECOGNISED, TWICE),
+    "two deep, caller and upstream's split": ((DEEPER, deeper(AFTER)), MULTI_STEP_AFTER, State.TO_PATCH, TWICE),
     "two deep, own method two deep": (
         (DEEPER, deeper(CALLS_OWN_METHOD), OWN_METHOD_DEEP),
         BUILDING_MULTI_STEP,
@@ -954,7 +974,7 @@ MOVED = {
     "calling each other, caller and upstream's split": (
         (DEEPER_CYCLE, deeper(AFTER, calls_back=True)),
         MULTI_STEP_AFTER,
-        State.UNRECOGNISED,
+        State.TO_PATCH,  # the caller's split taken out: upstream's kept
         TWICE,
     ),
     "own method two deep": (
@@ -1038,7 +1058,7 @@ MOVED_KEEP_ON = {
     "init_forward_metadata's def line": (MOVED_INIT, True),
     "the moved method's def line": ("    def _init_metadata(self, forward_batch):\n", True),
     "the moved handoff": ("            metadata = self.init_forward_metadata_decode(\n", True),
-    "the moved split statement": ("                out_cache_loc = per_step_draft_out_cache_loc(\n", False),
+    "the moved split statement": ("                out_cache_loc = per_step_draft_out_cache_loc(\n", None),
     "the caller's def line": (CALLER_DEF, False),
 }
 
@@ -1048,7 +1068,8 @@ def test_a_moved_double_split_is_kept_alike_by_check_and_the_written_test(sglang
     line, kept = MOVED_KEEP_ON[where]
     text = with_keep(dsv4_module(INIT, MOVED_INIT, moved(AFTER), DECODE, header=HEADER_AFTER) + MULTI_STEP_AFTER, line)
     sglang_tree.write(DSV4, text)
-    assert sglang_tree.plan([RULE]).findings[0].state is (State.KEPT if kept else State.UNRECOGNISED)
+    expected = {True: State.KEPT, False: State.UNRECOGNISED, None: State.TO_PATCH}[kept]  # None: taken out
+    assert sglang_tree.plan([RULE]).findings[0].state is expected
     assert [who for _cls, who in written_test_problems(sglang_tree)] == ([] if kept else [TWICE])
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from typing import Sequence
 
-from ..rules.base import Edit, Source
+from ..rules.base import Edit, Source, removed_lines
 
 
 def _offset(source: Source, line: int, col: int) -> int:
@@ -30,10 +30,14 @@ def _indented(text: str, pad: str) -> str:
 
 def spliced(source: Source, edits: Sequence[Edit]) -> str:
     """``source`` with every edit applied: a node's text replaced, statements inserted before a
-    statement (at its indentation), absorbed statements removed."""
+    statement (at its indentation), absorbed statements and removed definitions deleted."""
     changes: list[tuple[int, int, str]] = []  # (start, end, new text), by text offset
     for edit in edits:
         node = edit.node
+        if edit.remove:
+            first, last = removed_lines(source, node)
+            changes.append((_offset(source, first + 1, 0), _offset(source, last, 0) + len(source.lines[last - 1]), ""))
+            continue
         start = _offset(source, node.lineno, node.col_offset)
         end = _offset(source, node.end_lineno, node.end_col_offset)
         pad = _indent(source, node)

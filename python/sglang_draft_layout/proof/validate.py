@@ -23,7 +23,7 @@ from .interpret import Event, World
 from .paths import DIVERGED, Entry, Outcome, callers, knows_its_step, outcomes, step_param
 from .baking import worker_rows
 from .splice import spliced
-from .split_once import SplitVerdict, once_verdict
+from .split_once import PER_STEP, SplitVerdict, once_verdict
 from .world import HELPERS, PROBES, Probe, world_of
 
 
@@ -158,8 +158,9 @@ def prove(
     """Whether ``new_code`` (``old`` with ``edits``) computes the draft layout as proven above, from ``scope``."""
     new = new or Source(old.path, new_code)
     old_world, new_world = _world(old, package), _world(new, package)
-    anchors = {id(n) for edit in edits for n in (edit.node, *edit.absorb)}
-    touched = {_method_at(old.tree, edit.node) for edit in edits} - {None}
+    kept = [edit for edit in edits if not edit.remove]  # a removed method need not run
+    anchors = {id(n) for edit in kept for n in (edit.node, *edit.absorb)}
+    touched = {_method_at(old.tree, edit.node) for edit in kept} - {None}
     added = [
         n
         for cls, method in touched
@@ -225,6 +226,20 @@ def prove(
     return Proof(True, probes=tuple(verdicts), fork_seen_everywhere=fork_seen_everywhere)
 
 
+def prove_split_once(source: Source, new_code: str, cls: str) -> Proof:
+    """A rewrite that changes who splits (a caller's split taken out where ``cls`` splits as upstream does),
+    proven by the split-once verdict on ``new_code``: ``cls``'s own code takes upstream's row at every step
+    of every probe, from every path into it, split once."""
+    resolved = Source(source.path, new_code)
+    resolved.others, resolved.package, resolved.line_length = source.others, source.package, source.line_length
+    verdict = split_once_of(resolved, cls)
+    if verdict.who != PER_STEP:
+        why = verdict.why or f"split by {verdict.who} {verdict.caller}".rstrip()
+        return Proof(False, f"cannot prove the rewrite: the per-step out_cache_loc path after it: {why}")
+    runs = tuple((f"{cls} (split once): {probe}", "equal") for probe in PROBES)
+    return Proof(True, probes=runs, fork_seen_everywhere=True)
+
+
 def _world(source: Source, package: Optional[Path]) -> World:
     """``world_of(source)``, made once per source."""
     if getattr(source, "_world", None) is None:
@@ -264,4 +279,15 @@ def _had(world: World, cls: str, method: str, call: ast.Call) -> bool:
     return any(ast.unparse(c) == text for c in _helper_calls(world, cls, method))
 
 
-__all__ = ["Proof", "Probe", "PROBES", "prove", "spliced", "judge", "entries", "world_of", "split_once_of"]
+__all__ = [
+    "Proof",
+    "Probe",
+    "PROBES",
+    "prove",
+    "prove_split_once",
+    "spliced",
+    "judge",
+    "entries",
+    "world_of",
+    "split_once_of",
+]

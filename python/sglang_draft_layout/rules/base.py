@@ -55,6 +55,8 @@ class Edit:
     ``keep_comments`` (a top-level definition keeps the comment above it).
     ``separate`` is the number of blank lines kept between the inserted statements and
     the node (and between the groups of several edits).
+    ``remove`` deletes the node (a method) whole: its decorators, the comment lines right
+    above it and the blank lines above those.
     """
 
     node: ast.AST
@@ -64,6 +66,7 @@ class Edit:
     separate: int = 0
     keep_comments: bool = False
     drop_inner_comments: bool = False
+    remove: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,9 @@ class Finding:
     imports: tuple[tuple[str, str], ...] = ()
     #: the proof of the rewrite (``proof.Proof``): set by the engine before anything is written
     proof: Optional["Proof"] = None
+    #: the per-step class whose split-once verdict proves the rewrite, where it changes who splits (a
+    #: caller's duplicate split taken out: ``proof.validate.prove_split_once``) rather than a layout
+    proven_by_split_once: str = ""
 
 
 @dataclass(frozen=True)
@@ -107,8 +113,11 @@ class Rule:
         detail: str = "",
         edits: Sequence[Edit] = (),
         imports: Sequence[tuple[str, str]] = (),
+        proven_by_split_once: str = "",
     ) -> Finding:
-        return Finding(self, state, line, detail, tuple(edits), tuple(imports))
+        return Finding(
+            self, state, line, detail, tuple(edits), tuple(imports), proven_by_split_once=proven_by_split_once
+        )
 
 
 def code_lines(code: str) -> list[str]:
@@ -191,6 +200,23 @@ class Source:
     def function(self, name: str) -> Optional[ast.FunctionDef]:
         """The top-level function ``name``."""
         return next((s for s in self.definitions() if not isinstance(s, ast.ClassDef) and s.name == name), None)
+
+
+def definition_start(source: Source, stmt: ast.stmt) -> int:
+    """Index of a statement's first line: its decorators, and the comment lines right above them."""
+    start = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))]) - 1
+    indent = source.lines[start][: len(source.lines[start]) - len(source.lines[start].lstrip())]
+    while start > 0 and source.lines[start - 1].startswith(indent + "#"):
+        start -= 1
+    return start
+
+
+def removed_lines(source: Source, stmt: ast.stmt) -> tuple[int, int]:
+    """Line indexes [start, end) an ``Edit.remove`` deletes: ``definition_start`` and the blank lines above."""
+    start = definition_start(source, stmt)
+    while start > 0 and not source.lines[start - 1].strip():
+        start -= 1
+    return start, stmt.end_lineno
 
 
 def param_names(func: ast.FunctionDef) -> list[str]:

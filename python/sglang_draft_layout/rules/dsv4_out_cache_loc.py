@@ -23,8 +23,11 @@ and the written CPU test ask too: each path into this class run on the probes (a
 handing each step its row, or the per-step code alone), an EAGLE worker's ``draft_forward`` handing each
 step its row counted (``worker_rows``). The caller splits: handled by the fork's caller, nothing added
 here. The per-step code splits: its own split rewritten to the helper, or by hand in a callee (left).
-Never split: upstream's slice added. Anything else (twice, for some topk only, a caller this tool cannot
-follow) is refused, unless the fork keeps this site (``keeps_path``: the keep comment on a method of the
+Never split: upstream's slice added. Twice, where the per-step code splits as upstream does (the
+helper) and a caller of this file hands each step its row (a fork that merged upstream): the caller's
+split taken out (``layout_patterns.caller_split``), upstream's kept, proven by the split-once verdict on
+the result (``proof.validate.prove_split_once``). Anything else (twice otherwise, for some topk only, a
+caller this tool cannot follow) is refused, unless the fork keeps this site (``keeps_path``: the keep comment on a method of the
 path or its statement handing ``out_cache_loc=`` on, or ``--keep`` naming it); a keep on the caller
 keeps the caller's own layout, not the double split.
 
@@ -47,6 +50,7 @@ from ..layout_patterns.ast_walk import (
     self_called,
     self_reached,
 )
+from ..layout_patterns.caller_split import caller_split_removal
 from ..layout_patterns.helper_names import PER_STEP_HELPER
 from ..layout_patterns.keep import KEEP_PRAGMA
 from ..layout_patterns.out_cache_loc import Split, helper_calls, out_cache_loc_layouts
@@ -239,6 +243,18 @@ def _find(rule: Rule, source: Source) -> Finding:
             if keeps_path(source.lines, baking_methods(source.cls(cls))):
                 return rule.report(State.KEPT, stmt.lineno, KEEP_PRAGMA)
             if verdict.who == TWICE:
+                removal = (
+                    _upstream_side(source, cls, verdict.caller) if helpers and not (splits or verdict.path) else []
+                )
+                if removal:
+                    return rule.report(
+                        State.TO_PATCH,
+                        verdict.line,
+                        f"{verdict.caller} splits it again after upstream's split in {cls}.{where}: "
+                        "the fork's split taken out, upstream's kept",
+                        edits=removal,
+                        proven_by_split_once=cls,
+                    )
                 at = f"{verdict.path}:{verdict.line}" if verdict.path else f"line {verdict.line}"
                 return rule.report(
                     State.UNRECOGNISED,
@@ -253,6 +269,21 @@ def _find(rule: Rule, source: Source) -> Finding:
         unknown_line,
         "no decode branch passing `forward_batch.out_cache_loc` to init_forward_metadata_decode",
     )
+
+
+def _upstream_side(source: Source, cls: str, caller: str) -> list[Edit]:
+    """The edits that take the split out of ``caller`` (``Class.method`` of this file, no keep comment in
+    it) where the per-step code splits as upstream does, when the split-once verdict on the result proves ``cls``'s own code
+    splits once (``caller_split_removal``, ``prove_split_once``); [] otherwise."""
+    from ..proof.splice import spliced
+    from ..proof.validate import prove_split_once
+
+    owner, _, method = caller.partition(".")
+    defined = source.method(owner, method) if source.cls(owner) is not None else None
+    if defined is None or any(KEEP_PRAGMA in line for line in source.lines[defined.lineno - 1 : defined.end_lineno]):
+        return []  # a caller the fork keeps stays as written: the double split is refused
+    edits, _why = caller_split_removal(source, owner, method)
+    return edits if edits and prove_split_once(source, spliced(source, edits), cls).proven else []
 
 
 def decode_rule(id: str, file: str, cls: str, multi_step: str) -> Rule:

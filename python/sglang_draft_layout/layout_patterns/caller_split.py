@@ -1,0 +1,208 @@
+"""A multi-step caller's own per-step split, and the edits that take it out (upstream's side of a merge).
+
+A fork that fixed DeepSeek-V4's eager bug in its multi-step caller sets the batch's out_cache_loc to
+each step's row before it calls that step's backend (and puts the whole buffer back after). Once the
+per-step backend splits as upstream 0.5.13 does (the fork merged upstream, or cherry-picked its fix),
+that split is a second one. Upstream's caller hands each step the whole batch; taking the fork's
+statements out gives it: every statement that sets ``<batch>.out_cache_loc``, then what that leaves
+with nothing to do (an ``if`` with an empty body, a ``try`` whose ``finally`` only restored the buffer,
+a local no statement left reads, a private method of the class that nothing else calls). The lines
+that stay are kept as written. Whether the result splits once is the split-once verdict's to prove.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Optional
+
+from ..rules.base import Edit, Source, definition_start, param_names
+from .ast_walk import is_self_attr, method_named
+
+#: the nodes a value may hold and still do nothing but compute (calls are checked apart)
+PURE = (
+    *(ast.Name, ast.Attribute, ast.Subscript, ast.Constant, ast.Slice, ast.Tuple, ast.keyword, ast.expr_context),
+    *(ast.UnaryOp, ast.BinOp, ast.unaryop, ast.operator),
+)
+
+
+def _sets_batch_loc(stmt: ast.stmt, batch: str) -> bool:
+    return isinstance(stmt, ast.Assign) and all(
+        isinstance(t, ast.Attribute)
+        and t.attr == "out_cache_loc"
+        and isinstance(t.value, ast.Name)
+        and t.value.id == batch
+        for t in stmt.targets
+    )
+
+
+def _statements(node: ast.AST) -> list[ast.stmt]:
+    return [n for n in ast.walk(node) if isinstance(n, ast.stmt) and n is not node]
+
+
+def _pure(expr: ast.expr, cls: ast.ClassDef) -> bool:
+    """Reading ``expr`` does nothing but compute it: names, attributes, subscripts, constants, a tensor's
+    layout methods (``reshape``, ``permute``, ...) and calls of the class's own methods, with such arguments."""
+    from ..proof.interpret import LAYOUT_METHODS  # numpy: only where a path was judged
+
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Call):
+            if not isinstance(node.func, ast.Attribute):
+                return False
+            own = is_self_attr(node.func, node.func.attr) and method_named(cls, node.func.attr) is not None
+            if not (own or node.func.attr in LAYOUT_METHODS):
+                return False
+        elif not isinstance(node, PURE):
+            return False
+    return True
+
+
+def _removed(method: ast.FunctionDef, cls: ast.ClassDef, batch: str) -> set[int]:
+    """The ids of the statements to take out (see the module), to a fixed point."""
+    statements = _statements(method)
+    removed = {id(s) for s in statements if _sets_batch_loc(s, batch)}
+    while True:
+        live = [s for s in statements if not any(id(a) in removed for a in _holders(method, s))]
+        loads = {n.id for s in live for n in _own_nodes(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        more = set()
+        for s in live:
+            if isinstance(s, ast.If) and not s.orelse and all(id(b) in removed for b in s.body):
+                more.add(id(s))
+            if (
+                isinstance(s, ast.Assign)
+                and len(s.targets) == 1
+                and isinstance(s.targets[0], ast.Name)
+                and s.targets[0].id not in loads
+                and s.targets[0].id not in param_names(method)
+                and _pure(s.value, cls)
+            ):
+                more.add(id(s))
+        if not more - removed:
+            return removed
+        removed |= more
+
+
+def _holders(method: ast.FunctionDef, stmt: ast.stmt) -> list[ast.stmt]:
+    """``stmt`` and the statements of ``method`` that hold it."""
+    return [s for s in _statements(method) if s is stmt or stmt in _statements(s)]
+
+
+def _own_nodes(stmt: ast.stmt) -> list[ast.AST]:
+    """The nodes of ``stmt`` outside the statements it holds (a block's header, a simple statement whole)."""
+    inner = {id(n) for s in _statements(stmt) for n in ast.walk(s) if hasattr(n, "lineno")}
+    return [n for n in ast.walk(stmt) if id(n) not in inner]
+
+
+def _unwrapped(stmt: ast.AST, removed: set[int]) -> bool:
+    """A ``try`` with no handler whose ``finally`` is taken out whole: its body stays in its place."""
+    return (
+        isinstance(stmt, ast.Try)
+        and not stmt.handlers
+        and not stmt.orelse
+        and bool(stmt.finalbody)
+        and all(id(s) in removed for s in stmt.finalbody)
+    )
+
+
+def _text_without(source: Source, stmt: ast.stmt, removed: set[int]) -> Optional[str]:
+    """``stmt``'s lines with the removed statements (and their comment lines) cut and each unwrapped
+    ``try`` opened, dedented; None where the lines do not allow it (two statements on one line, say)."""
+    outer = _indent(source.lines[stmt.lineno - 1])
+    keep = {i: source.lines[i] for i in range(stmt.lineno - 1, stmt.end_lineno)}
+    for inner in _statements(stmt):
+        if id(inner) in removed:
+            for i in range(definition_start(source, inner), inner.end_lineno):
+                keep.pop(i, None)
+    for inner in [stmt, *_statements(stmt)]:
+        if not _unwrapped(inner, removed) or id(inner) in removed:
+            continue
+        if source.lines[inner.lineno - 1].strip() != "try:":
+            return None
+        body_end = inner.body[-1].end_lineno
+        finally_line = next(
+            (i for i in range(body_end, inner.finalbody[0].lineno - 1) if source.lines[i].strip() == "finally:"), None
+        )
+        if finally_line is None:
+            return None
+        at = _indent(source.lines[inner.lineno - 1])
+        shift = len(_indent(source.lines[inner.body[0].lineno - 1])) - len(at)
+        for i in [inner.lineno - 1, *range(finally_line, inner.end_lineno)]:
+            keep.pop(i, None)
+        for i in range(inner.lineno, body_end):
+            if i in keep and keep[i].strip():
+                if not keep[i].startswith(at + " " * shift):
+                    return None
+                keep[i] = at + keep[i][len(at) + shift :]
+    text = "".join(line[len(outer) :] if line.startswith(outer) else line for line in (keep[i] for i in sorted(keep)))
+    try:
+        parsed = ast.parse(text)
+    except SyntaxError:
+        return None
+    return text if len(parsed.body) == 1 else None
+
+
+def _indent(line: str) -> str:
+    return line[: len(line) - len(line.lstrip())]
+
+
+def caller_split_removal(source: Source, cls_name: str, method_name: str) -> tuple[list[Edit], str]:
+    """The edits that take the fork's per-step split out of ``cls_name.method_name`` (see the module), or
+    ([], why not) in one line."""
+    cls, method = source.cls(cls_name), source.method(cls_name, method_name)
+    if cls is None or method is None or len(param_names(method)) < 2:
+        return [], f"no {cls_name}.{method_name}(self, forward_batch) in this file"
+    batch = param_names(method)[1]
+    removed = _removed(method, cls, batch)
+    if not removed:
+        return [], f"{cls_name}.{method_name} sets no `{batch}.out_cache_loc`"
+    kept = [s for s in method.body if id(s) not in removed]
+    if not kept:
+        return [], f"taking the fork's split out leaves {cls_name}.{method_name} empty: do it by hand"
+    replaced: dict[int, str] = {}
+    for stmt in kept:
+        if any(id(inner) in removed for inner in _statements(stmt)):
+            text = _text_without(source, stmt, removed)
+            if text is None:
+                return (
+                    [],
+                    f"cannot take the fork's split out of {cls_name}.{method_name} (line {stmt.lineno}) as written",
+                )
+            replaced[id(stmt)] = text
+    taker = next((s for s in kept if id(s) in replaced), kept[0])  # takes the comments of those taken out
+    absorbed = tuple(s for s in method.body if id(s) in removed)
+    edits = [
+        Edit(s, replace=replaced.get(id(s)), absorb=absorbed if s is taker else ())
+        for s in kept
+        if id(s) in replaced or s is taker and absorbed
+    ]
+    return edits + _unused_methods(source, cls, method, removed), ""
+
+
+def _unused_methods(source: Source, cls: ast.ClassDef, method: ast.FunctionDef, removed: set[int]) -> list[Edit]:
+    """Removals of the private methods of ``cls`` that only the removed statements called."""
+    called = {
+        n.func.attr
+        for s in _statements(method)
+        if id(s) in removed
+        for n in _own_nodes(s)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and is_self_attr(n.func, n.func.attr)
+    }
+    module = ast.parse(source.code)
+    gone = {
+        (n.lineno, n.col_offset)
+        for s in _statements(method)
+        if id(s) in removed
+        for n in ast.walk(s)
+        if hasattr(n, "lineno")
+    }
+    edits = []
+    for name in sorted(called):
+        defined = [m for m in cls.body if isinstance(m, ast.FunctionDef) and m.name == name]
+        used = [
+            n
+            for n in ast.walk(module)
+            if (isinstance(n, ast.Attribute) and n.attr == name or isinstance(n, ast.Name) and n.id == name)
+            and (n.lineno, n.col_offset) not in gone
+        ]
+        if name.startswith("_") and len(defined) == 1 and not used:
+            edits.append(Edit(defined[0], remove=True))
+    return edits

@@ -1,0 +1,57 @@
+"""A fork's own DeepSeek-V4 caller split on upstream 0.5.13's tree (a fork that merged upstream, or
+cherry-picked its per-step split): `apply` takes the fork's split out, upstream's stays, proven by the
+split-once verdict; a caller it cannot take apart is refused with nothing written."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_draft_layout import cli
+from sglang_draft_layout.proof.validate import split_once_of
+from sglang_draft_layout.rules.base import Source
+from support import fork_edits
+from test_releases import tree_digest
+
+pytestmark = pytest.mark.releases
+
+UPSTREAM = "0.5.13"
+DSV4 = fork_edits.DSV4
+
+
+def test_the_forks_caller_split_is_taken_out_and_the_tree_is_upstreams(scratch, pristine, capsys):
+    tree = scratch(UPSTREAM)
+    fork_edits.dsv4_caller_split(tree)
+    assert cli.main(["check", "--no-tests", str(tree)]) == 1
+    out = capsys.readouterr().out
+    assert "DeepseekV4MultiStepBackend.init_forward_metadata splits it again after" in " ".join(out.split())
+    assert cli.main(["apply", "--no-tests", str(tree)]) == 0
+    assert "the fork's split taken out, upstream's kept" in " ".join(capsys.readouterr().out.split())
+    assert tree_digest(tree) == tree_digest(pristine(UPSTREAM))  # 0.5.13's file, byte for byte
+    assert cli.main(["check", "--no-tests", str(tree)]) == 0
+
+
+def test_a_caller_split_in_a_mixin_is_taken_out_there(scratch, capsys):
+    tree = scratch(UPSTREAM)
+    fork_edits.dsv4_caller_split_mixin(tree)
+    assert cli.main(["apply", "--no-tests", str(tree)]) == 0
+    path = tree / "sglang" / DSV4
+    written = path.read_text()
+    assert "_split_out_cache_loc_per_step" not in written and "forward_batch.out_cache_loc =" not in written
+    source = Source(DSV4, written)
+    source.package = tree / "sglang"
+    assert split_once_of(source, "DeepseekV4AttnBackend").who == "per-step backend"
+    assert cli.main(["check", "--no-tests", str(tree)]) == 0
+
+
+def test_a_caller_split_it_cannot_take_apart_is_refused(scratch, capsys):
+    tree = scratch(UPSTREAM)
+    fork_edits.dsv4_caller_split(tree)
+    path = tree / "sglang" / DSV4
+    two_statements = (
+        "        try:\n            self.steps_seen = 0\n            for i in range("  # the try opens to two
+    )
+    path.write_text(path.read_text().replace("        try:\n            for i in range(", two_statements, 1))
+    before = tree_digest(tree)
+    assert cli.main(["apply", "--no-tests", str(tree)]) == 2
+    assert "splits the per-step out_cache_loc twice" in " ".join(capsys.readouterr().err.split())
+    assert tree_digest(tree) == before  # nothing written
