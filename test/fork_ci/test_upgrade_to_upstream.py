@@ -5,8 +5,9 @@ The repository is built from the release wheels: 0.5.12's files committed as ups
 v0.5.12), upstream's next commit holding 0.5.13's files (tag v0.5.13), and a fork branch from
 v0.5.12 with the fork's own edits, patched by `apply` and committed. After `git merge v0.5.13`
 the conflicts are README's list; resolved to upstream's side (whole files where the fork changed
-nothing else, else hunk by hunk), the fork's own DeepSeek-V4 caller split, which now splits a second
-time, taken out by `apply` (and its split method with it), and the written test moved by `apply` to
+nothing else, else hunk by hunk), the fork's own DeepSeek-V4 split (in the multi-step caller, or in
+the per-step backend's callee), which now splits a second time, taken out by `apply` (and its split
+method with it), and the written test moved by `apply` to
 the suite the merge renamed, `check` exits 0 and every file of the package is 0.5.13's; the written
 test passes there.
 """
@@ -87,7 +88,14 @@ def keep_dsv4_and_worker(python: Path) -> None:
 
 WORKER_DEF = "    def draft_forward(self, forward_batch: ForwardBatch):\n"
 #: the fork's own edits before it is patched, by case
-FORKS = {"plain": None, "caller-split": fork_edits.dsv4_caller_split, "kept": keep_dsv4_and_worker}
+FORKS = {
+    "plain": None,
+    "caller-split": fork_edits.dsv4_caller_split,
+    "callee-split": fork_edits.dsv4_callee_split,
+    "kept": keep_dsv4_and_worker,
+}
+#: the forks whose own DSv4 split merges in beside upstream's: `apply` takes it out
+SPLITS_AGAIN = {"caller-split", "callee-split"}
 
 
 def run_git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
@@ -131,7 +139,10 @@ def test_git_merge_of_0_5_13_into_a_patched_fork(upstream, tmp_path, case):
 
     merge = run_git(fork, "merge", "-m", "Merge v0.5.13", "v0.5.13")
     assert merge.returncode == 1 and "Automatic merge failed" in merge.stdout, merge.stdout + merge.stderr
-    expected = CONFLICTS - {("UU", WORKER_V2)} if case == "kept" else CONFLICTS  # its split kept, unpatched
+    expected = {
+        "kept": CONFLICTS - {("UU", WORKER_V2)},  # its split kept, unpatched
+        "callee-split": CONFLICTS - {("UU", DSV4)},  # its own split left by hand: DSv4 merges cleanly
+    }.get(case, CONFLICTS)
     assert unmerged(fork) == expected
     if case == "kept":  # the keep comment's own conflict: on DSv4's decode, which upstream restructured
         assert f"init_forward_metadata_decode({KEEP}\n" in (fork / DSV4).read_text().split("=======")[0]
@@ -146,7 +157,7 @@ def test_git_merge_of_0_5_13_into_a_patched_fork(upstream, tmp_path, case):
         git(fork, "add", "--", path)
 
     stale = [(CPU_TEST, "stale")]  # the merge renamed the suites: the written test is stale
-    if case == "caller-split":  # merged in silently beside upstream's split: apply takes the fork's out
+    if case in SPLITS_AGAIN:  # merged in silently beside upstream's split: apply takes the fork's out
         report = api.check(fork)
         assert [(i.file, i.state) for i in report.to_do] == [(DSV4, "to patch"), *stale]
         assert "the fork's split taken out, upstream's kept" in report.to_do[0].detail
@@ -154,7 +165,7 @@ def test_git_merge_of_0_5_13_into_a_patched_fork(upstream, tmp_path, case):
         kept_def = WORKER_DEF.replace(":\n", f":{KEEP}\n")
         assert (fork / WORKER_V2).read_text().count(kept_def) == 1
         (fork / WORKER_V2).write_text((fork / WORKER_V2).read_text().replace(kept_def, WORKER_DEF))
-    if case != "caller-split":
+    if case not in SPLITS_AGAIN:
         assert [(i.file, i.state) for i in api.check(fork).to_do] == stale
     assert api.apply(fork).exit_code == 0
     assert api.check(fork).exit_code == 0

@@ -1,6 +1,7 @@
-"""A fork's own DeepSeek-V4 caller split on upstream 0.5.13's tree (a fork that merged upstream, or
-cherry-picked its per-step split): `apply` takes the fork's split out, upstream's stays, proven by the
-split-once verdict; a caller it cannot take apart is refused with nothing written."""
+"""A fork's own DeepSeek-V4 split, in its multi-step caller or in the per-step backend's callee, on
+upstream 0.5.13's tree (a fork that merged upstream, or cherry-picked its per-step split): `apply` takes
+the fork's split out, upstream's stays, proven by the split-once verdict; a split it cannot take apart
+or that the fork keeps is refused with nothing written."""
 
 from __future__ import annotations
 
@@ -55,3 +56,28 @@ def test_a_caller_split_it_cannot_take_apart_is_refused(scratch, capsys):
     assert cli.main(["apply", "--no-tests", str(tree)]) == 2
     assert "splits the per-step out_cache_loc twice" in " ".join(capsys.readouterr().err.split())
     assert tree_digest(tree) == before  # nothing written
+
+
+def test_the_forks_callee_split_is_taken_out_and_the_tree_is_upstreams(scratch, pristine, capsys):
+    """The fork fixed the eager bug in ``init_forward_metadata_decode`` (``fork_edits.dsv4_callee_split``,
+    with ``-1`` for the batch: no spelling this tool recognises) and merged 0.5.13: the proof decides."""
+    tree = scratch(UPSTREAM)
+    fork_edits.dsv4_callee_split(tree)
+    assert cli.main(["check", "--no-tests", str(tree)]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "DeepseekV4AttnBackend.init_forward_metadata_decode splits it again after upstream's split" in out
+    assert cli.main(["apply", "--no-tests", str(tree)]) == 0
+    assert tree_digest(tree) == tree_digest(pristine(UPSTREAM))
+    assert cli.main(["check", "--no-tests", str(tree)]) == 0
+
+
+def test_a_callee_split_the_fork_keeps_is_refused(scratch, capsys):
+    tree = scratch(UPSTREAM)
+    fork_edits.dsv4_callee_split(tree)
+    path = tree / "sglang" / DSV4
+    kept = "            out_cache_loc = out_cache_loc.reshape(  # sglang-draft-layout: keep\n"
+    path.write_text(path.read_text().replace("            out_cache_loc = out_cache_loc.reshape(\n", kept, 1))
+    before = tree_digest(tree)
+    assert cli.main(["apply", "--no-tests", str(tree)]) == 2
+    assert "split twice?" in " ".join(capsys.readouterr().err.split())
+    assert tree_digest(tree) == before

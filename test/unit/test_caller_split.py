@@ -1,9 +1,10 @@
-"""layout_patterns/caller_split.py: the edits that take a multi-step caller's own per-step split out
-(upstream's side of a merge), on hand-written mimics of a fork's caller (no SGLang code)."""
+"""layout_patterns/caller_split.py: the edits that take a fork's own per-step split out of a multi-step
+caller or a per-step callee (upstream's side of a merge), on hand-written mimics of a fork's code (no
+SGLang code)."""
 
 from __future__ import annotations
 
-from sglang_draft_layout.layout_patterns.caller_split import caller_split_removal
+from sglang_draft_layout.layout_patterns.caller_split import callee_split_removal, caller_split_removal
 from sglang_draft_layout.proof.splice import spliced
 from sglang_draft_layout.rewrite import apply_edits
 from sglang_draft_layout.rules.base import Source
@@ -61,3 +62,31 @@ def test_a_local_read_by_code_that_stays_is_kept():
     assert "step_out_cache_loc = self._split_out_cache_loc_per_step(forward_batch)" in written
     assert "def _split_out_cache_loc_per_step" in written
     assert "forward_batch.out_cache_loc =" not in written
+
+
+CALLEE = """class Backend:
+    def init_forward_metadata_decode(self, seq_lens, out_cache_loc):
+        # the step's row
+        if self.topk > 0 and self.speculative_num_steps > 1:
+            out_cache_loc = out_cache_loc.reshape(
+                -1, self.topk, self.speculative_num_steps
+            ).permute(2, 0, 1)[self.speculative_step_id].reshape(-1)
+        assert seq_lens.shape[0] == out_cache_loc.shape[0]
+        return out_cache_loc
+"""
+
+
+def test_a_callees_rebinding_of_its_parameter_is_taken_out():
+    source = Source("f.py", CALLEE)
+    edits, why = callee_split_removal(source, "Backend", "init_forward_metadata_decode")
+    assert why == ""
+    expected = CALLEE.replace(CALLEE[CALLEE.index("        if self.topk") : CALLEE.index("        assert")], "")
+    assert "# the step's row\n        assert" in expected  # the comment above the split stays, above what follows
+    assert apply_edits(source, edits) == spliced(source, edits) == expected
+
+
+def test_a_callee_that_computes_with_its_row_is_left():
+    """Rebinding by something other than a layout (a call of another object) is no split to take out."""
+    other = CALLEE.replace("out_cache_loc.reshape(", "self.allocator.remap(out_cache_loc).reshape(")
+    edits, why = callee_split_removal(Source("f.py", other), "Backend", "init_forward_metadata_decode")
+    assert (edits, why) == ([], "Backend.init_forward_metadata_decode sets no parameter to a layout of itself")

@@ -1,13 +1,17 @@
-"""A multi-step caller's own per-step split, and the edits that take it out (upstream's side of a merge).
+"""A fork's own per-step split beside upstream's, and the edits that take it out (upstream's side of a merge).
 
 A fork that fixed DeepSeek-V4's eager bug in its multi-step caller sets the batch's out_cache_loc to
-each step's row before it calls that step's backend (and puts the whole buffer back after). Once the
-per-step backend splits as upstream 0.5.13 does (the fork merged upstream, or cherry-picked its fix),
-that split is a second one. Upstream's caller hands each step the whole batch; taking the fork's
-statements out gives it: every statement that sets ``<batch>.out_cache_loc``, then what that leaves
-with nothing to do (an ``if`` with an empty body, a ``try`` whose ``finally`` only restored the buffer,
-a local no statement left reads, a private method of the class that nothing else calls). The lines
-that stay are kept as written. Whether the result splits once is the split-once verdict's to prove.
+each step's row before it calls that step's backend (and puts the whole buffer back after); one that
+fixed it in the per-step backend's callee (``init_forward_metadata_decode``, where 0.5.12's shape
+assert points) rebinds that method's ``out_cache_loc`` parameter to the step's row. Once the per-step
+backend splits as upstream 0.5.13 does (the fork merged upstream, or cherry-picked its fix), the
+fork's split is a second one. Upstream's caller hands each step the whole batch, and its callee takes
+the row it is handed; taking the fork's statements out gives both: the statements that set
+``<batch>.out_cache_loc`` (caller) or rebind the parameter to a layout of itself (callee), then what that
+leaves with nothing to do (an ``if`` with an empty body, a ``try`` whose ``finally`` only restored the
+buffer, a local no statement left reads, a private method of the class that nothing else calls). The
+lines that stay are kept as written. Whether the result splits once is the split-once verdict's to
+prove.
 """
 
 from __future__ import annotations
@@ -56,10 +60,31 @@ def _pure(expr: ast.expr, cls: ast.ClassDef) -> bool:
     return True
 
 
-def _removed(method: ast.FunctionDef, cls: ast.ClassDef, batch: str) -> set[int]:
-    """The ids of the statements to take out (see the module), to a fixed point."""
+def _rebinds_to_a_layout(stmt: ast.stmt, method: ast.FunctionDef, cls: ast.ClassDef) -> bool:
+    """``stmt`` binds a parameter of ``method`` to a layout of itself: a value that reads it, calls a
+    tensor's layout method and does nothing but compute (``_pure``); which rows is the proof's to say."""
+    from ..proof.interpret import LAYOUT_METHODS  # numpy: only where a path was judged
+
+    if not (
+        isinstance(stmt, ast.Assign)
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
+        and stmt.targets[0].id in param_names(method)
+    ):
+        return False
+    name, nodes = stmt.targets[0].id, list(ast.walk(stmt.value))
+    return (
+        any(isinstance(n, ast.Name) and n.id == name for n in nodes)
+        and any(isinstance(n, ast.Call) and getattr(n.func, "attr", "") in LAYOUT_METHODS for n in nodes)
+        and _pure(stmt.value, cls)
+    )
+
+
+def _removed(method: ast.FunctionDef, cls: ast.ClassDef, seeds: set[int]) -> set[int]:
+    """The ids of the statements to take out: ``seeds`` and what they leave with nothing to do (see the
+    module), to a fixed point."""
     statements = _statements(method)
-    removed = {id(s) for s in statements if _sets_batch_loc(s, batch)}
+    removed = set(seeds)
     while True:
         live = [s for s in statements if not any(id(a) in removed for a in _holders(method, s))]
         loads = {n.id for s in live for n in _own_nodes(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
@@ -145,15 +170,32 @@ def _indent(line: str) -> str:
 
 
 def caller_split_removal(source: Source, cls_name: str, method_name: str) -> tuple[list[Edit], str]:
-    """The edits that take the fork's per-step split out of ``cls_name.method_name`` (see the module), or
-    ([], why not) in one line."""
-    cls, method = source.cls(cls_name), source.method(cls_name, method_name)
-    if cls is None or method is None or len(param_names(method)) < 2:
+    """The edits that take the fork's per-step split out of the multi-step caller ``cls_name.method_name``
+    (its statements setting ``<batch>.out_cache_loc``; see the module), or ([], why not) in one line."""
+    method = source.method(cls_name, method_name) if source.cls(cls_name) is not None else None
+    if method is None or len(param_names(method)) < 2:
         return [], f"no {cls_name}.{method_name}(self, forward_batch) in this file"
     batch = param_names(method)[1]
-    removed = _removed(method, cls, batch)
-    if not removed:
-        return [], f"{cls_name}.{method_name} sets no `{batch}.out_cache_loc`"
+    seeds = {id(s) for s in _statements(method) if _sets_batch_loc(s, batch)}
+    return _removal(source, cls_name, method_name, seeds, f"`{batch}.out_cache_loc`")
+
+
+def callee_split_removal(source: Source, cls_name: str, method_name: str) -> tuple[list[Edit], str]:
+    """The edits that take the fork's per-step split out of the per-step backend's callee
+    ``cls_name.method_name`` (the statements rebinding a parameter to a layout of it; see the module), or
+    ([], why not) in one line."""
+    method = source.method(cls_name, method_name) if source.cls(cls_name) is not None else None
+    if method is None:
+        return [], f"no {cls_name}.{method_name} in this file"
+    seeds = {id(s) for s in _statements(method) if _rebinds_to_a_layout(s, method, source.cls(cls_name))}
+    return _removal(source, cls_name, method_name, seeds, "parameter to a layout of itself")
+
+
+def _removal(source: Source, cls_name: str, method_name: str, seeds: set[int], what: str) -> tuple[list[Edit], str]:
+    cls, method = source.cls(cls_name), source.method(cls_name, method_name)
+    if not seeds:
+        return [], f"{cls_name}.{method_name} sets no {what}"
+    removed = _removed(method, cls, seeds)
     kept = [s for s in method.body if id(s) not in removed]
     if not kept:
         return [], f"taking the fork's split out leaves {cls_name}.{method_name} empty: do it by hand"

@@ -26,7 +26,8 @@ here. The per-step code splits: its own split rewritten to the helper, or by han
 Never split: upstream's slice added. Twice, where the per-step code splits as upstream does (the
 helper) and a caller of this file hands each step its row (a fork that merged upstream): the caller's
 split taken out (``layout_patterns.caller_split``), upstream's kept, proven by the split-once verdict on
-the result (``proof.validate.prove_split_once``). Anything else (twice otherwise, for some topk only, a
+the result (``proof.validate.prove_split_once``); likewise a fork's split in a callee of the per-step
+code (``init_forward_metadata_decode`` rebinding its ``out_cache_loc`` to the step's row). Anything else (twice otherwise, for some topk only, a
 caller this tool cannot follow) is refused, unless the fork keeps this site (``keeps_path``: the keep comment on a method of the
 path or its statement handing ``out_cache_loc=`` on, or ``--keep`` naming it); a keep on the caller
 keeps the caller's own layout, not the double split.
@@ -50,7 +51,7 @@ from ..layout_patterns.ast_walk import (
     self_called,
     self_reached,
 )
-from ..layout_patterns.caller_split import caller_split_removal
+from ..layout_patterns.caller_split import callee_split_removal, caller_split_removal
 from ..layout_patterns.helper_names import PER_STEP_HELPER
 from ..layout_patterns.keep import KEEP_PRAGMA
 from ..layout_patterns.out_cache_loc import Split, helper_calls, out_cache_loc_layouts
@@ -242,19 +243,19 @@ def _find(rule: Rule, source: Source) -> Finding:
                 return rule.report(State.PATCHED, helpers[0].lineno if where != method.name else branch.lineno)
             if keeps_path(source.lines, baking_methods(source.cls(cls))):
                 return rule.report(State.KEPT, stmt.lineno, KEEP_PRAGMA)
-            if verdict.who == TWICE:
-                removal = (
-                    _upstream_side(source, cls, verdict.caller) if helpers and not (splits or verdict.path) else []
+            removal, fork_split, line = (
+                _upstream_side(source, cls, method, verdict) if helpers and not splits else ([], "", 0)
+            )
+            if removal:
+                return rule.report(
+                    State.TO_PATCH,
+                    line,
+                    f"{fork_split} splits it again after upstream's split in {cls}.{where}: "
+                    "the fork's split taken out, upstream's kept",
+                    edits=removal,
+                    proven_by_split_once=cls,
                 )
-                if removal:
-                    return rule.report(
-                        State.TO_PATCH,
-                        verdict.line,
-                        f"{verdict.caller} splits it again after upstream's split in {cls}.{where}: "
-                        "the fork's split taken out, upstream's kept",
-                        edits=removal,
-                        proven_by_split_once=cls,
-                    )
+            if verdict.who == TWICE:
                 at = f"{verdict.path}:{verdict.line}" if verdict.path else f"line {verdict.line}"
                 return rule.report(
                     State.UNRECOGNISED,
@@ -271,19 +272,35 @@ def _find(rule: Rule, source: Source) -> Finding:
     )
 
 
-def _upstream_side(source: Source, cls: str, caller: str) -> list[Edit]:
-    """The edits that take the split out of ``caller`` (``Class.method`` of this file, no keep comment in
-    it) where the per-step code splits as upstream does, when the split-once verdict on the result proves ``cls``'s own code
-    splits once (``caller_split_removal``, ``prove_split_once``); [] otherwise."""
+def _upstream_side(source: Source, cls: str, decode: ast.FunctionDef, verdict) -> tuple[list[Edit], str, int]:
+    """Where ``cls``'s own code splits as upstream does and the path still does not split once: the edits
+    that take the fork's split out, its ``Class.method`` and line; ([], "", 0) when none is proven.
+
+    The fork's split is the multi-step caller's of this file that the verdict names (twice), or else
+    one in a method of ``cls`` that ``decode`` reaches (the callee handed the row); taken out by
+    ``caller_split_removal`` / ``callee_split_removal``, written only where the split-once verdict on the
+    result proves ``cls`` splits once (``prove_split_once``), never in a method with a keep comment."""
+    from ..proof.split_once import TWICE
     from ..proof.splice import spliced
     from ..proof.validate import prove_split_once
 
-    owner, _, method = caller.partition(".")
-    defined = source.method(owner, method) if source.cls(owner) is not None else None
-    if defined is None or any(KEEP_PRAGMA in line for line in source.lines[defined.lineno - 1 : defined.end_lineno]):
-        return []  # a caller the fork keeps stays as written: the double split is refused
-    edits, _why = caller_split_removal(source, owner, method)
-    return edits if edits and prove_split_once(source, spliced(source, edits), cls).proven else []
+    def kept(owner: str, name: str) -> bool:
+        defined = source.method(owner, name)
+        return any(KEEP_PRAGMA in line for line in source.lines[defined.lineno - 1 : defined.end_lineno])
+
+    if verdict.who == TWICE and not verdict.path:
+        owner, _, name = verdict.caller.partition(".")
+        candidates = [(owner, name, caller_split_removal)]
+    else:
+        candidates = [(cls, m.name, callee_split_removal) for m in self_reached(source.cls(cls), decode)[1:]]
+    for owner, name, removal in candidates:
+        if source.cls(owner) is None or source.method(owner, name) is None or kept(owner, name):
+            continue  # a method the fork keeps stays as written: the double split is refused
+        edits, _why = removal(source, owner, name)
+        if edits and prove_split_once(source, spliced(source, edits), cls).proven:
+            taken = [n for e in edits if not e.remove for n in (e.absorb or [e.node])]
+            return edits, f"{owner}.{name}", min(n.lineno for n in taken)
+    return [], "", 0
 
 
 def decode_rule(id: str, file: str, cls: str, multi_step: str) -> Rule:
