@@ -250,17 +250,41 @@ def _world(source: Source, package: Optional[Path]) -> World:
 def split_once_of(source: Source, cls: str) -> SplitVerdict:
     """Who splits the per-step out_cache_loc on the paths into ``cls``, the EAGLE workers of
     ``source.others`` counted (``split_once.once_verdict``): the one verdict the rules ask, on the whole
-    module as the written CPU test reads it (its functions too, not only the class blocks ``check`` parsed)."""
+    module as the written CPU test reads it (its functions too, not only the class blocks ``check`` parsed).
+    Judged once per process for the same code (``_VERDICTS``)."""
     verdicts = source.__dict__.setdefault("_split_once", {})
     if cls not in verdicts:
-        verdicts[cls] = once_verdict(_whole_world(source), cls, worker_rows(source.other_trees()))
+        world = _whole_world(source)
+        imported = tuple(c for name, c in world.classes.items() if name not in source._own_classes)  # type: ignore[attr-defined]
+        key = (
+            source.path,
+            source.code,
+            cls,
+            tuple(map(id, imported)),
+            tuple(sorted((relative, other.code) for relative, other in source.others.items())),
+        )
+        if key not in _VERDICTS:
+            if len(_VERDICTS) >= _KEPT_VERDICTS:
+                del _VERDICTS[next(iter(_VERDICTS))]
+            _VERDICTS[key] = (imported, once_verdict(world, cls, worker_rows(source.other_trees())))
+        verdicts[cls] = _VERDICTS[key][1]
     return verdicts[cls]
+
+
+#: (path, code, class, ids of the classes imported from the tree's other modules, the workers' code) ->
+#: (those classes, the verdict): a check, an apply and a check of one tree judge each path once. The
+#: imported classes are the trees ``world._parsed`` keeps while their file stays as it is; held here, so
+#: their ids name them as long as the entry lives.
+_VERDICTS: dict[tuple, tuple[tuple[ast.ClassDef, ...], SplitVerdict]] = {}
+_KEPT_VERDICTS = 256
 
 
 def _whole_world(source: Source) -> World:
     """``world_of`` the whole module (``source`` may hold only its class blocks), made once per source."""
     if getattr(source, "_whole_world", None) is None:
-        source._whole_world = world_of(ast.parse(source.code), source.package)  # type: ignore[attr-defined]
+        tree = ast.parse(source.code)
+        source._own_classes = {c.name for c in tree.body if isinstance(c, ast.ClassDef)}  # type: ignore[attr-defined]
+        source._whole_world = world_of(tree, source.package)  # type: ignore[attr-defined]
     return source._whole_world  # type: ignore[attr-defined]
 
 
