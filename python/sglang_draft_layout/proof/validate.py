@@ -155,9 +155,29 @@ def prove(
     package: Optional[Path] = None,
     new: Optional[Source] = None,
 ) -> Proof:
-    """Whether ``new_code`` (``old`` with ``edits``) computes the draft layout as proven above, from ``scope``."""
+    """Whether ``new_code`` (``old`` with ``edits``) computes the draft layout as proven above, from ``scope``.
+    Proven once per process for the same code, edits and imported classes (``_PROOFS``)."""
     new = new or Source(old.path, new_code)
     old_world, new_world = _world(old, package), _world(new, package)
+    imported = (*_imported(old_world, old.tree), *_imported(new_world, new.tree))
+    key = (
+        scope,
+        old.path,
+        old.code,
+        new_code,
+        tuple(_where(old.tree)),
+        tuple(_where(new.tree)),
+        tuple((_span(e.node), tuple(map(_span, e.absorb)), e.remove) for e in edits),
+        tuple(map(id, imported)),
+    )
+    if key not in _PROOFS:
+        if len(_PROOFS) >= _KEPT:
+            del _PROOFS[next(iter(_PROOFS))]
+        _PROOFS[key] = (imported, _prove(scope, old, new, edits, old_world, new_world))
+    return _PROOFS[key][1]
+
+
+def _prove(scope: str, old: Source, new: Source, edits: Sequence[Edit], old_world: World, new_world: World) -> Proof:
     kept = [edit for edit in edits if not edit.remove]  # a removed method need not run
     anchors = {id(n) for edit in kept for n in (edit.node, *edit.absorb)}
     touched = {_method_at(old.tree, edit.node) for edit in kept} - {None}
@@ -255,7 +275,7 @@ def split_once_of(source: Source, cls: str) -> SplitVerdict:
     verdicts = source.__dict__.setdefault("_split_once", {})
     if cls not in verdicts:
         world = _whole_world(source)
-        imported = tuple(c for name, c in world.classes.items() if name not in source._own_classes)  # type: ignore[attr-defined]
+        imported = _imported(world, source._whole_tree)  # type: ignore[attr-defined]
         key = (
             source.path,
             source.code,
@@ -264,7 +284,7 @@ def split_once_of(source: Source, cls: str) -> SplitVerdict:
             tuple(sorted((relative, other.code) for relative, other in source.others.items())),
         )
         if key not in _VERDICTS:
-            if len(_VERDICTS) >= _KEPT_VERDICTS:
+            if len(_VERDICTS) >= _KEPT:
                 del _VERDICTS[next(iter(_VERDICTS))]
             _VERDICTS[key] = (imported, once_verdict(world, cls, worker_rows(source.other_trees())))
         verdicts[cls] = _VERDICTS[key][1]
@@ -272,19 +292,35 @@ def split_once_of(source: Source, cls: str) -> SplitVerdict:
 
 
 #: (path, code, class, ids of the classes imported from the tree's other modules, the workers' code) ->
-#: (those classes, the verdict): a check, an apply and a check of one tree judge each path once. The
-#: imported classes are the trees ``world._parsed`` keeps while their file stays as it is; held here, so
-#: their ids name them as long as the entry lives.
+#: (those classes, the verdict); ``_PROOFS`` likewise for ``prove`` (the code before and after, the
+#: class blocks parsed, the edits' places): a check, an apply and a check of one tree prove each path
+#: once. The imported classes are the trees ``world._parsed`` keeps while their file stays as it is;
+#: held here, so their ids name them as long as the entry lives.
 _VERDICTS: dict[tuple, tuple[tuple[ast.ClassDef, ...], SplitVerdict]] = {}
-_KEPT_VERDICTS = 256
+_PROOFS: dict[tuple, tuple[tuple[ast.ClassDef, ...], Proof]] = {}
+_KEPT = 256
+
+
+def _imported(world: World, tree: ast.Module) -> tuple[ast.ClassDef, ...]:
+    """The classes of ``world`` that came from the tree's other modules (not defined in ``tree``)."""
+    own = {c.name for c in tree.body if isinstance(c, ast.ClassDef)}
+    return tuple(c for name, c in world.classes.items() if name not in own)
+
+
+def _where(tree: ast.Module) -> list[tuple[int, int]]:
+    """Where the top-level statements parsed start and end (a Source may hold only some class blocks)."""
+    return [(n.lineno, n.end_lineno or 0) for n in tree.body]
+
+
+def _span(node: ast.AST) -> tuple:
+    return (type(node).__name__, node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)
 
 
 def _whole_world(source: Source) -> World:
     """``world_of`` the whole module (``source`` may hold only its class blocks), made once per source."""
     if getattr(source, "_whole_world", None) is None:
-        tree = ast.parse(source.code)
-        source._own_classes = {c.name for c in tree.body if isinstance(c, ast.ClassDef)}  # type: ignore[attr-defined]
-        source._whole_world = world_of(tree, source.package)  # type: ignore[attr-defined]
+        source._whole_tree = ast.parse(source.code)  # type: ignore[attr-defined]
+        source._whole_world = world_of(source._whole_tree, source.package)  # type: ignore[attr-defined]
     return source._whole_world  # type: ignore[attr-defined]
 
 
