@@ -199,15 +199,15 @@ def _taken_out(findings: Sequence[Finding]) -> list[Finding]:
                 removed.append((id(finding), finding.rule.file, edit.node.lineno, edit.node.end_lineno))
 
     def inside(finding: Finding) -> bool:
-        spans = [
-            (a, b) for owner, file, a, b in absorbed + removed if owner != id(finding) and file == finding.rule.file
-        ]
+        def others(taken: list[tuple[int, str, int, int]]) -> list[tuple[int, int]]:
+            return [(a, b) for owner, file, a, b in taken if owner != id(finding) and file == finding.rule.file]
+
         if finding.edits:
+            spans = others(absorbed + removed)
             return bool(spans) and all(
                 any(a <= e.node.lineno and e.node.end_lineno <= b for a, b in spans) for e in finding.edits
             )
-        methods = [(a, b) for owner, file, a, b in removed if owner != id(finding) and file == finding.rule.file]
-        return finding.line is not None and any(a <= finding.line <= b for a, b in methods)
+        return finding.line is not None and any(a <= finding.line <= b for a, b in others(removed))
 
     return [
         replace(f, state=State.NOT_AFFECTED, detail=TAKEN_OUT, edits=(), imports=()) if inside(f) else f

@@ -172,27 +172,32 @@ def _indent(line: str) -> str:
 def caller_split_removal(source: Source, cls_name: str, method_name: str) -> tuple[list[Edit], str]:
     """The edits that take the fork's per-step split out of the multi-step caller ``cls_name.method_name``
     (its statements setting ``<batch>.out_cache_loc``; see the module), or ([], why not) in one line."""
-    method = source.method(cls_name, method_name) if source.cls(cls_name) is not None else None
+    cls = source.cls(cls_name)
+    method = source.method(cls_name, method_name) if cls is not None else None
     if method is None or len(param_names(method)) < 2:
         return [], f"no {cls_name}.{method_name}(self, forward_batch) in this file"
     batch = param_names(method)[1]
     seeds = {id(s) for s in _statements(method) if _sets_batch_loc(s, batch)}
-    return _removal(source, cls_name, method_name, seeds, f"`{batch}.out_cache_loc`")
+    return _removal(source, cls, method, seeds, f"`{batch}.out_cache_loc`")
 
 
 def callee_split_removal(source: Source, cls_name: str, method_name: str) -> tuple[list[Edit], str]:
     """The edits that take the fork's per-step split out of the per-step backend's callee
     ``cls_name.method_name`` (the statements rebinding a parameter to a layout of it; see the module), or
     ([], why not) in one line."""
-    method = source.method(cls_name, method_name) if source.cls(cls_name) is not None else None
+    cls = source.cls(cls_name)
+    method = source.method(cls_name, method_name) if cls is not None else None
     if method is None:
         return [], f"no {cls_name}.{method_name} in this file"
-    seeds = {id(s) for s in _statements(method) if _rebinds_to_a_layout(s, method, source.cls(cls_name))}
-    return _removal(source, cls_name, method_name, seeds, "parameter to a layout of itself")
+    seeds = {id(s) for s in _statements(method) if _rebinds_to_a_layout(s, method, cls)}
+    return _removal(source, cls, method, seeds, "parameter to a layout of itself")
 
 
-def _removal(source: Source, cls_name: str, method_name: str, seeds: set[int], what: str) -> tuple[list[Edit], str]:
-    cls, method = source.cls(cls_name), source.method(cls_name, method_name)
+def _removal(
+    source: Source, cls: ast.ClassDef, method: ast.FunctionDef, seeds: set[int], what: str
+) -> tuple[list[Edit], str]:
+    """The edits that take ``seeds`` out of ``cls.method`` with what they leave with nothing to do."""
+    cls_name, method_name = cls.name, method.name
     if not seeds:
         return [], f"{cls_name}.{method_name} sets no {what}"
     removed = _removed(method, cls, seeds)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence, TypeVar
 
 from ..layout_patterns.ast_walk import called_name, in_order
 from ..rules.base import Edit, Source
@@ -25,6 +25,8 @@ from .baking import worker_rows
 from .splice import spliced
 from .split_once import PER_STEP, SplitVerdict, once_verdict
 from .world import HELPERS, PROBES, Probe, world_of
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -170,11 +172,7 @@ def prove(
         tuple((_span(e.node), tuple(map(_span, e.absorb)), e.remove) for e in edits),
         tuple(map(id, imported)),
     )
-    if key not in _PROOFS:
-        if len(_PROOFS) >= _KEPT:
-            del _PROOFS[next(iter(_PROOFS))]
-        _PROOFS[key] = (imported, _prove(scope, old, new, edits, old_world, new_world))
-    return _PROOFS[key][1]
+    return _remembered(_PROOFS, key, imported, lambda: _prove(scope, old, new, edits, old_world, new_world))
 
 
 def _prove(scope: str, old: Source, new: Source, edits: Sequence[Edit], old_world: World, new_world: World) -> Proof:
@@ -283,11 +281,9 @@ def split_once_of(source: Source, cls: str) -> SplitVerdict:
             tuple(map(id, imported)),
             tuple(sorted((relative, other.code) for relative, other in source.others.items())),
         )
-        if key not in _VERDICTS:
-            if len(_VERDICTS) >= _KEPT:
-                del _VERDICTS[next(iter(_VERDICTS))]
-            _VERDICTS[key] = (imported, once_verdict(world, cls, worker_rows(source.other_trees())))
-        verdicts[cls] = _VERDICTS[key][1]
+        verdicts[cls] = _remembered(
+            _VERDICTS, key, imported, lambda: once_verdict(world, cls, worker_rows(source.other_trees()))
+        )
     return verdicts[cls]
 
 
@@ -299,6 +295,15 @@ def split_once_of(source: Source, cls: str) -> SplitVerdict:
 _VERDICTS: dict[tuple, tuple[tuple[ast.ClassDef, ...], SplitVerdict]] = {}
 _PROOFS: dict[tuple, tuple[tuple[ast.ClassDef, ...], Proof]] = {}
 _KEPT = 256
+
+
+def _remembered(memo: dict, key: tuple, held: tuple, compute: Callable[[], T]) -> T:
+    """``memo``'s value for ``key``, computed once (``held`` kept beside it; the oldest of ``_KEPT`` dropped)."""
+    if key not in memo:
+        if len(memo) >= _KEPT:
+            del memo[next(iter(memo))]
+        memo[key] = (held, compute())
+    return memo[key][1]
 
 
 def _imported(world: World, tree: ast.Module) -> tuple[ast.ClassDef, ...]:

@@ -27,10 +27,11 @@ Never split: upstream's slice added. Twice, where the per-step code splits as up
 helper) and a caller of this file hands each step its row (a fork that merged upstream): the caller's
 split taken out (``layout_patterns.caller_split``), upstream's kept, proven by the split-once verdict on
 the result (``proof.validate.prove_split_once``); likewise a fork's split in a callee of the per-step
-code (``init_forward_metadata_decode`` rebinding its ``out_cache_loc`` to the step's row). Anything else (twice otherwise, for some topk only, a
-caller this tool cannot follow) is refused, unless the fork keeps this site (``keeps_path``: the keep comment on a method of the
-path or its statement handing ``out_cache_loc=`` on, or ``--keep`` naming it); a keep on the caller
-keeps the caller's own layout, not the double split.
+code (``init_forward_metadata_decode`` rebinding its ``out_cache_loc`` to the step's row). Anything
+else (twice otherwise, for some topk only, a caller this tool cannot follow) is refused, unless the
+fork keeps this site (``keeps_path``: the keep comment on a method of the path or its statement
+handing ``out_cache_loc=`` on, or ``--keep`` naming it); a keep on the caller keeps the caller's own
+layout, not the double split.
 
 The judgement is per (file, per-step class, multi-step caller) (``decode_rule``): this module's rule
 is DeepSeek-V4's CUDA backend; ``dsv4_hip_out_cache_loc`` is the ROCm backend's, with the same logic.
