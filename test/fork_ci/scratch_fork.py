@@ -1,7 +1,8 @@
 """A scratch fork checkout of an SGLang release, laid out as a fork: python/sglang/ (every file of
 the wheel's package, so it imports), python/pyproject.toml with a dynamic version, test/registered/,
 test/run_suite.py (a fixture of the release's era, fixtures/run_suite/), and a git repository
-around it. By default 0.5.12 with its era's run_suite.py."""
+around it (its objects borrowed from the release's: support/git_objects.py). By default 0.5.12
+with its era's run_suite.py."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Optional
 
+from support.git_objects import borrow_objects
 from support.sglang_release import pristine_tree, require_release
 
 VERSION = "0.5.12"
@@ -53,6 +55,7 @@ def make_fork(
     if ci_register is not None:
         shutil.copy(RUN_SUITES / f"{ci_register}.py", root / "python" / "sglang" / "test" / "ci" / "ci_register.py")
     git(root, "init", "-q")
+    borrow_objects(root, version)
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "fork")
     return root

@@ -25,6 +25,7 @@ from sglang_draft_layout import api
 
 from scratch_fork import CPU_TEST, RUN_SUITES, git, make_fork
 from support import fork_edits
+from support.git_objects import borrow_objects
 from support.sglang_release import pristine_tree, require_release
 
 pytestmark = pytest.mark.releases
@@ -59,6 +60,7 @@ def upstream(tmp_path_factory) -> Path:
     shutil.copytree(pristine_tree(UPSTREAM) / "sglang", root / "python" / "sglang")
     (root / "python" / "sglang" / "_version.py").unlink(missing_ok=True)
     shutil.copy(RUN_SUITES / "main.py", root / "test" / "run_suite.py")
+    borrow_objects(root, UPSTREAM)
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "Release v0.5.13")
     git(root, "tag", "v0.5.13")

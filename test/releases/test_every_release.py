@@ -12,14 +12,9 @@ expectations say per family which sites are absent and which module is created.
 
 from __future__ import annotations
 
-import difflib
-import hashlib
-from collections import Counter
 from pathlib import Path
-from typing import Callable, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
-import black
-import isort
 import pytest
 
 from sglang_draft_layout import cli, engine
@@ -27,6 +22,8 @@ from sglang_draft_layout.releases import unpack_release
 from sglang_draft_layout.rules import RULES, helper_definitions
 from sglang_draft_layout.rules.base import State
 from sglang_draft_layout.target import resolve
+from test_lint import LINTERS, lint_changes
+from test_releases import tree_digest
 
 pytestmark = pytest.mark.releases
 
@@ -163,24 +160,6 @@ FAMILIES = (
     Family(("0.5.12.post1",), 17, set()),  # 0.5.12's forms, DeepSeek-V4 included
 )
 FAMILY_OF = {version: family for family in FAMILIES for version in family.releases}
-LINTERS: dict[str, Callable[[str], str]] = {
-    "black": lambda code: black.format_str(code, mode=black.Mode()),
-    "isort": lambda code: isort.code(code, profile="black", known_first_party=["sglang"]),
-}
-_linted: dict[tuple[str, str], Counter] = {}  # (tool, sha256 of the code) -> its lint changes
-
-
-def lint_changes(tool: str, code: str) -> Counter:
-    """The lines ``tool`` would remove (-) and add (+); empty for a clean file. Each text once a session."""
-    key = (tool, hashlib.sha256(code.encode()).hexdigest())
-    if key not in _linted:
-        diff = difflib.unified_diff(code.splitlines(), LINTERS[tool](code).splitlines(), lineterm="", n=0)
-        _linted[key] = Counter(line for line in diff if line[:1] in "+-" and not line.startswith(("+++", "---")))
-    return _linted[key]
-
-
-def tree_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*.py"))}
 
 
 def run_cli(*args: str) -> int:

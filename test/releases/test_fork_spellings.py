@@ -43,8 +43,8 @@ def findings(root: Path) -> dict[str, engine.Finding]:
 def assert_as_clean_as(pristine: Path, root: Path, relative: str) -> None:
     old = (pristine / "sglang" / relative).read_text()
     new = (root / "sglang" / relative).read_text()
-    for tool, lint in LINTERS.items():
-        assert lint_changes(new, lint) == lint_changes(old, lint), (tool, relative)
+    for tool in LINTERS:
+        assert lint_changes(tool, new) == lint_changes(tool, old), (tool, relative)
 
 
 #: fork -> (the site's state before apply, the rule that rewrites the fork's split, its fork code kept)
