@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 from .fork_suites import ForkSuites, choose_suite, read_suites
+from .layout_patterns.ast_walk import parse
 from .stored import StoredText
 from .target import Target, TargetError
 
@@ -94,7 +95,7 @@ def _split_imports(source: str) -> tuple[list[tuple[str, str, Optional[str]]], s
     A relative import's module keeps its leading dots (``..speculative``). The module's
     docstring and its top-level import statements are left out of the text.
     """
-    tree = ast.parse(source)
+    tree = parse(source)
     lines = source.splitlines(keepends=True)
     imports: list[tuple[str, str, Optional[str]]] = []
     dropped: set[int] = set()
@@ -134,7 +135,7 @@ def _bound(tree: ast.Module, module: str, name: str, alias: Optional[str]) -> bo
 def _defined(text: str) -> set[str]:
     """The names a module's top-level statements define (imports left out)."""
     names: set[str] = set()
-    for stmt in ast.parse(text).body:
+    for stmt in parse(text).body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(stmt.name)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
@@ -170,7 +171,7 @@ def embed(text: str, template: str) -> str:
     """
     template_names = _defined(text) | {
         (a.asname or a.name).split(".")[0]
-        for s in ast.parse(text).body
+        for s in parse(text).body
         if isinstance(s, (ast.Import, ast.ImportFrom))
         for a in s.names
     }
@@ -180,7 +181,7 @@ def embed(text: str, template: str) -> str:
         module = marker.group(1)
         imports, body = _split_imports(_module_source(module))
         package = module.rpartition(".")[0]
-        tree = ast.parse(text)
+        tree = parse(text)
         bindings = []
         for imported, name, alias in imports:
             absolute = _absolute(imported, package)
@@ -228,7 +229,7 @@ def fork_root(target: Target) -> Optional[Path]:
 def register_suite(text: str) -> Optional[str]:
     """The suite a written test file registers to (its top-level ``register_*_ci(suite=...)``)."""
     try:
-        tree = ast.parse(text)
+        tree = parse(text)
     except SyntaxError:
         return None
     for stmt in tree.body:

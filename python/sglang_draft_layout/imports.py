@@ -12,6 +12,8 @@ import re
 import sys
 from typing import TYPE_CHECKING, Optional, Sequence
 
+from .layout_patterns.ast_walk import parse
+
 if TYPE_CHECKING:
     import libcst as cst
 
@@ -42,7 +44,7 @@ def add_imports(code: str, imports: Sequence[tuple[str, str]], line_length: int 
 
 
 def _add_straight_import(code: str, module: str) -> str:
-    tree = ast.parse(code)
+    tree = parse(code)
     if any(
         isinstance(stmt, ast.Import) and any(a.name == module and not a.asname for a in stmt.names)
         for stmt in tree.body
@@ -55,7 +57,7 @@ def _add_straight_import(code: str, module: str) -> str:
 
 
 def _add_from_import(code: str, module: str, names: list[str], line_length: int) -> str:
-    tree = ast.parse(code)
+    tree = parse(code)
     from_imports = [
         stmt for stmt in tree.body if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module == module
     ]

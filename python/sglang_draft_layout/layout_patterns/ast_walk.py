@@ -1,11 +1,30 @@
-"""Generic helpers over Python's own ``ast``: walking a tree in source order, source ranges, the
-names a call or an attribute spells, a class's methods and the methods ``self`` reaches.
+"""Generic helpers over Python's own ``ast``: a text parsed once per process, walking a tree in
+source order, source ranges, the names a call or an attribute spells, a class's methods and the
+methods ``self`` reaches.
 """
 
 from __future__ import annotations
 
 import ast
 from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple
+
+
+#: parsed texts (text, file name) -> tree, the oldest of ``_PARSED_KEPT`` dropped: one process (a
+#: ``check`` then ``apply``, a test session) meets the same files and class blocks again and again
+_PARSED: dict[tuple[str, str], ast.Module] = {}
+_PARSED_KEPT = 256
+
+
+def parse(code: str, path: str = "<unknown>") -> ast.Module:
+    """``ast.parse(code, filename=path)``, once per text in a process. The tree is shared: read it,
+    never change it (what the proofs keep on a node is a function of that node alone)."""
+    key = (code, path)
+    if key not in _PARSED:
+        tree = ast.parse(code, filename=path)
+        if len(_PARSED) >= _PARSED_KEPT:
+            del _PARSED[next(iter(_PARSED))]
+        _PARSED[key] = tree
+    return _PARSED[key]
 
 
 def in_order(node: ast.AST) -> Iterator[ast.AST]:

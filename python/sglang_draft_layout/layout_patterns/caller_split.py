@@ -20,7 +20,7 @@ import ast
 from typing import Optional
 
 from ..rules.base import Edit, Source, definition_start, param_names
-from .ast_walk import is_self_attr, method_named
+from .ast_walk import is_self_attr, method_named, parse
 
 #: the nodes a value may hold and still do nothing but compute (calls are checked apart)
 PURE = (
@@ -233,7 +233,7 @@ def _unused_methods(source: Source, cls: ast.ClassDef, method: ast.FunctionDef, 
         for n in _own_nodes(s)
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and is_self_attr(n.func, n.func.attr)
     }
-    module = ast.parse(source.code)
+    module = parse(source.code, source.path)
     gone = {
         (n.lineno, n.col_offset)
         for s in _statements(method)

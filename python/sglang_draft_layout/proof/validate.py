@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence, TypeVar
 
-from ..layout_patterns.ast_walk import called_name, in_order
+from ..layout_patterns.ast_walk import called_name, in_order, parse
 from ..rules.base import Edit, Source
 from .interpret import Event, World
 from .paths import DIVERGED, Entry, Outcome, callers, knows_its_step, outcomes, step_param
@@ -324,7 +324,7 @@ def _span(node: ast.AST) -> tuple:
 def _whole_world(source: Source) -> World:
     """``world_of`` the whole module (``source`` may hold only its class blocks), made once per source."""
     if getattr(source, "_whole_world", None) is None:
-        source._whole_tree = ast.parse(source.code)  # type: ignore[attr-defined]
+        source._whole_tree = parse(source.code, source.path)  # type: ignore[attr-defined]
         source._whole_world = world_of(source._whole_tree, source.package)  # type: ignore[attr-defined]
     return source._whole_world  # type: ignore[attr-defined]
 

@@ -14,6 +14,8 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 
+from ..layout_patterns.ast_walk import parse
+
 if TYPE_CHECKING:
     from ..proof.validate import Proof
 
@@ -132,7 +134,7 @@ class Source:
 
     def __init__(self, path: str, code: str) -> None:
         self._start(path, code)
-        self.tree = ast.parse(code, filename=path)
+        self.tree = parse(code, path)
 
     def _start(self, path: str, code: str) -> None:
         self.path = path
@@ -163,7 +165,7 @@ class Source:
             if not wanted(text):
                 continue
             try:  # blank lines ahead give the file's line numbers, no pass over the tree
-                block = ast.parse("\n" * start + text, filename=path)
+                block = parse("\n" * start + text, path)
             except SyntaxError:
                 return cls(path, code)
             body += [stmt for stmt in block.body if isinstance(stmt, ast.ClassDef)]
