@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Collection, Iterator, Optional, Sequence
 
 from . import fork_tests, transaction
 from .imports import add_imports
+from .layout_patterns.ast_walk import parsing_once
 from .layout_patterns.keep import KEEP_PRAGMA, has_keep_pragma
 from .rules import RULES, helper_definitions
 from .rules.base import MODULE_SCOPE, Finding, Rule, Source, State
@@ -403,7 +404,8 @@ def plan(
         test_options = (
             None if tests is False else fork_tests.TestOptions(cpu_suite, cuda_suite, gpu_test, tests is True)
         )
-        return _plan(target, rules, render_changes, test_options, keep, gate)
+        with parsing_once():
+            return _plan(target, rules, render_changes, test_options, keep, gate)
 
 
 def _plan(

@@ -1,4 +1,4 @@
-"""Generic helpers over Python's own ``ast``: a text parsed once per process, walking a tree in
+"""Generic helpers over Python's own ``ast``: a text parsed once per plan, walking a tree in
 source order, source ranges, the names a call or an attribute spells, a class's methods and the
 methods ``self`` reaches.
 """
@@ -6,24 +6,37 @@ methods ``self`` reaches.
 from __future__ import annotations
 
 import ast
+import contextlib
 from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 
-#: parsed texts (text, file name) -> tree, the oldest of ``_PARSED_KEPT`` dropped: one process (a
-#: ``check`` then ``apply``, a test session) meets the same files and class blocks again and again
-_PARSED: dict[tuple[str, str], ast.Module] = {}
-_PARSED_KEPT = 256
+#: within ``parsing_once``: parsed texts (text, file name) -> tree; None outside
+_PARSED: Optional[Dict[Tuple[str, str], ast.Module]] = None
+
+
+@contextlib.contextmanager
+def parsing_once() -> Iterator[None]:
+    """Within it ``parse`` parses each text once: a plan reads a file whole, by its class blocks and
+    as rendered, several times over. The trees are let go at the end."""
+    global _PARSED
+    outermost = _PARSED is None
+    if outermost:
+        _PARSED = {}
+    try:
+        yield
+    finally:
+        if outermost:
+            _PARSED = None
 
 
 def parse(code: str, path: str = "<unknown>") -> ast.Module:
-    """``ast.parse(code, filename=path)``, once per text in a process. The tree is shared: read it,
-    never change it (what the proofs keep on a node is a function of that node alone)."""
+    """``ast.parse(code, filename=path)``, once per text within ``parsing_once``. The tree may be
+    shared: read it, never change it (what the proofs keep on a node is a function of that node alone)."""
+    if _PARSED is None:
+        return ast.parse(code, filename=path)
     key = (code, path)
     if key not in _PARSED:
-        tree = ast.parse(code, filename=path)
-        if len(_PARSED) >= _PARSED_KEPT:
-            del _PARSED[next(iter(_PARSED))]
-        _PARSED[key] = tree
+        _PARSED[key] = ast.parse(code, filename=path)
     return _PARSED[key]
 
 
