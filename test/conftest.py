@@ -1,17 +1,28 @@
-"""Shared by every test folder: test/ on sys.path (for ``support``), and the strict-skips
+"""Shared by every test folder: test/ on sys.path (for ``support``), the strict-skips
 plugin (support/strict_skips.py: with SGLANG_DRAFT_LAYOUT_STRICT_SKIPS=1, as in .ci/run, a
-skipped test fails the run unless it is a gpu test skipped for lack of CUDA)."""
+skipped test fails the run unless it is a gpu test skipped for lack of CUDA), and parsed
+trees shared across the session's plans."""
 
 import sys
 from pathlib import Path
 
 import pytest
 
+from sglang_draft_layout.layout_patterns.ast_walk import parsing_once
+
 _TEST_DIR = str(Path(__file__).resolve().parent)
 if _TEST_DIR not in sys.path:
     sys.path.insert(0, _TEST_DIR)
 
 pytest_plugins = ["support.strict_skips"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def parsed_trees_shared():
+    """The plans of a test process share their parsed trees (``parsing_once``, 256 kept): the
+    tests patch the same release files again and again. The CLI keeps them for one plan."""
+    with parsing_once(kept=256):
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -10,23 +10,26 @@ import contextlib
 from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 
-#: within ``parsing_once``: parsed texts (text, file name) -> tree; None outside
+#: within ``parsing_once``: parsed texts (text, file name) -> tree, and how many are kept; None outside
 _PARSED: Optional[Dict[Tuple[str, str], ast.Module]] = None
+_KEPT: Optional[int] = None
 
 
 @contextlib.contextmanager
-def parsing_once() -> Iterator[None]:
+def parsing_once(kept: Optional[int] = None) -> Iterator[None]:
     """Within it ``parse`` parses each text once: a plan reads a file whole, by its class blocks and
-    as rendered, several times over. The trees are let go at the end."""
-    global _PARSED
+    as rendered, several times over. ``kept``: at most that many trees, the oldest let go first
+    (a test session's plans meet the same release files again); all are let go at the end. Nested,
+    the outermost one holds."""
+    global _PARSED, _KEPT
     outermost = _PARSED is None
     if outermost:
-        _PARSED = {}
+        _PARSED, _KEPT = {}, kept
     try:
         yield
     finally:
         if outermost:
-            _PARSED = None
+            _PARSED, _KEPT = None, None
 
 
 def parse(code: str, path: str = "<unknown>") -> ast.Module:
@@ -36,6 +39,8 @@ def parse(code: str, path: str = "<unknown>") -> ast.Module:
         return ast.parse(code, filename=path)
     key = (code, path)
     if key not in _PARSED:
+        if _KEPT is not None and len(_PARSED) >= _KEPT:
+            del _PARSED[next(iter(_PARSED))]
         _PARSED[key] = ast.parse(code, filename=path)
     return _PARSED[key]
 
