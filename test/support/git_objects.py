@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import tempfile
 from pathlib import Path
 
 from sglang_draft_layout.releases import cache_dir
@@ -27,18 +26,16 @@ def _store(version: str) -> Path:
     if not marker.exists():
         subprocess.run(["git", "init", "-q", "--bare", str(store)], check=True)
         marker.parent.mkdir(exist_ok=True)
-        index = tempfile.NamedTemporaryFile(dir=store, prefix="index-", delete=False)
-        index.close()
-        os.unlink(index.name)  # git writes the index itself
+        index = store / f"index-{os.getpid()}"  # this process's own: xdist workers may fill the store at once
         try:
             subprocess.run(
                 ["git", f"--git-dir={store}", f"--work-tree={pristine_tree(version) / 'sglang'}", "add", "-A"],
-                env={**os.environ, "GIT_INDEX_FILE": index.name},
+                env={**os.environ, "GIT_INDEX_FILE": str(index)},
                 check=True,
                 capture_output=True,
             )
         finally:
-            Path(index.name).unlink(missing_ok=True)
+            index.unlink(missing_ok=True)
         marker.write_text(version + "\n")
     return store / "objects"
 
