@@ -11,12 +11,12 @@ from sglang_draft_layout.proof.split_once import split_once_problems
 
 
 def not_split_once(package: Path) -> list[tuple[str, str]]:
-    """(class, verdict) of each per-step backend under ``package`` (the sglang folder) whose paths the
-    written test finds not split once."""
+    """(class, verdict) of each per-step backend path under ``package`` (the sglang folder) that the written
+    test finds not split once."""
     paths = [p.relative_to(package).as_posix() for p in sorted((package / ATTENTION).rglob("*.py"))]
     modules = {}
     for path in paths + [p for p, _cls in WORKERS]:
         text = (package / path).read_text() if (package / path).is_file() else ""
         modules[path] = (ast.parse(text), text.splitlines())
     _found, problems = split_once_problems(package, modules)
-    return [(cls, verdict.who) for _path, _line, cls, verdict in problems]
+    return [(scope.split(".")[0], verdict.who) for _path, _line, scope, verdict in problems]

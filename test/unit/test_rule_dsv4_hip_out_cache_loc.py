@@ -237,20 +237,128 @@ def test_in_graph_absent_where_the_tree_has_no_such_method(sglang_tree):
     assert finding.state is State.ABSENT and "0.5.13 added it" in finding.detail
 
 
-def test_in_graph_caller_that_splits(sglang_tree):
-    splitting = MULTI_IN_GRAPH.replace(
-        "        for attn_backend in self.attn_backends:\n",
-        "        rows = per_step_draft_out_cache_loc(\n"
-        "            forward_batch.out_cache_loc, forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
-        "        )\n"
-        "        for attn_backend in self.attn_backends:\n",
-    )
-    sglang_tree.write(HIP, module(in_graph=IN_GRAPH_LOCAL, multi_in_graph=splitting, imported=True))
+#: the multi-step in-graph method computing each step's row: ``{hand}`` is what it does with them
+CALLER_ROWS = MULTI_IN_GRAPH.replace(
+    "        for attn_backend in self.attn_backends:\n"
+    "            attn_backend.init_forward_metadata_in_graph(forward_batch)\n",
+    "        rows = per_step_draft_out_cache_loc(\n"
+    "            forward_batch.out_cache_loc, forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+    "        )\n"
+    "        whole = forward_batch.out_cache_loc\n"
+    "        for i, attn_backend in enumerate(self.attn_backends):\n"
+    "{hand}"
+    "            attn_backend.init_forward_metadata_in_graph(forward_batch)\n"
+    "        forward_batch.out_cache_loc = whole\n",
+)
+HANDS_ROW = "            forward_batch.out_cache_loc = rows[i]\n"
+
+
+def test_in_graph_caller_that_computes_rows_but_hands_none_is_patched(sglang_tree):
+    """Rows computed, never set on the batch: each step still translates the whole buffer (not "handled by
+    the caller", as a syntactic reading of the caller had it)."""
+    sglang_tree.write(HIP, module(in_graph=IN_GRAPH_LOCAL, multi_in_graph=CALLER_ROWS.format(hand=""), imported=True))
+    finding = of(sglang_tree.apply([IN_GRAPH_HIP]), IN_GRAPH_HIP)
+    assert finding.state is State.TO_PATCH
+    assert finding.proof.proven and "the fork's bug fixed" in finding.proof.summary()
+    assert method_source(sglang_tree.read(HIP), f"{CLS}.init_forward_metadata_in_graph") == IN_GRAPH_AFTER.lstrip("\n")
+
+
+def test_in_graph_caller_that_hands_each_step_its_row(sglang_tree):
+    text = module(in_graph=IN_GRAPH_LOCAL, multi_in_graph=CALLER_ROWS.format(hand=HANDS_ROW), imported=True)
+    sglang_tree.write(HIP, text)
     finding = of(sglang_tree.plan([IN_GRAPH_HIP]), IN_GRAPH_HIP)
+    line = text.splitlines().index(HANDS_ROW.rstrip("\n")) + 1
     assert finding.state is State.BY_CALLER
-    sglang_tree.write(HIP, module(in_graph=IN_GRAPH_AFTER, multi_in_graph=splitting, imported=True))
+    assert finding.detail.endswith(f"DeepseekV4MultiStepBackend.init_forward_metadata_in_graph at {HIP}:{line}")
+    sglang_tree.write(HIP, text.replace(IN_GRAPH_LOCAL, IN_GRAPH_AFTER))
     finding = of(sglang_tree.plan([IN_GRAPH_HIP]), IN_GRAPH_HIP)
-    assert finding.state is State.UNRECOGNISED and "twice" in finding.detail
+    assert finding.state is State.UNRECOGNISED and "AssertionError" in finding.detail
+
+
+@pytest.mark.parametrize(
+    "hand, why",
+    [
+        ("            forward_batch.out_cache_loc = rows[0]\n", "other out_cache_loc slots than upstream's row 1"),
+        ("            forward_batch.out_cache_loc = rows[i + 1] if i + 1 < len(rows) else rows[i]\n", "other"),
+        (
+            "            if self.topk > 1:\n    " + HANDS_ROW,
+            "the whole buffer from DeepseekV4MultiStepBackend.init_forward_metadata_in_graph (bs=1, topk=1",
+        ),
+        (
+            "            forward_batch.out_cache_loc = torch.chunk(whole, self.speculative_num_steps)[i]\n",
+            "other out_cache_loc slots",
+        ),
+    ],
+    ids=["row 0 for every step", "the next step's row", "topk > 1 only", "torch.chunk"],
+)
+def test_in_graph_caller_handing_other_rows_is_refused(sglang_tree, hand, why):
+    sglang_tree.write(HIP, module(in_graph=IN_GRAPH_LOCAL, multi_in_graph=CALLER_ROWS.format(hand=hand), imported=True))
+    plan = sglang_tree.plan([IN_GRAPH_HIP])
+    finding = of(plan, IN_GRAPH_HIP)
+    assert finding.state is State.UNRECOGNISED and why in finding.detail, finding.detail
+    assert not plan.changes
+
+
+#: the per-step eager init calling the in-graph method after its decode metadata, as 0.5.13's does
+CALLS_IN_GRAPH = (
+    "        self.forward_metadata = metadata\n        self.init_forward_metadata_in_graph(forward_batch)\n"
+)
+
+
+def test_in_graph_judged_on_the_eager_path_too(sglang_tree):
+    """The eager init calls the in-graph method: a multi-step eager caller handing each step its row and an
+    in-graph caller handing the whole buffer leave no one place to split: refused, nothing written."""
+    text = module(in_graph=IN_GRAPH_LOCAL, multi=MULTI_SPLITS).replace(
+        "        self.forward_metadata = metadata\n", CALLS_IN_GRAPH
+    )
+    sglang_tree.write(HIP, text)
+    plan = sglang_tree.plan([IN_GRAPH_HIP])
+    finding = of(plan, IN_GRAPH_HIP)
+    assert finding.state is State.UNRECOGNISED and "split for some topk or steps only" in finding.detail
+    assert "DeepseekV4MultiStepBackend.init_forward_metadata (" in finding.detail
+
+
+def test_in_graph_and_decode_patched_together_on_the_eager_path(sglang_tree):
+    """Both unsplit, the in-graph method called from the eager init (0.5.13's shape before its fix): both
+    sites patched in one apply, the in-graph one proven by the verdict on the whole result."""
+    text = module(in_graph=IN_GRAPH_LOCAL).replace("        self.forward_metadata = metadata\n", CALLS_IN_GRAPH)
+    sglang_tree.write(HIP, text)
+    plan = sglang_tree.apply([DECODE_RULE, IN_GRAPH_HIP])
+    assert {of(plan, r).state for r in (DECODE_RULE, IN_GRAPH_HIP)} == {State.TO_PATCH}
+    after = sglang_tree.read(HIP)
+    assert method_source(after, f"{CLS}.init_forward_metadata_in_graph") == IN_GRAPH_AFTER.lstrip("\n")
+    assert {of(sglang_tree.plan([DECODE_RULE, IN_GRAPH_HIP]), r).state for r in (DECODE_RULE, IN_GRAPH_HIP)} == {
+        State.PATCHED
+    }
+
+
+@pytest.mark.parametrize(
+    "in_graph, state, problems",
+    [
+        (IN_GRAPH_LOCAL, State.UNRECOGNISED, [("OwnDsv4Backend", "never")]),
+        (IN_GRAPH_AFTER, State.PATCHED, []),
+    ],
+    ids=["whole buffer", "split as upstream"],
+)
+def test_in_graph_of_a_class_no_rule_names_is_guarded(sglang_tree, in_graph, state, problems):
+    """A fork's own DeepSeek-V4-like backend: its in-graph path judged by the structural guard and the
+    written CPU test with the same verdict (never split: refused, nothing written)."""
+    from support.written_split_once import not_split_once
+
+    own = "srt/layers/attention/own_dsv4_backend.py"
+    decode_unsplit = PER_STEP_BEFORE[
+        PER_STEP_BEFORE.index("        if forward_batch") : PER_STEP_BEFORE.index("        else:")
+    ]
+    text = module("OwnDsv4Backend", in_graph, imported=True).replace(decode_unsplit, DECODE_AFTER)
+    sglang_tree.write(own, text)
+    plan = engine.plan(sglang_tree.target(), rules=list(RULES))
+    [finding] = [
+        f for f in plan.findings if f.rule.id.startswith(f"guard:split-once:{own}") and "_in_graph" in f.rule.id
+    ]
+    assert finding.rule.id.startswith("guard:split-once:") and finding.state is state
+    assert line_of(sglang_tree.read(own), "translate_loc_from_full_to_swa") == finding.line
+    assert not_split_once(sglang_tree.package) == problems
+    assert not plan.changes or state is State.PATCHED
 
 
 def test_in_graph_other_target_is_unrecognised(sglang_tree):

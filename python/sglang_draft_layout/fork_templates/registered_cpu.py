@@ -138,10 +138,10 @@ class TestDraftLayoutCallSites(CustomTestCase):
         dsv4 = class_in(module(DSV4[0])[0], DSV4[1])
         self.assertTrue(dsv4 is None or DSV4[1] in found, "DeepSeek-V4 not judged")
         lines = []
-        for path, line, name, verdict in problems:
+        for path, line, scope, verdict in problems:
             never = f"never split per step: {verdict.why}"
             why = never if verdict.who == NEVER else verdict.why
-            lines.append(f"sglang/{path}:{line}: {name}.init_forward_metadata: {why}")
+            lines.append(f"sglang/{path}:{line}: {scope}: {why}")
         message = "per-step out_cache_loc not split once:\n" + "\n".join(lines)
         self.assertFalse(problems, message)
 

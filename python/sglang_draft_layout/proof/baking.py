@@ -13,6 +13,11 @@ from typing import Sequence
 KEEP = "# sglang-draft-layout: keep"
 #: where the per-step backends that bake out_cache_loc are looked for (under the sglang package)
 ATTENTION = "srt/layers/attention/"
+#: DeepSeek-V4's per-step method (0.5.13 on) that computes its SWA KV-store write target inside the CUDA
+#: graph; its eager ``init_forward_metadata`` calls it too
+IN_GRAPH = "init_forward_metadata_in_graph"
+#: the write target there: what this call is handed
+SWA_TARGET = "translate_loc_from_full_to_swa"
 #: the EAGLE workers (module under the sglang package, class) whose ``draft_forward`` drives each draft step
 WORKERS = (
     ("srt/speculative/eagle_worker_v2.py", "EagleDraftWorker"),
@@ -29,11 +34,19 @@ def nodes(node: ast.AST, kind: type) -> list:
     return [n for n in ast.walk(node) if isinstance(n, kind)]
 
 
-def baking_methods(cls: ast.ClassDef) -> list[ast.FunctionDef]:
-    """``init_forward_metadata`` and the methods of ``cls`` it reaches through ``self.m(...)`` calls, when
-    they hand ``out_cache_loc=`` on (baking it at init, as DeepSeek-V4 does) and the class knows its step;
-    else []: the per-step backends whose path is judged."""
-    own, todo, seen = methods(cls), ["init_forward_metadata"], []
+def baked_at(method: ast.FunctionDef, start: str = "init_forward_metadata") -> list[ast.AST]:
+    """Where ``method`` bakes out_cache_loc on the path from ``start``: the ``out_cache_loc=`` it hands on
+    (``init_forward_metadata``, as DeepSeek-V4's decode branch does), or its ``SWA_TARGET`` calls (``IN_GRAPH``)."""
+    if start == IN_GRAPH:
+        return [c for c in nodes(method, ast.Call) if isinstance(c.func, ast.Attribute) and c.func.attr == SWA_TARGET]
+    return [k for k in nodes(method, ast.keyword) if k.arg == "out_cache_loc"]
+
+
+def baking_methods(cls: ast.ClassDef, start: str = "init_forward_metadata") -> list[ast.FunctionDef]:
+    """``start`` and the methods of ``cls`` it reaches through ``self.m(...)`` calls, when they bake
+    out_cache_loc (``baked_at``) and the class knows its step; else []: the per-step backends whose path is
+    judged."""
+    own, todo, seen = methods(cls), [start], []
     while todo:
         method = own.get(todo.pop())
         if method is not None and method not in seen:
@@ -45,8 +58,8 @@ def baking_methods(cls: ast.ClassDef) -> list[ast.FunctionDef]:
                 and isinstance(c.func.value, ast.Name)
                 and c.func.value.id == "self"
             ]
-    hands = [k for m in seen for k in nodes(m, ast.keyword) if k.arg == "out_cache_loc"]
-    return seen if hands and "speculative_step_id" in ast.unparse(cls) else []
+    bakes = [n for m in seen for n in baked_at(m, start)]
+    return seen if bakes and "speculative_step_id" in ast.unparse(cls) else []
 
 
 def keeps_path(lines: Sequence[str], path: Sequence[ast.FunctionDef]) -> bool:

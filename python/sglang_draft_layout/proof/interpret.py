@@ -9,6 +9,11 @@ loop or handler that cannot be decided and touches the draft layout stops the ru
 ``CannotProve``. What the run sees is recorded as ``Event`` s: row allocations, kv_indices
 slice ends, the draft buffer where code other than layout code first takes it ("loc"), and a
 raised error. ``proof.validate.prove`` compares the events of the fork's code with the rewritten code's.
+
+A run given a ``sink`` (a call's name) takes "loc" only where the draft buffer is that call's argument:
+the write target a path computes there (DeepSeek-V4's in-graph ``translate_loc_from_full_to_swa``),
+whatever other code the batch is handed to; an error counts as the path's own only when raised
+``within`` the method judged (``Raised.within``), not on the way to it.
 """
 
 from __future__ import annotations
@@ -122,6 +127,7 @@ class Raised(Exception):
         super().__init__(f"{type(error).__name__} at line {line}")
         self.error, self.line = error, line
         self.explicit = explicit  # a ``raise`` statement of the code's own, not an error of its arrays
+        self.within = False  # raised inside the method a sink run judges (``Run.within``)
 
 
 class _Return(Exception):
@@ -239,8 +245,9 @@ class World:
     functions: dict[str, ast.FunctionDef] = field(default_factory=dict)
     helpers: dict[str, Callable[..., Any]] = field(default_factory=dict)
     _mro: dict[str, list[str]] = field(default_factory=dict, repr=False)
-    #: the multi-step callers driving each per-step class (``paths.callers``), found once
-    callers: dict[str, list[Any]] = field(default_factory=dict, repr=False)
+    _method_tables: dict[str, dict[str, ast.FunctionDef]] = field(default_factory=dict, repr=False)
+    #: the multi-step callers driving each (per-step class, method) (``paths.callers``), found once
+    callers: dict[tuple[str, str], list[Any]] = field(default_factory=dict, repr=False)
 
     def mro(self, name: str) -> list[str]:
         """The class and its bases in the tree, in Python's method resolution order (C3)."""
@@ -274,11 +281,18 @@ class World:
         if after is not None:
             order = order[order.index(after) + 1 :] if after in order else []
         for each in order:
-            node = self.classes.get(each)
-            defined = [s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == name] if node else []
-            if defined:
-                return Function(defined[-1], each)
+            defined = self._methods(each).get(name)
+            if defined is not None:
+                return Function(defined, each)
         return None
+
+    def _methods(self, cls: str) -> dict[str, ast.FunctionDef]:
+        """The class's own methods by name, each its last definition, read once."""
+        if cls not in self._method_tables:
+            node = self.classes.get(cls)
+            body = node.body if node is not None else []
+            self._method_tables[cls] = {s.name: s for s in body if isinstance(s, ast.FunctionDef)}
+        return self._method_tables[cls]
 
 
 def _base_name(base: ast.expr) -> Optional[str]:
@@ -303,8 +317,20 @@ class Run:
     """One run of the probe world over the tree's code, collecting ``events``; ``reached`` holds the
     id of every ast node evaluated."""
 
-    def __init__(self, world: World, names: dict[str, Any], decisions: Optional[dict[str, bool]] = None) -> None:
+    def __init__(
+        self,
+        world: World,
+        names: dict[str, Any],
+        decisions: Optional[dict[str, bool]] = None,
+        sink: str = "",
+        within: str = "",
+    ) -> None:
         self.world = world
+        #: the call whose argument is the only "loc" (``""``: the first take by code other than layout code)
+        self.sink = sink
+        #: the method a sink run judges: errors raised inside it (or its callees) are the path's
+        self.within = within
+        self._helper_names = frozenset(world.helpers)
         #: how each undecided ``if`` that touches the layout goes on this path (``Run.pending``: those met
         #: without a decision, taken false); keyed by the test's text
         self.decisions = dict(decisions or {})
@@ -356,6 +382,9 @@ class Run:
             self._block(node.body, frame)
         except _Return as returned:
             return returned.value
+        except Raised as raised:
+            raised.within = raised.within or node.name == self.within
+            raise
         finally:
             self.depth -= 1
             self._step = outer_step
@@ -411,7 +440,7 @@ class Run:
                 if self._same_either_way(stmt, frame):
                     return
                 if not self._touches([*stmt.body, *stmt.orelse], frame):
-                    self._undecided(stmt, [*stmt.body, *stmt.orelse], frame, f"`if {ast.unparse(stmt.test)}`")
+                    self._undecided(stmt, [*stmt.body, *stmt.orelse], frame, f"`if {text_of(stmt.test)}`")
                     return
                 self._block(stmt.body if self._decide(stmt.test) else stmt.orelse, frame)
             else:
@@ -428,7 +457,7 @@ class Run:
                 for item in stmt.items
             )
             if suppressing and self._touches(stmt.body, frame):
-                raise CannotProve(f"line {stmt.lineno}: `{ast.unparse(stmt.items[0])}` may swallow the layout's errors")
+                raise CannotProve(f"line {stmt.lineno}: `{text_of(stmt.items[0])}` may swallow the layout's errors")
             for item in stmt.items:
                 if item.optional_vars is not None:
                     self._assign(item.optional_vars, Unknown("a `with` target"), frame)
@@ -438,7 +467,7 @@ class Run:
         elif isinstance(stmt, ast.Continue):
             raise _Continue()
         elif isinstance(stmt, ast.Raise):
-            raise Raised(RuntimeError(ast.unparse(stmt.exc) if stmt.exc else "raise"), stmt.lineno, explicit=True)
+            raise Raised(RuntimeError(text_of(stmt.exc) if stmt.exc else "raise"), stmt.lineno, explicit=True)
         elif isinstance(stmt, ast.FunctionDef):
             frame.env[stmt.name] = Function(stmt, frame.function.owner, closure=_Live(frame))
         elif isinstance(stmt, (ast.AsyncFunctionDef, ast.ClassDef)):
@@ -463,7 +492,7 @@ class Run:
     def _decide(self, test: ast.expr) -> bool:
         """How an undecided test goes on this path (``decisions``); one met for the first time goes false
         and is ``pending``, for the caller to run the path where it goes true."""
-        key = ast.unparse(test)  # read again on the same objects, the same test goes the same way
+        key = text_of(test)  # read again on the same objects, the same test goes the same way
         if key not in self.decisions:
             self.pending.append(key)
             self.decisions[key] = False
@@ -508,7 +537,7 @@ class Run:
     def _for(self, stmt: ast.For, frame: Frame) -> None:
         items = self._eval(stmt.iter, frame)
         if isinstance(items, Unknown) or not isinstance(items, (range, list, tuple, enumerate, zip, reversed)):
-            self._undecided(stmt, [*stmt.body, *stmt.orelse], frame, f"`for ... in {ast.unparse(stmt.iter)}`")
+            self._undecided(stmt, [*stmt.body, *stmt.orelse], frame, f"`for ... in {text_of(stmt.iter)}`")
             return
         for item in items:
             self._assign(stmt.target, item, frame)
@@ -538,7 +567,7 @@ class Run:
         elif isinstance(target, (ast.Tuple, ast.List)):
             values = list(value) if isinstance(value, (tuple, list)) and len(value) == len(target.elts) else None
             for index, element in enumerate(target.elts):
-                self._assign(element, values[index] if values else Unknown(ast.unparse(element)), frame)
+                self._assign(element, values[index] if values else Unknown(text_of(element)), frame)
         elif isinstance(target, ast.Attribute):
             owner = self._eval(target.value, frame)
             if target.attr == "out_cache_loc" and not isinstance(owner, Instance):
@@ -564,7 +593,14 @@ class Run:
         return False
 
     def _is_layout(self, node: ast.expr, frame: Frame) -> bool:
-        """Layout code: only tensor layout methods, helpers, indexing and arithmetic on names and attributes."""
+        """Layout code: only tensor layout methods, helpers, indexing and arithmetic on names and attributes
+        (kept on the node, per set of helper names)."""
+        known = node.__dict__.setdefault("_is_layout", {})
+        if self._helper_names not in known:
+            known[self._helper_names] = self._layout_only(node)
+        return known[self._helper_names]
+
+    def _layout_only(self, node: ast.expr) -> bool:
         for each in ast.walk(node):
             if isinstance(each, ast.Call):
                 name = _called(each)
@@ -616,7 +652,9 @@ class Run:
         instance = frame.env.get(_first_param(frame.function.node))
         return any(key[0] == id(instance) for key in self._taken)
 
-    def _record_loc(self, loc: Tensor, line: int, frame: Frame) -> None:
+    def _record_loc(self, loc: Tensor, line: int, frame: Frame, at_sink: bool = False) -> None:
+        if self.sink and not at_sink:
+            return
         instance = frame.env.get(_first_param(frame.function.node))
         key = (id(instance), self._step if self._step is not None else id(loc))
         if key not in self._taken:
@@ -643,7 +681,7 @@ class Run:
         except (AssertionError, ValueError, RuntimeError, IndexError) as error:  # a helper's assert, a shape's
             raise Raised(error, getattr(node, "lineno", self._line)) from None
         except (TypeError, AttributeError, KeyError, ZeroDivisionError) as error:  # what the probes do not model
-            return Unknown(f"{ast.unparse(node)} ({type(error).__name__} on the probes)")
+            return Unknown(f"{text_of(node)} ({type(error).__name__} on the probes)")
 
     def _eval_node(self, node: ast.expr, frame: Frame) -> Any:
         if isinstance(node, ast.Constant):
@@ -687,7 +725,7 @@ class Run:
         if isinstance(node, ast.IfExp):
             test = self._eval(node.test, frame)
             if isinstance(test, Unknown):
-                return Unknown(ast.unparse(node.test))
+                return Unknown(text_of(node.test))
             return self._eval(node.body if test else node.orelse, frame)
         if isinstance(node, ast.Call):
             return self._call(node, frame)
@@ -709,7 +747,13 @@ class Run:
                 and _called(n) in self.world.helpers
                 for n in ast.walk(node)
             )
-            if layout or any(isinstance(v, Tensor) for v in values) or holding and not self._took(frame):
+            if self.sink:  # only tree code handed the draft buffer may reach the sink with it
+                calls = [n for n in ast.walk(node) if isinstance(n, ast.Call)]
+                layout = layout or any(_called(n) == self.sink for n in calls)
+                holding = any(_runs_tree_code(n, self) for n in calls) and any(map(_reaches_loc, values))
+            elif holding:
+                holding = not self._took(frame)
+            if layout or any(isinstance(v, Tensor) for v in values) or holding:
                 raise CannotProve(
                     f"line {node.lineno}: draft layout code inside a "
                     f"{'lambda' if isinstance(node, ast.Lambda) else 'comprehension'}"
@@ -746,9 +790,9 @@ class Run:
         owner = self._eval(node.value, frame)
         index = self._eval(node.slice, frame)
         if isinstance(owner, Unknown) or isinstance(index, Unknown):
-            return owner if isinstance(owner, Unknown) else Unknown(ast.unparse(node.slice))
+            return owner if isinstance(owner, Unknown) else Unknown(text_of(node.slice))
         if isinstance(index, tuple) and any(isinstance(i, Unknown) for i in index):
-            return Unknown(ast.unparse(node.slice))
+            return Unknown(text_of(node.slice))
         result = owner[index]
         if (
             isinstance(owner, Tensor)
@@ -814,6 +858,9 @@ class Run:
         kwargs = {k.arg: self._eval(k.value, frame) for k in node.keywords if k.arg is not None}
         if any(k.arg is None for k in node.keywords):
             return Unknown("a ** argument")
+        if self.sink and _called(node) == self.sink and not self._quiet:
+            for loc in filter(None, map(_contained_loc, [*args, *kwargs.values()])):
+                self._record_loc(loc, node.lineno, frame, at_sink=True)
         if isinstance(func, Function):
             return self.call(func, args, kwargs)
         if isinstance(func, _Opaque):
@@ -911,6 +958,12 @@ def _own_names(node: ast.AST) -> frozenset[str]:
     )
 
 
+def _reaches_loc(value: Any) -> bool:
+    """``value`` holds the draft buffer, or is an instance one of whose attributes does."""
+    attrs = value.attrs.values() if isinstance(value, Instance) else ()
+    return _contained_loc(value) is not None or any(_contained_loc(a) is not None for a in attrs)
+
+
 def _contained_loc(value: Any, depth: int = 0) -> Optional[Tensor]:
     """The draft tensor ``value`` is or holds (in a tuple, list or dict, or as a probe object's out_cache_loc)."""
     if isinstance(value, Tensor):
@@ -922,7 +975,23 @@ def _contained_loc(value: Any, depth: int = 0) -> Optional[Tensor]:
 
 
 def _stored_names(parts: Iterable[ast.AST]) -> set[str]:
-    return {n.id for part in parts for n in ast.walk(part) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return {name for part in parts for name in _stored_in(part)}
+
+
+def _stored_in(node: ast.AST) -> frozenset[str]:
+    """The names ``node`` binds (kept on the node)."""
+    if not hasattr(node, "_stored_in"):
+        node._stored_in = frozenset(  # type: ignore[attr-defined]
+            n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        )
+    return node._stored_in  # type: ignore[attr-defined]
+
+
+def text_of(node: ast.AST) -> str:
+    """``ast.unparse(node)``, kept on the node."""
+    if not hasattr(node, "_text"):
+        node._text = ast.unparse(node)  # type: ignore[attr-defined]
+    return node._text  # type: ignore[attr-defined]
 
 
 def _has_call(node: ast.AST) -> bool:
@@ -952,20 +1021,23 @@ def _touch_marks(node: ast.AST, helpers: Iterable[str]) -> tuple[frozenset[str],
     return node._touch_marks  # type: ignore[attr-defined]
 
 
-def _followed(call: ast.Call, run: Run) -> bool:
-    """A call the run follows (``self.`` methods, ``super()``, module functions and classes of the tree)
-    or layout code (a helper, a tensor layout method): its arguments are not a use of the buffer."""
+def _runs_tree_code(call: ast.Call, run: Run) -> bool:
+    """A call of the tree's code the run follows: a ``self.`` method, ``super()``, a module function or class."""
     name = _called(call)
     of_class = (
         isinstance(call.func, ast.Attribute)
         and isinstance(call.func.value, ast.Name)
         and call.func.value.id in run.world.classes
     )
+    return _is_self_call(call) or of_class or name in run.world.functions or name in run.world.classes
+
+
+def _followed(call: ast.Call, run: Run) -> bool:
+    """A call the run follows (``_runs_tree_code``) or layout code (a helper, a tensor layout method): its
+    arguments are not a use of the buffer."""
+    name = _called(call)
     return (
-        _is_self_call(call)
-        or of_class
-        or name in run.world.functions
-        or name in run.world.classes
+        _runs_tree_code(call, run)
         or name in run.world.helpers
         or (name in LAYOUT_METHODS and isinstance(call.func, ast.Attribute))
         or (name in _INSPECTING and isinstance(call.func, ast.Name))

@@ -11,7 +11,7 @@ import ast
 from dataclasses import dataclass
 from typing import Optional
 
-from .interpret import CannotProve, Diverged, Event, Function, Raised, Run, World
+from .interpret import CannotProve, Diverged, Event, Function, Raised, Run, World, text_of
 from .world import Probe
 
 #: the most paths (ways the undecided branches go) one run may take
@@ -68,29 +68,29 @@ def step_param(world: World, cls: str, method: str) -> str:
 
 
 def knows_its_step(world: World, cls: str) -> bool:
-    return any("speculative_step_id" in ast.unparse(world.classes[c]) for c in world.mro(cls) if c in world.classes)
+    return any("speculative_step_id" in text_of(world.classes[c]) for c in world.mro(cls) if c in world.classes)
 
 
 def _subclasses(world: World, cls: str) -> set[str]:
     return {name for name in world.classes if cls in world.mro(name)}
 
 
-def callers(world: World, per_step: str) -> list[Entry]:
+def callers(world: World, per_step: str, method: str = "init_forward_metadata") -> list[Entry]:
     """The multi-step classes that build per-step backends of ``per_step`` (or a subclass) into a list
-    attribute (``self.X.append(C(...))`` / ``self.X = [C(...) ...]``) and have an ``init_forward_metadata``."""
-    if per_step not in world.callers:
-        world.callers[per_step] = _callers(world, per_step)
-    return world.callers[per_step]
+    attribute (``self.X.append(C(...))`` / ``self.X = [C(...) ...]``) and have a ``method``."""
+    if (per_step, method) not in world.callers:
+        world.callers[per_step, method] = _callers(world, per_step, method)
+    return world.callers[per_step, method]
 
 
-def _callers(world: World, per_step: str) -> list[Entry]:
+def _callers(world: World, per_step: str, method: str) -> list[Entry]:
     kinds = _subclasses(world, per_step)
     found = []
     for name, node in world.classes.items():
         built = _built_backends(world, name, kinds)
-        if built and world.lookup(name, "init_forward_metadata") is not None:
+        if built and world.lookup(name, method) is not None:
             attr, cls = built
-            found.append(Entry(name, "init_forward_metadata", per_step=cls, backends_attr=attr))
+            found.append(Entry(name, method, per_step=cls, backends_attr=attr))
     return found
 
 
@@ -98,24 +98,35 @@ def _built_backends(world: World, name: str, kinds: set[str]) -> Optional[tuple[
     """(attribute, class) of the per-step backends the class's methods build, along its MRO."""
     for each in world.mro(name):
         node = world.classes.get(each)
-        for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)) if node else ():
-            built = (
-                call.args[0]
-                if isinstance(call.func, ast.Attribute) and call.func.attr == "append" and call.args
-                else None
-            )
-            owner = call.func.value if isinstance(call.func, ast.Attribute) else None
-            made = _made_by(world, name, built) if isinstance(built, ast.Call) else None
-            if (
-                made in kinds
-                and isinstance(owner, ast.Attribute)
-                and isinstance(owner.value, ast.Name)
-                and owner.value.id == "self"
-            ):
-                return owner.attr, made
-        for assign in (n for n in ast.walk(node) if isinstance(n, ast.Assign)) if node else ():
-            target = assign.targets[0]
-            value = assign.value
+        appended, listed = _builds(node) if node is not None else ((), ())
+        for attr, built in appended:
+            made = _made_by(world, name, built)
+            if made in kinds:
+                return attr, made
+        for attr, cls in listed:
+            if cls in kinds:
+                return attr, cls
+    return None
+
+
+def _builds(node: ast.ClassDef) -> tuple[tuple[tuple[str, ast.Call], ...], tuple[tuple[str, str], ...]]:
+    """What the class's methods build into ``self`` attributes: (attribute, call) of each
+    ``self.X.append(<call>)``, and (attribute, class) of each ``self.X = [C(...) ...]`` (kept on the node)."""
+    if not hasattr(node, "_builds"):
+        appended = tuple(
+            (call.func.value.attr, call.args[0])
+            for call in (n for n in ast.walk(node) if isinstance(n, ast.Call))
+            if isinstance(call.func, ast.Attribute)
+            and call.func.attr == "append"
+            and call.args
+            and isinstance(call.args[0], ast.Call)
+            and isinstance(call.func.value, ast.Attribute)
+            and isinstance(call.func.value.value, ast.Name)
+            and call.func.value.value.id == "self"
+        )
+        listed = []
+        for assign in (n for n in ast.walk(node) if isinstance(n, ast.Assign)):
+            target, value = assign.targets[0], assign.value
             element = (
                 value.elt
                 if isinstance(value, ast.ListComp)
@@ -127,10 +138,10 @@ def _built_backends(world: World, name: str, kinds: set[str]) -> Optional[tuple[
                 and target.value.id == "self"
                 and isinstance(element, ast.Call)
                 and isinstance(element.func, ast.Name)
-                and element.func.id in kinds
             ):
-                return target.attr, element.func.id
-    return None
+                listed.append((target.attr, element.func.id))
+        node._builds = (appended, tuple(listed))  # type: ignore[attr-defined]
+    return node._builds  # type: ignore[attr-defined]
 
 
 def _made_by(world: World, name: str, call: ast.Call) -> Optional[str]:
@@ -147,16 +158,22 @@ def _made_by(world: World, name: str, call: ast.Call) -> Optional[str]:
 
 
 def run(
-    world: World, entry: Entry, probe: Probe, step: Optional[int] = None, decisions: Optional[dict[str, bool]] = None
+    world: World,
+    entry: Entry,
+    probe: Probe,
+    step: Optional[int] = None,
+    decisions: Optional[dict[str, bool]] = None,
+    sink: tuple[str, str] = ("", ""),
 ) -> tuple[Outcome, list[str]]:
-    """``entry`` run once on ``probe`` (at ``step``) along ``decisions``; the undecided branches it met first."""
+    """``entry`` run once on ``probe`` (at ``step``) along ``decisions``; the undecided branches it met first.
+    ``sink``: the call whose argument is the run's "loc" and the method judged (``Run.sink``, ``Run.within``)."""
     function = world.lookup(entry.cls, entry.method)
     if function is None:
         return Outcome((), None, f"no {entry}", frozenset()), []
     instance = probe.instance(entry.cls, step if entry.stepped else None)
     if entry.backends_attr:
         instance.attrs[entry.backends_attr] = [probe.instance(entry.per_step, j) for j in range(probe.steps)]
-    state = Run(world, {}, decisions)
+    state = Run(world, {}, decisions, *sink)
     error, cannot = None, ""
     try:
         state._step = step
@@ -177,7 +194,9 @@ def run(
     return Outcome(tuple(state.events), error, cannot, frozenset(state.reached), path), state.pending
 
 
-def paths(world: World, entry: Entry, probe: Probe, step: Optional[int]) -> dict[frozenset, Outcome]:
+def paths(
+    world: World, entry: Entry, probe: Probe, step: Optional[int], sink: tuple[str, str] = ("", "")
+) -> dict[frozenset, Outcome]:
     """Every path of ``entry`` on ``probe``: each undecided branch that touches the layout both ways."""
     found: dict[frozenset, Outcome] = {}
     todo: list[dict[str, bool]] = [{}]
@@ -189,7 +208,7 @@ def paths(world: World, entry: Entry, probe: Probe, step: Optional[int]) -> dict
                 )
             }
         decisions = todo.pop()
-        outcome, pending = run(world, entry, probe, step, decisions)
+        outcome, pending = run(world, entry, probe, step, decisions, sink)
         found[outcome.path] = outcome
         todo += [{**dict(outcome.path), key: True} for key in pending]
     return found

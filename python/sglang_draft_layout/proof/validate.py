@@ -23,7 +23,7 @@ from .interpret import Event, World
 from .paths import DIVERGED, Entry, Outcome, callers, knows_its_step, outcomes, step_param
 from .baking import worker_rows
 from .splice import spliced
-from .split_once import PER_STEP, SplitVerdict, once_verdict
+from .split_once import NEVER, PER_STEP, SplitVerdict, once_verdict
 from .world import HELPERS, PROBES, Probe, world_of
 
 T = TypeVar("T")
@@ -244,17 +244,20 @@ def _prove(scope: str, old: Source, new: Source, edits: Sequence[Edit], old_worl
     return Proof(True, probes=tuple(verdicts), fork_seen_everywhere=fork_seen_everywhere)
 
 
-def prove_split_once(source: Source, new_code: str, cls: str) -> Proof:
-    """A rewrite that changes who splits (a caller's split taken out where ``cls`` splits as upstream does),
-    proven by the split-once verdict on ``new_code``: ``cls``'s own code takes upstream's row at every step
-    of every probe, from every path into it, split once."""
+def prove_split_once(source: Source, new_code: str, scope: str) -> Proof:
+    """A rewrite that changes who splits (a caller's split taken out where the per-step class splits as
+    upstream does; upstream's slice added on the in-graph path), proven by the split-once verdict on
+    ``new_code``: ``scope``'s (``Class.method``) own code takes upstream's row at every step of every probe,
+    from every path into it, split once."""
+    cls, method = scope.split(".")
     resolved = Source(source.path, new_code)
     resolved.others, resolved.package, resolved.line_length = source.others, source.package, source.line_length
-    verdict = split_once_of(resolved, cls)
+    verdict = split_once_of(resolved, cls, method)
     if verdict.who != PER_STEP:
         why = verdict.why or f"split by {verdict.who} {verdict.caller}".rstrip()
         return Proof(False, f"cannot prove the rewrite: the per-step out_cache_loc path after it: {why}")
-    runs = tuple((f"{cls} (split once): {probe}", "equal") for probe in PROBES)
+    fixed = split_once_of(source, cls, method).who == NEVER  # the fork never split it: the bug, fixed
+    runs = tuple((f"{scope} (split once): {probe}", "fixes the fork's bug" if fixed else "equal") for probe in PROBES)
     return Proof(True, probes=runs, fork_seen_everywhere=True)
 
 
@@ -265,26 +268,27 @@ def _world(source: Source, package: Optional[Path]) -> World:
     return source._world  # type: ignore[attr-defined]
 
 
-def split_once_of(source: Source, cls: str) -> SplitVerdict:
-    """Who splits the per-step out_cache_loc on the paths into ``cls``, the EAGLE workers of
-    ``source.others`` counted (``split_once.once_verdict``): the one verdict the rules ask, on the whole
-    module as the written CPU test reads it (its functions too, not only the class blocks ``check`` parsed).
-    Judged once per process for the same code (``_VERDICTS``)."""
+def split_once_of(source: Source, cls: str, method: str = "init_forward_metadata") -> SplitVerdict:
+    """Who splits the per-step out_cache_loc on the paths into ``cls.method`` (``split_once.PATHS``), the
+    EAGLE workers of ``source.others`` counted (``split_once.once_verdict``): the one verdict the rules ask,
+    on the whole module as the written CPU test reads it (its functions too, not only the class blocks
+    ``check`` parsed). Judged once per process for the same code (``_VERDICTS``)."""
     verdicts = source.__dict__.setdefault("_split_once", {})
-    if cls not in verdicts:
+    if (cls, method) not in verdicts:
         world = _whole_world(source)
         imported = _imported(world, source._whole_tree)  # type: ignore[attr-defined]
         key = (
             source.path,
             source.code,
             cls,
+            method,
             tuple(map(id, imported)),
             tuple(sorted((relative, other.code) for relative, other in source.others.items())),
         )
-        verdicts[cls] = _remembered(
-            _VERDICTS, key, imported, lambda: once_verdict(world, cls, worker_rows(source.other_trees()))
+        verdicts[cls, method] = _remembered(
+            _VERDICTS, key, imported, lambda: once_verdict(world, cls, worker_rows(source.other_trees()), method)
         )
-    return verdicts[cls]
+    return verdicts[cls, method]
 
 
 #: (path, code, class, ids of the classes imported from the tree's other modules, the workers' code) ->

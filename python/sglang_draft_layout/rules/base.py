@@ -84,8 +84,9 @@ class Finding:
     imports: tuple[tuple[str, str], ...] = ()
     #: the proof of the rewrite (``proof.Proof``): set by the engine before anything is written
     proof: Optional["Proof"] = None
-    #: the per-step class whose split-once verdict proves the rewrite, where it changes who splits (a
-    #: caller's duplicate split taken out: ``proof.validate.prove_split_once``) rather than a layout
+    #: the per-step ``Class.method`` whose split-once verdict proves the rewrite, where it changes who splits
+    #: (a caller's duplicate split taken out, a slice added on DeepSeek-V4's in-graph path:
+    #: ``proof.validate.prove_split_once``) rather than a layout the fork computed
     proven_by_split_once: str = ""
 
 

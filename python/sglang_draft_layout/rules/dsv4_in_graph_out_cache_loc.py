@@ -13,12 +13,15 @@ forks copied from May-2026 main have none: not in this release) slices it with
 (``dsv4_out_cache_loc``). Invariant: the write target is the slots the draft worker writes at this
 step, split from the flat buffer exactly once on the path multi-step backend -> per-step backend.
 
-Forms: the helper there (patched); the translated value ``forward_batch.out_cache_loc`` itself or
-a local bound once to it (to patch: the slice inserted ahead of the statement that translates it);
-a split of the fork's own feeding it (rewritten to the helper where it is). A multi-step caller
-whose ``init_forward_metadata_in_graph`` already sets or splits the rows it hands on leaves
-nothing to add here (handled by the fork's caller), and a split here as well splits twice
-(unrecognised). Any other form is unrecognised.
+Who splits on the path is the one split-once verdict (``proof.split_once``, ``IN_GRAPH``): every path
+into the method run on the probes, the multi-step caller's in-graph method (the CUDA graph's path) and its
+eager ``init_forward_metadata`` (which calls this method after building the metadata), the write target
+being what ``translate_loc_from_full_to_swa`` is handed. The per-step code splits: the helper there
+(patched), a split of the fork's own rewritten to the helper where it is, or one elsewhere left as it is
+(by hand). A multi-step caller hands each step its row on every path: handled by the fork's caller. Never
+split: upstream's slice inserted ahead of the statement that translates ``forward_batch.out_cache_loc``
+itself or a local bound once to it, proven by the verdict on the result. Split twice, for some paths or
+topk only, or anything the run cannot follow: refused, naming the path and probe.
 """
 
 from __future__ import annotations
@@ -29,13 +32,11 @@ from typing import Optional
 from ..layout_patterns.ast_walk import holding_statement, nodes_of
 from ..layout_patterns.helper_names import PER_STEP_HELPER
 from ..layout_patterns.out_cache_loc import helper_calls, out_cache_loc_layouts
+from ..proof.baking import IN_GRAPH, SWA_TARGET
 from . import dsv4_hip_out_cache_loc, dsv4_out_cache_loc
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State
 from .draft_forward import split_finding
 
-METHOD = "init_forward_metadata_in_graph"
-#: the call whose argument is the write target
-TRANSLATE = "translate_loc_from_full_to_swa"
 #: (file, per-step class, its multi-step caller) of every backend with this site
 SITES = (
     (dsv4_out_cache_loc.DSV4_FILE, dsv4_out_cache_loc.CLASS, dsv4_out_cache_loc.MULTI_STEP),
@@ -69,20 +70,6 @@ def step_slice(batch: str, indent: int, line_length: int) -> str:
     return (header + SLICE).format(batch=batch).strip() + "\n"
 
 
-def _caller_splits(source: Source, multi_step: str) -> Optional[int]:
-    """The line where the multi-step caller's in-graph method sets or splits the rows it hands on."""
-    method = source.method(multi_step, METHOD)
-    if method is None:
-        return None
-    sets = [
-        a
-        for a in nodes_of(method, ast.Assign)
-        if any(isinstance(t, ast.Attribute) and t.attr == "out_cache_loc" for t in a.targets)
-    ]
-    found = [*sets, *helper_calls(method), *(s.node for s in out_cache_loc_layouts(method))]
-    return min(n.lineno for n in found) if found else None
-
-
 def _bound_once(method: ast.FunctionDef, name: str) -> Optional[ast.Assign]:
     """``name = <value>``, the one binding of ``name`` in ``method``."""
     stores = [n for n in nodes_of(method, ast.Name) if n.id == name and not isinstance(n.ctx, ast.Load)]
@@ -111,38 +98,39 @@ def _find(rule: Rule, source: Source) -> Finding:
     cls = rule.scope.split(".")[0]
     if source.cls(cls) is None:
         return rule.report(State.ABSENT, detail=f"no class {cls}")
-    method = source.method(cls, METHOD)
+    method = source.method(cls, IN_GRAPH)
     if method is None:
-        return rule.report(State.ABSENT, detail=f"{cls} has no {METHOD} (0.5.13 added it)")
-    caller = _caller_splits(source, rule.reads[0])
+        return rule.report(State.ABSENT, detail=f"{cls} has no {IN_GRAPH} (0.5.13 added it)")
+    if SWA_TARGET not in source.text(source.cls(cls)):
+        return rule.report(State.NOT_AFFECTED, method.lineno, f"no {SWA_TARGET}(...) of the draft buffer in {cls}")
+    from ..proof.split_once import CALLER, NEVER, PER_STEP  # numpy: loaded where a path is judged
+    from ..proof.validate import split_once_of
+
+    verdict = split_once_of(source, cls, IN_GRAPH)
     splits, helpers = out_cache_loc_layouts(method), helper_calls(method)
-    if caller is not None and (splits or helpers):
-        return rule.report(
-            State.UNRECOGNISED,
-            (splits[0].line if splits else helpers[0].lineno),
-            f"splits the per-step out_cache_loc twice: here and in its caller "
-            f"{rule.reads[0]}.{METHOD} (line {caller}); keep one of them",
-        )
-    if splits:
+    calls = [c for c in nodes_of(method, ast.Call) if isinstance(c.func, ast.Attribute) and c.func.attr == SWA_TARGET]
+    line = calls[0].lineno if calls else method.lineno
+    if verdict.who == CALLER:
+        return rule.report(State.BY_CALLER, line, f"{verdict.caller} at {verdict.path or source.path}:{verdict.line}")
+    if verdict.who == PER_STEP and splits:
         return split_finding(rule, source, method, splits, f"the fork's own split: via {PER_STEP_HELPER}")
-    if helpers:
+    if verdict.who == PER_STEP and helpers:
         return rule.report(State.PATCHED, helpers[0].lineno)
-    calls = [
-        c
-        for c in nodes_of(method, ast.Call)
-        if isinstance(c.func, ast.Attribute) and c.func.attr == TRANSLATE and len(c.args) == 1
-    ]
-    if not calls:
-        return rule.report(State.NOT_AFFECTED, method.lineno, f"no {TRANSLATE}(...) of the draft buffer here")
-    if caller is not None:
-        return rule.report(State.BY_CALLER, calls[0].lineno, f"{rule.reads[0]}.{METHOD} at {source.path}:{caller}")
-    if len(calls) > 1:
-        return rule.report(State.UNRECOGNISED, calls[1].lineno, f"{TRANSLATE} called more than once in {METHOD}")
+    if verdict.who == PER_STEP:
+        return rule.report(
+            State.BY_HAND, line, "the fork's own code splits it per step (proven on the probes): left as it is"
+        )
+    if verdict.who != NEVER:
+        return rule.report(State.UNRECOGNISED, line, f"the per-step out_cache_loc path (in graph): {verdict.why}")
+    if len(calls) != 1:
+        return rule.report(
+            State.UNRECOGNISED, line, f"{IN_GRAPH} calls {SWA_TARGET} {len(calls)} times: rewrite it by hand"
+        )
     call = calls[0]
     stmt = holding_statement(method, call)
     indent = stmt.col_offset
-    arg = call.args[0]
-    if _is_batch_loc(arg):
+    arg = call.args[0] if len(call.args) == 1 else None
+    if arg is not None and _is_batch_loc(arg):
         batch = source.text(arg.value)
         before = (f"out_cache_loc = {batch}.out_cache_loc\n", step_slice(batch, indent, source.line_length))
         edits = [Edit(arg, replace="out_cache_loc"), Edit(stmt, before=before)]
@@ -152,7 +140,7 @@ def _find(rule: Rule, source: Source) -> Finding:
             return rule.report(
                 State.UNRECOGNISED,
                 call.lineno,
-                f"the write target of {TRANSLATE} is neither the batch's out_cache_loc nor a local "
+                f"the write target of {SWA_TARGET} is neither the batch's out_cache_loc nor a local "
                 "bound once to it in the same block: rewrite it by hand",
             )
         batch = source.text(bound.value.value)
@@ -162,14 +150,20 @@ def _find(rule: Rule, source: Source) -> Finding:
                 "        out_cache_loc,\n", f"        {arg.id},\n"
             )
         edits = [Edit(stmt, before=(slice_text,))]
-    return rule.report(State.TO_PATCH, call.lineno, edits=edits, imports=[(EAGLE_UTILS, PER_STEP_HELPER)])
+    return rule.report(
+        State.TO_PATCH,
+        call.lineno,
+        edits=edits,
+        imports=[(EAGLE_UTILS, PER_STEP_HELPER)],
+        proven_by_split_once=rule.scope,
+    )
 
 
 RULES = [
     Rule(
         id=f"dsv4-in-graph-out-cache-loc:{cls}",
         file=file,
-        scope=f"{cls}.{METHOD}",
+        scope=f"{cls}.{IN_GRAPH}",
         site="per-step out_cache_loc (in graph)",
         upstream="PR 26239",
         find=_find,

@@ -254,7 +254,7 @@ def _find(rule: Rule, source: Source) -> Finding:
                     f"{fork_split} splits it again after upstream's split in {cls}.{where}: "
                     "the fork's split taken out, upstream's kept",
                     edits=removal,
-                    proven_by_split_once=cls,
+                    proven_by_split_once=f"{cls}.init_forward_metadata",
                 )
             if verdict.who == TWICE:
                 at = f"{verdict.path}:{verdict.line}" if verdict.path else f"line {verdict.line}"
@@ -298,7 +298,7 @@ def _upstream_side(source: Source, cls: str, decode: ast.FunctionDef, verdict) -
         if source.cls(owner) is None or source.method(owner, name) is None or kept(owner, name):
             continue  # a method the fork keeps stays as written: the double split is refused
         edits, _why = removal(source, owner, name)
-        if edits and prove_split_once(source, spliced(source, edits), cls).proven:
+        if edits and prove_split_once(source, spliced(source, edits), f"{cls}.init_forward_metadata").proven:
             taken = [n for e in edits if not e.remove for n in (e.absorb or [e.node])]
             return edits, f"{owner}.{name}", min(n.lineno for n in taken)
     return [], "", 0

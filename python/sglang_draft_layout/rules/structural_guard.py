@@ -23,11 +23,12 @@ A form no rule knows is unrecognised, so ``apply`` refuses. Classes that only in
 or delegate per step hold no form and are never reported.
 
 Split once: each class under ``srt/layers/attention/`` that no rule names and that bakes out_cache_loc
-at init (``proof.baking.baking_methods``) gets the one split-once verdict of the DeepSeek-V4 rule
+at init, or in the CUDA graph as DeepSeek-V4's in-graph method does (``proof.baking.baking_methods``),
+gets for each such path the one split-once verdict of the DeepSeek-V4 rules
 (``proof.split_once.once_verdict``: every path into it run on the probes, an EAGLE worker's per-step rows
 counted). Split once, by a caller or by the per-step code: patched. Never, twice, or not as upstream
 splits it: unrecognised. The site is the per-step backend's first statement handing ``out_cache_loc=``
-on; a keep on a method of its path or on that statement (``proof.baking.keeps_path``, or ``--keep``
+on (in the graph: its first ``translate_loc_from_full_to_swa`` call); a keep on a method of its path or on that statement (``proof.baking.keeps_path``, or ``--keep``
 naming it) keeps it; a keep on a caller keeps the caller's own layout only.
 """
 
@@ -43,7 +44,7 @@ from ..layout_patterns.ast_walk import methods
 from ..layout_patterns.forms import CAPACITY, LAUNCH, OUT_CACHE_LOC, ROWS, STEP_LENGTH, draft_layout_forms
 from ..layout_patterns.helper_names import HELPERS, KERNEL
 from ..layout_patterns.keep import KEEP_PRAGMA
-from ..proof.baking import ATTENTION, baking_methods, keeps_path, nodes
+from ..proof.baking import ATTENTION, IN_GRAPH, SWA_TARGET, baked_at, baking_methods, keeps_path
 from . import draft_forward, kv_indices_capacity_check, kv_indices_step_slice
 from .base import Finding, Rule, Source, State
 from .draft_backends import DRAFT_BACKENDS, find_row_width
@@ -135,14 +136,15 @@ def _split_once(rule: Rule, source: Source) -> Finding:
     from ..proof.split_once import NEVER, TWICE, WRONG  # numpy: loaded where a path is judged
     from ..proof.validate import split_once_of
 
-    cls = source.cls(rule.scope.split(".")[0])
-    path = baking_methods(cls) if cls is not None else []
+    name, start = rule.scope.split(".")
+    cls = source.cls(name)
+    path = baking_methods(cls, start) if cls is not None else []
     if not path:
         return rule.report(State.ABSENT, detail=f"no per-step path into {rule.scope}")
-    line = min(k.lineno for m in path for k in nodes(m, ast.keyword) if k.arg == "out_cache_loc")
+    line = min(n.lineno for m in path for n in baked_at(m, start))
     if keeps_path(source.lines, path):
         return rule.report(State.KEPT, line, KEEP_PRAGMA)
-    verdict = split_once_of(source, cls.name)
+    verdict = split_once_of(source, cls.name, start)
     if verdict.who == NEVER:
         return rule.report(
             State.UNRECOGNISED,
@@ -167,15 +169,18 @@ SPLIT_ONCE = Rule("split-once", "", "", "per-step out_cache_loc split once", "PR
 
 
 def _baking_scopes(relative: str, source: Source, named: Collection[str]) -> list[str]:
-    """``Class.init_forward_metadata`` of each class under srt/layers/attention, no rule naming it, that
-    bakes out_cache_loc at init (``proof.baking.baking_methods``, as the written CPU test finds them)."""
-    if not relative.startswith(ATTENTION) or "out_cache_loc=" not in source.code:
+    """``Class.init_forward_metadata`` (``Class.init_forward_metadata_in_graph``) of each class under
+    srt/layers/attention, no rule naming it, that bakes out_cache_loc at init (in the CUDA graph)
+    (``proof.baking.baking_methods``, as the written CPU test finds them)."""
+    if not relative.startswith(ATTENTION) or not ("out_cache_loc=" in source.code or SWA_TARGET in source.code):
         return []
 
     return [
-        f"{cls.name}.init_forward_metadata"
+        f"{cls.name}.{start}"
         for cls in source.definitions()
-        if isinstance(cls, ast.ClassDef) and cls.name not in named and baking_methods(cls)
+        if isinstance(cls, ast.ClassDef) and cls.name not in named
+        for start in ("init_forward_metadata", IN_GRAPH)
+        if baking_methods(cls, start)
     ]
 
 
