@@ -136,12 +136,16 @@ def test_the_committed_plan_is_what_its_generator_writes_and_sizes_each_cell_by_
         )
         assert cell["fits_budget"] == (cell["est_device_s"] <= plan["device"]["budget_s"])
         assert ("budget_note" in cell) != cell["fits_budget"]
-        assert ("pilot_first" in cell) == (cell["sd_basis"] != parity_tost.IN_DESIGN)
+        assert ("pilot_first" in cell) == (cell["sd_basis"] not in (parity_tost.IN_DESIGN, parity_tost.PILOT))
         assert f"--configs {cell['config']}@{cell['concurrency']}" in cell["command"] and "--plan " in cell["command"]
         assert ("pilot_command" in cell) == ("pilot_first" in cell)
         assert "--plan" not in cell.get("pilot_command", "")
-    # the sds docs/performance.md gives for these cells (2026-12-01 late and night)
-    assert [round(c["sd_log_ratio"], 3) for c in plan["cells"]] == [0.039, 0.035, 0.039, 0.100, 0.103]
+    # the sds docs/performance.md gives for these cells (2026-12-01 late; the pilots of 2026-12-04)
+    assert [round(c["sd_log_ratio"], 3) for c in plan["cells"]] == [0.039, 0.035, 0.033, 0.041, 0.088]
+    # version 2 sized the cell at 64 and the eager cells on their pilots; none asks for a pilot now
+    assert plan["version"] == parity_tost.VERSION == 2 and len(plan["versions"]) == plan["version"]
+    assert [c["sd_basis"] == parity_tost.PILOT for c in plan["cells"]] == [False, False, True, True, True]
+    assert not any("pilot_first" in c for c in plan["cells"])
 
 
 def test_verdict_at_exactly_the_planned_pairs():

@@ -10,7 +10,10 @@ cell is expected to take from the measured time per pair. A cell whose seconds e
 of a session's device time this work may take (BUDGET_S) says so, with the pairs it needs.
 
 The sd is read from the committed results (``source``); a cell never measured, or measured in
-another design than the plan's, says so (``sd_basis``). The power is the power at that sd: from
+another design than the plan's, says so (``sd_basis``) and asks for a pilot first (``pilot_first``,
+``pilot_command``): 6 pairs in the plan's design, not part of the test, then a new version of the
+plan (``VERSION``, ``VERSIONS``) sized on the pilot's sd and time per pair, committed before the
+test's run. The power is the power at that sd: from
 6 pairs an sd is uncertain (``sd_upper80``, the one-sided 80% upper confidence bound, and the
 pairs it would need, show by how much).
 
@@ -42,6 +45,21 @@ PLAN = os.path.join(HERE, "parity-tost.json")
 RESULTS = "benchmark/gpu/results"
 LATE = f"{RESULTS}/h200-2026-12-01-ab4/ab_results.json"  # together, --cpu-split (2026-12-01, late)
 NIGHT = f"{RESULTS}/h200-2026-12-01-ab3/ab_results.json"  # together, CPUs shared (2026-12-01, night)
+#: the pilots of issue 29 (2026-12-04), 6 pairs each in the plan's design, not part of any test:
+#: FlashInfer CUDA graphs at 64 and triton eager on one machine, FlashInfer eager on a second one
+PILOTS = f"{RESULTS}/h200-2026-12-04-pilots/ab_results.json"
+PILOT_FI_EAGER = f"{RESULTS}/h200-2026-12-04-pilots/flashinfer_nocg_k4s3/ab_results.json"
+
+#: the plan's version, raised whenever a cell's sizing changes; a cell's verdict holds under the
+#: version (and sha256) its run recorded
+VERSION = 2
+VERSIONS = [
+    "1 (2026-12-02): cells at 8 and 32 sized on the late run (2026-12-01, plan's design); 64 assumed; "
+    "the eager cells on the night run (CPUs shared). The cell at 32 was run under it (sha256 f9d56032...ea00, "
+    "2026-12-03 afternoon: equivalent)",
+    "2 (2026-12-04): the cell at 64 and the two eager cells sized on their pilots (6 pairs each, plan's "
+    "design, results/h200-2026-12-04-pilots/); cells at 8 and 32 unchanged",
+]
 
 #: ab_bench's settings the sds were measured at (the late run's); a run of the plan must use them
 DESIGN = {
@@ -68,30 +86,14 @@ SESSION_START_S = 90 + 61
 PRE_MEASURE_S = 107
 
 IN_DESIGN = "measured in the plan's design"
+PILOT = "measured in the plan's design: its pilot of 6 pairs (2026-12-04), not part of the test"
 #: (config, concurrency, where its sd and time per pair come from, why that source)
 CELLS = [
     ("flashinfer_cg_k1s3", 8, (LATE, "flashinfer_cg_k1s3", 8), IN_DESIGN),
     ("flashinfer_cg_k1s3", 32, (LATE, "flashinfer_cg_k1s3", 32), IN_DESIGN),
-    (
-        "flashinfer_cg_k1s3",
-        64,
-        None,
-        "never measured: assumed the larger sd of this configuration at 8 and 32, "
-        "and its time per pair at 32 (rounds are sized by time, not by requests)",
-    ),
-    (
-        "flashinfer_nocg_k4s3",
-        32,
-        (NIGHT, "flashinfer_nocg_k4s3", 32),
-        "measured together without --cpu-split (CPUs shared), 5 pairs; never with the split, which cut triton "
-        "eager topk 4's sd from 0.041 to 0.023",
-    ),
-    (
-        "triton_nocg_k1s3",
-        32,
-        (NIGHT, "triton_nocg_k1s3", 32),
-        "measured together without --cpu-split (CPUs shared), 6 pairs; never with the split",
-    ),
+    ("flashinfer_cg_k1s3", 64, (PILOTS, "flashinfer_cg_k1s3", 64), PILOT),
+    ("flashinfer_nocg_k4s3", 32, (PILOT_FI_EAGER, "flashinfer_nocg_k4s3", 32), PILOT),
+    ("triton_nocg_k1s3", 32, (PILOTS, "triton_nocg_k1s3", 32), PILOT),
 ]
 #: where a cell's server pair start time comes from (the record's startup_s): the late run, the
 #: flashinfer modules carried (.gpu/fiaot)
@@ -183,7 +185,7 @@ def cell_plan(config: str, concurrency: int, source, basis: str) -> dict:
                 else "; more than a whole session"
             )
         )
-    if basis != IN_DESIGN:
+    if basis not in (IN_DESIGN, PILOT):
         cell["pilot_first"] = (
             "its sd was not measured in the plan's design: first a pilot of 6 pairs in that "
             "design (ab_bench without --plan; its pairs are not part of the test), then a new "
@@ -213,6 +215,8 @@ def plan() -> dict:
             cell["pilot_command"] = command(cell, plan_file=False)
     return {
         "plan": "parity-tost",
+        "version": VERSION,
+        "versions": VERSIONS,
         "issue": 29,
         "question": "does the patch cost output tokens/s where 0.5.12 was already right? Equivalent when "
         "patched / unpatched is within ±2%",
