@@ -8,10 +8,11 @@ import ast
 
 import pytest
 
-from sglang_draft_layout.proof.baking import KEEP, baking_methods, keeps_path, worker_rows
+from sglang_draft_layout.proof.baking import BAKING_STARTS, KEEP, baking_methods, keeps_path, worker_rows
 from sglang_draft_layout.proof.split_once import (
     CALLER,
     NEVER,
+    PATHS,
     PER_STEP,
     TWICE,
     WRONG,
@@ -365,3 +366,8 @@ def test_a_driver_whose_backends_the_verdict_cannot_name_is_refused():
     code = path_module(False, True).replace("[StepBackend() for _ in range(steps)]", "make_backends(steps)")
     found = agree(code)
     assert found.who == WRONG and found.why.startswith("cannot tell who splits it: MultiStepBackend")
+
+
+def test_the_verdict_judges_each_path_the_guard_finds():
+    """The structural guard finds per-step paths from ``BAKING_STARTS``; the verdict has a way to run each."""
+    assert tuple(PATHS) == BAKING_STARTS

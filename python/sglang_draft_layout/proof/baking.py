@@ -18,6 +18,8 @@ ATTENTION = "srt/layers/attention/"
 IN_GRAPH = "init_forward_metadata_in_graph"
 #: the write target there: what this call is handed
 SWA_TARGET = "translate_loc_from_full_to_swa"
+#: the per-step methods whose paths the split-once verdict judges: the eager init's and the in-graph one
+BAKING_STARTS = ("init_forward_metadata", IN_GRAPH)
 #: the EAGLE workers (module under the sglang package, class) whose ``draft_forward`` drives each draft step
 WORKERS = (
     ("srt/speculative/eagle_worker_v2.py", "EagleDraftWorker"),

@@ -26,13 +26,14 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from . import arrays
-from .baking import ATTENTION, IN_GRAPH, SWA_TARGET, baking_methods, keeps_path, nodes, worker_rows
+from .baking import ATTENTION, BAKING_STARTS, IN_GRAPH, SWA_TARGET, baking_methods, keeps_path, nodes, worker_rows
 from .interpret import Event, World
 from .paths import DIVERGED, Entry, callers, paths
 from .world import PROBES, Probe, world_of
 
 #: per judged per-step method: the methods of a multi-step caller (or of the per-step backend alone) whose
 #: runs reach it, and the sink of those runs (``Run.sink``; "": the first take of the buffer)
+#: (one entry per ``BAKING_STARTS``, in its order)
 PATHS = {
     "init_forward_metadata": (("init_forward_metadata",), ""),
     IN_GRAPH: ((IN_GRAPH, "init_forward_metadata"), SWA_TARGET),

@@ -32,7 +32,7 @@ from typing import Optional
 from ..layout_patterns.ast_walk import holding_statement, nodes_of
 from ..layout_patterns.helper_names import PER_STEP_HELPER
 from ..layout_patterns.out_cache_loc import helper_calls, out_cache_loc_layouts
-from ..proof.baking import IN_GRAPH, SWA_TARGET
+from ..proof.baking import IN_GRAPH, SWA_TARGET, baked_at
 from . import dsv4_hip_out_cache_loc, dsv4_out_cache_loc
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State
 from .draft_forward import split_finding
@@ -108,7 +108,7 @@ def _find(rule: Rule, source: Source) -> Finding:
 
     verdict = split_once_of(source, cls, IN_GRAPH)
     splits, helpers = out_cache_loc_layouts(method), helper_calls(method)
-    calls = [c for c in nodes_of(method, ast.Call) if isinstance(c.func, ast.Attribute) and c.func.attr == SWA_TARGET]
+    calls = baked_at(method, IN_GRAPH)
     line = calls[0].lineno if calls else method.lineno
     if verdict.who == CALLER:
         return rule.report(State.BY_CALLER, line, f"{verdict.caller} at {verdict.path or source.path}:{verdict.line}")

@@ -254,7 +254,7 @@ def _find(rule: Rule, source: Source) -> Finding:
                     f"{fork_split} splits it again after upstream's split in {cls}.{where}: "
                     "the fork's split taken out, upstream's kept",
                     edits=removal,
-                    proven_by_split_once=f"{cls}.init_forward_metadata",
+                    proven_by_split_once=rule.scope,
                 )
             if verdict.who == TWICE:
                 at = f"{verdict.path}:{verdict.line}" if verdict.path else f"line {verdict.line}"

@@ -28,8 +28,9 @@ gets for each such path the one split-once verdict of the DeepSeek-V4 rules
 (``proof.split_once.once_verdict``: every path into it run on the probes, an EAGLE worker's per-step rows
 counted). Split once, by a caller or by the per-step code: patched. Never, twice, or not as upstream
 splits it: unrecognised. The site is the per-step backend's first statement handing ``out_cache_loc=``
-on (in the graph: its first ``translate_loc_from_full_to_swa`` call); a keep on a method of its path or on that statement (``proof.baking.keeps_path``, or ``--keep``
-naming it) keeps it; a keep on a caller keeps the caller's own layout only.
+on (in the graph: its first ``translate_loc_from_full_to_swa`` call); a keep on a method of its path or
+on that statement (``proof.baking.keeps_path``, or ``--keep`` naming it) keeps it; a keep on a caller
+keeps the caller's own layout only.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from ..layout_patterns.ast_walk import methods
 from ..layout_patterns.forms import CAPACITY, LAUNCH, OUT_CACHE_LOC, ROWS, STEP_LENGTH, draft_layout_forms
 from ..layout_patterns.helper_names import HELPERS, KERNEL
 from ..layout_patterns.keep import KEEP_PRAGMA
-from ..proof.baking import ATTENTION, IN_GRAPH, SWA_TARGET, baked_at, baking_methods, keeps_path
+from ..proof.baking import ATTENTION, BAKING_STARTS, SWA_TARGET, baked_at, baking_methods, keeps_path
 from . import draft_forward, kv_indices_capacity_check, kv_indices_step_slice
 from .base import Finding, Rule, Source, State
 from .draft_backends import DRAFT_BACKENDS, find_row_width
@@ -179,7 +180,7 @@ def _baking_scopes(relative: str, source: Source, named: Collection[str]) -> lis
         f"{cls.name}.{start}"
         for cls in source.definitions()
         if isinstance(cls, ast.ClassDef) and cls.name not in named
-        for start in ("init_forward_metadata", IN_GRAPH)
+        for start in BAKING_STARTS
         if baking_methods(cls, start)
     ]
 
