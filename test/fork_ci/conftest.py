@@ -1,4 +1,5 @@
-"""Fixtures of the fork CI tests: a scratch fork checkout (scratch_fork.py) and the proof venv."""
+"""Fixtures of the fork CI tests: a scratch fork checkout (scratch_fork.py) and the proof venv's
+``python3``, warm (support/warm_python.py: torch and transformers imported once per test process)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ def fork(tmp_path) -> Path:
     return make_fork(tmp_path / "my-sglang-fork")
 
 
-@pytest.fixture(scope="module")
-def proof_python():
+@pytest.fixture(scope="session")
+def proof_python(tmp_path_factory):
+    from support import warm_python
     from support.sglang_venv import proof_venv
 
-    return proof_venv(VERSION)
+    python3, server = warm_python.start(proof_venv(VERSION), tmp_path_factory.mktemp("warm-python"))
+    yield python3
+    warm_python.stop(server)
