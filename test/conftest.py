@@ -19,9 +19,10 @@ pytest_plugins = ["support.strict_skips"]
 
 @pytest.fixture(scope="session", autouse=True)
 def parsed_trees_shared():
-    """The plans of a test process share their parsed trees (``parsing_once``, 256 kept): the
-    tests patch the same release files again and again. The CLI keeps them for one plan."""
-    with parsing_once(kept=256):
+    """The plans of a test process share their parsed trees (``parsing_once``, 1024 kept, some 700 MB
+    at most): the tests patch and judge the same release files again and again. The CLI keeps them
+    for one plan."""
+    with parsing_once(kept=1024):
         yield
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Sequence
 
 import libcst as cst
@@ -222,7 +222,34 @@ def _blank(count: int) -> list[cst.EmptyLine]:
 
 def apply_edits(source: Source, edits: Sequence[Edit]) -> str:
     """The file's text with ``edits`` applied (raises AnchorError for an anchor libcst lacks); a removed
-    definition's lines are cut as they are (``removed_lines``), apart from the pieces libcst rewrites."""
+    definition's lines are cut as they are (``removed_lines``), apart from the pieces libcst rewrites.
+    The same edits of the same text are rendered once a process (``_RENDERED``): a check and an apply of
+    one tree render each file twice, and the tests render the same release files again and again."""
+    key = (source.code, tuple(_edit_key(edit) for edit in edits))
+    if key not in _RENDERED:
+        if len(_RENDERED) >= _KEPT:
+            del _RENDERED[next(iter(_RENDERED))]
+        _RENDERED[key] = _apply_edits(source, edits)
+    return _RENDERED[key]
+
+
+#: (text, the edits' places and contents) -> the rendered text, the oldest of ``_KEPT`` let go first
+_RENDERED: dict[tuple, str] = {}
+_KEPT = 64
+
+
+def _edit_key(edit: Edit) -> tuple:
+    """What of an edit the rendering reads: its fields, an ast node by its place in the text."""
+
+    def value(field: object) -> object:
+        if isinstance(field, ast.AST):
+            return (type(field).__name__, field.lineno, field.col_offset, field.end_lineno, field.end_col_offset)
+        return tuple(map(value, field)) if isinstance(field, tuple) else field
+
+    return tuple(value(getattr(edit, f.name)) for f in fields(edit))
+
+
+def _apply_edits(source: Source, edits: Sequence[Edit]) -> str:
     by_piece: dict[tuple[int, str], list[Edit]] = defaultdict(list)
     holders: dict[tuple[int, str], ast.stmt] = {}
     replacements: dict[tuple[int, int], str] = {removed_lines(source, e.node): "" for e in edits if e.remove}

@@ -1,11 +1,12 @@
 """The written CPU test's split-once check, run here on a tree: its function
-(``proof.split_once.split_once_problems``) on the modules it reads."""
+(``proof.split_once.split_once_problems``) on the modules it reads, each text parsed once a test
+process (``ast_walk.parse`` within conftest's ``parsed_trees_shared``)."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
+from sglang_draft_layout.layout_patterns.ast_walk import parse
 from sglang_draft_layout.proof.baking import ATTENTION, WORKERS
 from sglang_draft_layout.proof.split_once import split_once_problems
 
@@ -17,6 +18,6 @@ def not_split_once(package: Path) -> list[tuple[str, str]]:
     modules = {}
     for path in paths + [p for p, _cls in WORKERS]:
         text = (package / path).read_text() if (package / path).is_file() else ""
-        modules[path] = (ast.parse(text), text.splitlines())
+        modules[path] = (parse(text, path), text.splitlines())
     _found, problems = split_once_problems(package, modules)
     return [(scope.split(".")[0], verdict.who) for _path, _line, scope, verdict in problems]

@@ -123,20 +123,20 @@ def _module_file(package: Path, module: str) -> Optional[Path]:
 
 
 @functools.lru_cache(maxsize=64)
-def _parsed_at(path: Path, mtime_ns: int, size: int) -> Optional[ast.Module]:
+def _parsed_text(code: str) -> Optional[ast.Module]:
     try:
-        return ast.parse(path.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, UnicodeDecodeError):
+        return ast.parse(code)
+    except SyntaxError:
         return None
 
 
 def _parsed(path: Path) -> Optional[ast.Module]:
-    """Another module of the tree, parsed once while it stays as it is."""
+    """Another module of the tree, parsed once per text: copies of a tree share its trees (the verdicts a
+    process remembers name them)."""
     try:
-        stat = path.stat()
-    except OSError:
+        return _parsed_text(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
         return None
-    return _parsed_at(path, stat.st_mtime_ns, stat.st_size)
 
 
 def world_of(tree: ast.Module, package: Optional[Path]) -> World:
