@@ -26,6 +26,24 @@ def parsed_trees_shared():
         yield
 
 
+@pytest.fixture(scope="session")
+def warm_python(tmp_path_factory):
+    """warm_python(venv's python) -> a ``python3`` of that venv that starts warm (support/warm_python.py:
+    torch and transformers imported once, a child forked per command), one server a venv a test process."""
+    from support import warm_python as warm
+
+    servers: dict = {}
+
+    def get(python: Path) -> Path:
+        if python not in servers:
+            servers[python] = warm.start(python, tmp_path_factory.mktemp("warm-python"))
+        return servers[python][0]
+
+    yield get
+    for _python3, server in servers.values():
+        warm.stop(server)
+
+
 @pytest.fixture(autouse=True)
 def whole_lines(monkeypatch):
     """A terminal wider than any line a test makes, so that the CLI wraps none (its output,

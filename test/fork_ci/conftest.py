@@ -16,10 +16,7 @@ def fork(tmp_path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def proof_python(tmp_path_factory):
-    from support import warm_python
+def proof_python(warm_python) -> Path:
     from support.sglang_venv import proof_venv
 
-    python3, server = warm_python.start(proof_venv(VERSION), tmp_path_factory.mktemp("warm-python"))
-    yield python3
-    warm_python.stop(server)
+    return warm_python(proof_venv(VERSION))

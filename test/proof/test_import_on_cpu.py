@@ -57,10 +57,12 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def venv():
+def venv(warm_python):
+    """The proof venv's python, warm (conftest's warm_python: third-party modules imported once; the probe
+    imports SGLang in its own child all the same)."""
     from support.sglang_venv import proof_venv_or_skip
 
-    return proof_venv_or_skip(VERSION)
+    return warm_python(proof_venv_or_skip(VERSION))
 
 
 @pytest.fixture(scope="module")
