@@ -38,10 +38,11 @@ EXPECTED_HELPERS = {
 
 
 @pytest.fixture(scope="module")
-def venv():
+def venv(warm_python):
+    """The venv's python, warm (conftest's warm_python; the probe imports SGLang in its own child)."""
     from support.sglang_venv import proof_venv_or_skip
 
-    return proof_venv_or_skip(DEPENDENCY_SET)
+    return warm_python(proof_venv_or_skip(DEPENDENCY_SET))
 
 
 def patched_tree(version: str, dest: Path) -> Path:

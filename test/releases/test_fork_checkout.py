@@ -125,16 +125,20 @@ def test_version_flag_prints_the_package_version():
     assert result.stdout.strip() == f"sglang-draft-layout {__version__}"
 
 
-def test_found_from_any_folder_of_the_checkout(fork):
-    """Like git and black: from a subfolder, the checkout root (tests included) is the target."""
+def test_found_from_any_folder_of_the_checkout(fork, capsys, monkeypatch):
+    """Like git and black: from a subfolder, the checkout root (tests included) is the target (the
+    command run as a user runs it at the root; in this process from the subfolders)."""
     (fork / "test" / "registered").mkdir(parents=True)
     shutil.copy(RUN_SUITE_0_5_12, fork / "test" / "run_suite.py")  # the suite the written test registers to
     from_root = run_cli(fork, "diff", ".")
     assert "+++ b/test/registered/unit/speculative/test_draft_layout.py" in from_root.stdout
     for sub in ("python", "python/sglang/srt/layers", "test/registered"):
-        assert run_cli(fork / sub, "diff", ".").stdout == from_root.stdout, sub
-        checked = run_cli(fork / sub, "check", "--format", "json", ".")
-        assert (checked.returncode, json.loads(checked.stdout)["target"]["root"]) == (1, str(fork)), sub
+        monkeypatch.chdir(fork / sub)
+        capsys.readouterr()
+        assert cli.main(["diff", "."]) == 0
+        assert capsys.readouterr().out == from_root.stdout, sub
+        assert cli.main(["check", "--format", "json", "."]) == 1
+        assert json.loads(capsys.readouterr().out)["target"]["root"] == str(fork), sub
 
 
 @pytest.mark.parametrize("columns", [80, 120, 200])
