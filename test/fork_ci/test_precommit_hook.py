@@ -34,16 +34,7 @@ def test_manifest_is_valid():
 
 
 def pre_commit(fork: Path, *args: str) -> subprocess.CompletedProcess:
-    """pre-commit in ``fork``. Each hook environment it makes builds this project with the setuptools
-    virtualenv puts there (no isolated build environment of its own: 7 builds a run) and asks PyPI for
-    no pip update."""
-    env = dict(
-        os.environ,
-        PRE_COMMIT_HOME=str(cache_dir() / "pre-commit"),
-        NO_COLOR="1",
-        PIP_NO_BUILD_ISOLATION="0",
-        PIP_DISABLE_PIP_VERSION_CHECK="1",
-    )
+    env = dict(os.environ, PRE_COMMIT_HOME=str(cache_dir() / "pre-commit"), NO_COLOR="1")
     return subprocess.run(
         [sys.executable, "-m", "pre_commit", *args], cwd=fork, env=env, capture_output=True, text=True, timeout=900
     )

@@ -16,8 +16,8 @@ at import whether torchvision is there.
 Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to the client go to the child's process group (each
 child leads its own: the clients it starts, and so their children, get them too), and the client then ends
 by the same signal; when the client dies otherwise (SIGKILL, as kill_process_tree and ``timeout -k`` send),
-the child kills its process group. A killed tree ends as a real one does. Anything the client does not handle (options
-other than -u, -B, -c and -m) runs in the venv's own interpreter.
+the child kills its process group. A killed tree ends as a real one does. Anything the client does not
+handle (options other than -u, -B, -c and -m) runs in the venv's own interpreter.
 
     server:  VENV/bin/python warm_python.py serve SOCKET
     python3: start(VENV/bin/python, FOLDER) writes FOLDER/bin/python3 (and python) and starts the server
