@@ -1,0 +1,164 @@
+"""Upstream's draft layout at a probe, and what a path's runs show against it.
+
+Upstream's values come from the helpers (``speculative``): step i writes row i of
+``per_step_draft_out_cache_loc``, split once; the kernel fills rows ``draft_kv_indices_buffer_width``
+wide (per batch eagerly, per ``max_bs`` in the CUDA graph) and step i reads the first
+``draft_kv_indices_used_len(..., i + 1)`` of row i; FlashInfer's and FlashInfer-MLA's
+``common_template`` stop rows narrower than what the kernel will write. ``judge`` runs a path on every
+probe (``paths.run_path``) and says, one line each, where it differs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..speculative import eagle_utils, spec_utils
+from .paths import CONTEXT_LEN, PROBES, ROWS, STEPS, WORKER, DraftPath, Outcome, Probe, capacity_run, run_path
+from .unknown import TAG
+from .world import Tree
+
+#: the backends whose common_template upstream checks (and every class deriving from them)
+CHECKED = ("FlashInferMultiStepDraftBackend", "FlashInferMLAMultiStepDraftBackend")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A path against upstream's invariant: ``problems`` (empty: upstream's values), the probes whose runs
+    showed the layout (``judged``), why it cannot be run, and (STEPS) who hands each step its row."""
+
+    path: DraftPath
+    problems: tuple[str, ...] = ()
+    judged: int = 0
+    cannot: str = ""
+    split: str = ""
+
+    @property
+    def upstream(self) -> bool:
+        return not self.problems and not self.cannot and self.judged > 0
+
+
+class Upstream:
+    """Upstream's values at ``probe``."""
+
+    def __init__(self, torch: Any, probe: Probe) -> None:
+        n, topk, steps = probe.num_seqs, probe.topk, probe.steps
+        rows = eagle_utils.per_step_draft_out_cache_loc(torch._probe_tensor(probe.buffer), n, topk, steps)
+        self.rows = [torch._values(rows[i]) for i in range(steps)]
+        self.whole = tuple(probe.buffer)
+        self.width = spec_utils.draft_kv_indices_buffer_width(n, topk, CONTEXT_LEN)
+        self.used = [spec_utils.draft_kv_indices_used_len(sum(probe.seq_lens), topk, n * topk, i + 1) for i in range(steps)]
+
+
+def _phases(outcome: Outcome) -> dict[str, list]:
+    phases, current = {}, ""
+    for event in outcome.events:
+        if event[0] == "phase":
+            current = event[1]
+        phases.setdefault(current, []).append(event)
+    return phases
+
+
+def _row(width: int, base: int, values: tuple) -> tuple:
+    """(row, start, length) of what a step reads of the rows the kernel filled (``base + position``)."""
+    start = values[0] - base if values else -1
+    if width and 0 <= start < TAG and list(values) == list(range(values[0], values[0] + len(values))):
+        return (start // width, start % width, len(values))
+    return ("?", "?", len(values))
+
+
+def _rows(torch: Any, outcome: Outcome, up: Upstream, probe: Probe) -> tuple[bool, list[str]]:
+    problems, judged = [], False
+    for phase, events in _phases(outcome).items():
+        launches = [e[1:] for e in events if e[0] == "launch"]
+        if not launches:
+            continue
+        judged = True
+        width = up.width  # max_bs is the probe's batch in the CUDA graph too
+        buffer, stride, base = launches[0]
+        shape = tuple(buffer.shape) if torch._is_tensor(buffer) else buffer
+        if shape != (probe.steps, width) or stride != shape[-1]:
+            problems.append(f"{phase}: kv_indices rows {shape} (row stride {stride}); upstream's {(probe.steps, width)}")
+        cut = [_row(shape[-1] if isinstance(shape, tuple) else 0, base, e[1]) for e in events if e[0] == "kv"]
+        expected = [(i, 0, up.used[i]) for i in range(probe.steps)]
+        if cut != expected[: len(cut)] or phase == "eager" and len(cut) < probe.steps - 1:
+            problems.append(f"{phase}: steps read kv_indices (row, start, length) {cut}; upstream's {expected[:-1]}")
+    return judged, problems
+
+
+def _steps(torch: Any, outcome: Outcome, up: Upstream, probe: Probe, baked: set) -> tuple[bool, list[str], set]:
+    problems, split = [], set()
+    for step, _method, held in outcome.of("handed"):
+        split.add("either" if up.rows[step] == up.whole else "caller" if held and held[0] == up.rows[step] else "per-step")
+    shown = False
+    for kind in ("bake", "stored"):
+        for step, values, shape in outcome.of(kind):
+            if step is None:
+                continue
+            baked.add(step)
+            shown = True
+            if values != up.rows[step] or len(shape) != 1:
+                which = "the whole buffer" if values == up.whole else f"slots {list(values)[:8]}"
+                problems.append(f"step {step} bakes {which}; upstream's row {step} is {list(up.rows[step])[:8]}")
+    return shown, problems, split
+
+
+def _worker(outcome: Outcome, up: Upstream, probe: Probe) -> tuple[bool, list[str]]:
+    written = [values for step, values, shape in outcome.of("bake") if step is None]
+    order = [v for i, v in enumerate(written) if i == 0 or v != written[i - 1]]
+    expected = up.rows[: probe.steps - 1]
+    if order == expected:
+        return bool(written), []
+    seen = ["the whole buffer" if v == up.whole else f"row {up.rows.index(v)}" if v in up.rows else "other slots" for v in order]
+    return True, [f"the draft steps write to {seen or 'nothing'}; upstream's rows 0..{probe.steps - 2}"]
+
+
+def judge(tree: Tree, path: DraftPath) -> Verdict:
+    """Every probe's runs of ``path`` held against upstream's values."""
+    torch, problems, judged, split, refusals = tree.torch, [], 0, set(), []
+    for probe in PROBES:
+        how, outcomes = run_path(tree, path, probe)
+        if how == "infeasible":
+            refusals.append(f"{probe}: {outcomes[0].where}")
+            continue
+        if how == "cannot":
+            return Verdict(path, cannot=f"{probe}: {outcomes[0].where}")
+        up, seen, baked = Upstream(torch, probe), False, set()
+        if all(o.end == "cannot" for o in outcomes):
+            return Verdict(path, cannot=f"{probe}: {outcomes[0].where}")
+        for outcome in outcomes:
+            if outcome.end in ("refused", "cannot"):  # no result: the code refused a choice, or needs a number
+                continue
+            if outcome.end == "raised":
+                problems.append(f"{probe}: raises {outcome.where}")
+                continue
+            if path.kind == WORKER:
+                shown, found = _worker(outcome, up, probe)
+            elif path.kind == ROWS:
+                shown, found = _rows(torch, outcome, up, probe)
+            else:
+                shown, found, kinds = _steps(torch, outcome, up, probe, baked)
+                split |= kinds
+            seen = seen or shown
+            problems += [f"{probe}: {line}" for line in found]
+        if path.kind == ROWS and seen and any(name in CHECKED for name in _bases(tree, path)):
+            problems += [f"{probe}: {line}" for line in _capacity(tree, path, probe, up)]
+        judged += seen
+    if len(refusals) == len(PROBES):
+        return Verdict(path, cannot=f"no probe builds {path.cls}: {refusals[0]}")
+    unique = tuple(dict.fromkeys(problems))
+    return Verdict(path, unique, judged, split="/".join(sorted(split - {"either"})))
+
+
+def _bases(tree: Tree, path: DraftPath) -> list[str]:
+    cls = tree.module(path.module).get(path.cls)
+    return [c.__name__ for c in getattr(cls, "__mro__", ())]
+
+
+def _capacity(tree: Tree, path: DraftPath, probe: Probe, up: Upstream) -> list[str]:
+    need = up.used[-1]
+    for outcome in capacity_run(tree, path, probe, need - 1):
+        stopped = isinstance(outcome.error, AssertionError) and not outcome.of("launch")
+        if outcome.end == "ok" or outcome.end == "raised" and not stopped:
+            return [f"common_template fills rows {need - 1} wide (it writes {need}) without a capacity check"]
+    return []

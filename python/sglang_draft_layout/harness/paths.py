@@ -1,0 +1,408 @@
+"""The draft paths of a tree, run on probes: what each draft step writes to, and the rows it sizes and cuts.
+
+A path starts where the server enters the draft code: an EAGLE worker's ``draft_forward`` (WORKER), a
+multi-step draft backend's ``init_forward_metadata`` and its CUDA-graph state (ROWS), a multi-step
+backend handing each step's backend the batch (STEPS: DeepSeek-V4, whose per-step backend bakes its
+step's write target at init). ``self`` is built by the class's own ``__init__`` from a model runner and
+server args that know the probe (topk, steps, context length) and nothing else; the batch is a draft
+decode batch whose ``out_cache_loc`` is ``BASE, BASE + 1, ...``. Each run is repeated with every choice
+of the decisions it takes on unknowns (``explore``); a run that ends in the tree's own ``raise`` or
+``assert`` on such a choice is no result. ``events`` records what the run saw (``unknown.note``).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import functools
+import inspect
+import re
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Optional
+
+from .unknown import TAG, TREE_FILES, Known, NeedsValue, Run, Unknown, note, refused_by_decision
+from .world import KERNEL, Tree
+
+BASE = 1_000_000  # the draft buffer's slots
+CONTEXT_LEN = 64
+MAX_RUNS = 512
+WORKER, ROWS, STEPS = "draft_forward", "kv_indices rows", "per-step out_cache_loc"
+ATTENTION, SPECULATIVE = "srt/layers/attention/", "srt/speculative/"
+#: what ForwardMode.DECODE answers True to (read off sglang 0.5.12's ForwardMode)
+DECODE = frozenset({"is_decode", "is_decode_or_idle", "is_cuda_graph", "is_cpu_graph"})
+#: SGLang's EAGLE workers (V2's draft side, v1): always judged; another class with a ``draft_forward`` only where
+#: it splits out_cache_loc per step
+WORKERS = ("EagleDraftWorker", "EAGLEWorker")
+#: the per-step backend methods a multi-step backend calls with the batch
+STEP_METHODS = ("init_forward_metadata", "init_forward_metadata_in_graph")
+
+
+@dataclass(frozen=True)
+class Probe:
+    num_seqs: int
+    topk: int
+    steps: int
+
+    @property
+    def seq_lens(self) -> list[int]:
+        return [(5, 9, 4)[i % 3] for i in range(self.num_seqs)]
+
+    @property
+    def buffer(self) -> list[int]:
+        return list(range(BASE, BASE + self.num_seqs * self.topk * self.steps))
+
+    def __str__(self) -> str:
+        return f"bs {self.num_seqs}, topk {self.topk}, {self.steps} step{'s' * (self.steps > 1)}"
+
+
+PROBES = (Probe(1, 1, 2), Probe(3, 1, 4), Probe(2, 4, 3), Probe(1, 8, 5), Probe(2, 2, 1), Probe(1, 1, 1))
+
+
+@dataclass(frozen=True)
+class DraftPath:
+    """``cls`` of ``module`` (under the sglang package) and the kind of path it starts; STEPS: ``alone``
+    when no multi-step backend of the module drives the per-step class ``cls``."""
+
+    kind: str
+    module: str
+    cls: str
+    alone: bool = False
+    per_step: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.module}: {self.cls}"
+
+
+@dataclass
+class Outcome:
+    """One run: what it saw, how it ended (``ok``; ``refused``: the tree's raise on a choice the run made;
+    ``raised``; ``cannot``: it needs a number no probe gives) and where, and the decisions it took."""
+
+    events: list
+    end: str = "ok"
+    error: Optional[BaseException] = None
+    took: dict = field(default_factory=dict)
+
+    def of(self, kind: str) -> list:
+        return [e[1:] for e in self.events if e[0] == kind]
+
+    @property
+    def where(self) -> str:
+        tb, line = self.error.__traceback__ if self.error else None, ""
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename in TREE_FILES:
+                line = f"{tb.tb_frame.f_code.co_filename.rpartition('sglang/')[2]}:{tb.tb_lineno}"
+            tb = tb.tb_next
+        return f"{type(self.error).__name__} at {line or 'the harness'}: {str(self.error)[:120]}"
+
+
+_CLASS = re.compile(r"^class (\w+)", re.MULTILINE)
+_TOP = re.compile(r"^[^\s#)\]}]", re.MULTILINE)
+
+
+def _class_blocks(text: str) -> list[tuple[str, str]]:
+    """(name, text) of each top-level class, cut at the next top-level statement (no parse)."""
+    blocks = []
+    for match in _CLASS.finditer(text):
+        end = _TOP.search(text, match.end())
+        blocks.append((match.group(1), text[match.start() : end.start() if end else len(text)]))
+    return blocks
+
+
+_DRIVES = re.compile(r"speculative_step_id=(?!\s*\d)")
+
+
+def _drives(block: str) -> bool:
+    """A class that builds backends handing each its ``speculative_step_id=`` (not a parameter's default)."""
+    return bool(_DRIVES.search(block))
+
+
+def draft_paths(tree: Tree, modules: Iterable[str]) -> list[DraftPath]:
+    """The paths of ``modules``, found by what their classes' text names."""
+    found = []
+    for relative in modules:
+        text = tree.text(relative)
+        if not text or "speculative_num_steps" not in text:
+            continue
+        classes = _class_blocks(text)
+        if relative.startswith(SPECULATIVE):
+            found += [DraftPath(WORKER, relative, name) for name, body in classes if "def draft_forward" in body and (
+                name in WORKERS or "out_cache_loc" in body and ("permute" in body or "per_step_draft_out_cache_loc" in body))]  # fmt: skip
+        if not relative.startswith(ATTENTION):
+            continue
+        found += [DraftPath(ROWS, relative, name) for name, body in classes if KERNEL in body]
+        drivers = [name for name, body in classes if _drives(body)]
+        bakers = [name for name, body in classes if "speculative_step_id" in body and "out_cache_loc=" in body and name not in drivers]
+        if bakers:
+            found += [DraftPath(STEPS, relative, name, per_step=tuple(bakers)) for name in drivers] or [
+                DraftPath(STEPS, relative, name, True, (name,)) for name in bakers
+            ]
+    return found
+
+
+# -- a run -----------------------------------------------------------------------------------------
+def explore(body: Callable[[Run], Any], forced: Optional[dict] = None, probe: Optional["Probe"] = None,
+            limit: int = MAX_RUNS, first: bool = False) -> list[Outcome]:  # fmt: skip
+    """``body`` run with every choice of its decisions (``first``: until one ends well)."""
+    todo, outcomes = [dict(forced or {})], []
+    while todo:
+        if len(outcomes) >= limit:
+            error = NeedsValue(f"more than {limit} ways the unknowns it decides on go")
+            return [Outcome([], "cannot", error)]
+        run = Run(todo.pop(), _observer)
+        run.facts = facts(probe) if probe is not None else {}
+        outcome = Outcome(run.events, took=run.took)
+        with run:
+            try:
+                body(run)
+            except NeedsValue as error:
+                outcome.end, outcome.error = "cannot", error
+            except Exception as error:
+                outcome.end, outcome.error = ("refused" if refused_by_decision(error, run) else "raised"), error
+        outcomes.append(outcome)
+        if first and outcome.end == "ok":
+            return outcomes
+        keys = list(run.took)
+        for key in run.fresh:  # the latest first: the choice nearest where a run was refused
+            prefix = {k: run.took[k] for k in keys[: keys.index(key)]}
+            todo.append({**run.forced, **prefix, key: False})
+    return outcomes
+
+
+def _observer(callee: Unknown, args: tuple, kwargs: dict) -> None:
+    """What code outside the path is handed: the kernel's rows, each batch's write target and kv_indices."""
+    run, torch = Run.current, _TORCH[0]
+    fn = callee._fn
+    if fn is not None and fn.__name__ == KERNEL and callee._name.endswith("]"):  # kernel[grid](...)
+        try:
+            bound = _signature(fn).bind_partial(*args, **kwargs).arguments
+        except TypeError:
+            bound = {}
+        rows, base = bound.get("kv_indices"), TAG * (1 + len([e for e in run.events if e[0] == "launch"]))
+        if torch._is_tensor(rows):
+            torch._tag(rows, base)
+        note("launch", rows, bound.get("kv_indices_stride"), base)
+    forward = callee._name.endswith(".forward") or callee._name.endswith(".forward(...)")
+    for value in (*args, *kwargs.values()):
+        if torch._is_tensor(value):
+            _bake(torch, run, value)
+        elif hasattr(value, "__dict__") and not isinstance(value, (Unknown, type, types.ModuleType, types.FunctionType)):
+            if run.step is not None or forward:  # a per-step backend's callee, or a model's forward: a KV write
+                _bake(torch, run, value.__dict__.get("out_cache_loc"))
+            spec = value if "kv_indices" in value.__dict__ else value.__dict__.get("spec_info")
+            rows = getattr(spec, "__dict__", {}).get("kv_indices")
+            if torch._is_tensor(rows):
+                note("kv", torch._values(rows))
+
+
+_TORCH: list = [None]
+
+
+@functools.lru_cache(maxsize=64)
+def _signature(fn: Callable) -> inspect.Signature:
+    return inspect.signature(fn)
+
+
+def _draft(torch: Any, value: Any) -> Optional[tuple]:
+    """(values, shape) of a tensor holding draft slots only."""
+    if not torch._is_tensor(value) or value.numel() > 4096:
+        return None
+    values = torch._values(value)
+    return (values, tuple(value.shape)) if values and all(BASE <= v < TAG for v in values) else None
+
+
+def _bake(torch: Any, run: Run, value: Any) -> None:
+    held = _draft(torch, value)
+    if held is not None:
+        note("bake", run.step, *held)
+
+
+def _stored(torch: Any, value: Any, batch: Any, depth: int = 0) -> Iterable[tuple]:
+    """The draft tensors a per-step backend keeps (its attributes, their fields, lists and dicts)."""
+    if depth > 3 or value is batch or isinstance(value, (Unknown, type, types.ModuleType, types.FunctionType)):
+        return
+    held = _draft(torch, value)
+    if held is not None:
+        yield held
+    elif isinstance(value, (list, tuple)):
+        for item in value[:16]:
+            yield from _stored(torch, item, batch, depth + 1)
+    elif isinstance(value, dict) or hasattr(value, "__dict__") and not torch._is_tensor(value):
+        items = value if isinstance(value, dict) else value.__dict__
+        for item in list(items.values())[:64]:
+            yield from _stored(torch, item, batch, depth + 1)
+
+
+# -- the probe world -------------------------------------------------------------------------------
+class DecodeMode:
+    """``forward_batch.forward_mode`` of a draft decode step."""
+
+    def __getattr__(self, name: str) -> Any:
+        if not name.startswith("is_"):
+            return Unknown(f"forward_mode.{name}")
+        return lambda *args, **kwargs: name in DECODE
+
+
+#: what the model runner and every batch share (``forward_batch.req_to_token_pool is model_runner.req_to_token_pool``)
+SHARED = ("req_to_token_pool", "token_to_kv_pool")
+
+
+def facts(probe: Probe) -> dict:
+    """What one run's world knows: server args with the probe's topk and steps (``model_runner.server_args``,
+    ``get_spec()`` and the like: ``unknown.server_args``), a model runner, the pools it shares with every batch."""
+    server = Known("server_args", speculative_eagle_topk=probe.topk, speculative_num_steps=probe.steps, device="cpu")
+    config = Known("model_runner.model_config", context_len=CONTEXT_LEN)
+    shared = {name: Unknown(name) for name in SHARED}
+    runner = Known("model_runner", server_args=server, model_config=config, device="cpu", **shared)
+    return {"server_args": server, "model_runner": runner, **shared}
+
+
+def forward_batch(torch: Any, probe: Probe) -> Known:
+    lens = probe.seq_lens
+    shared = {name: Run.current.facts[name] for name in SHARED}
+    return Known("forward_batch", **shared, batch_size=probe.num_seqs, out_cache_loc=torch._probe_tensor(probe.buffer),
+                 seq_lens=torch._probe_tensor(lens), seq_lens_cpu=torch._probe_tensor(lens), seq_lens_sum=sum(lens),
+                 req_pool_indices=torch._probe_tensor(range(probe.num_seqs)), forward_mode=DecodeMode(),
+                 spec_info=Known("forward_batch.spec_info"))  # fmt: skip
+
+
+def construct(cls: type, probe: Probe, **given: Any) -> Any:
+    """``cls(...)`` as a draft worker or backend factory calls it, its own ``__init__`` run."""
+    known = Run.current.facts
+    facts = {"model_runner": known["model_runner"], "draft_model_runner": known["model_runner"],
+             "server_args": known["server_args"], "topk": probe.topk, "speculative_num_steps": probe.steps, **given}  # fmt: skip
+    kwargs = {}
+    for name, parameter in list(inspect.signature(cls).parameters.items()):
+        if name in facts:
+            kwargs[name] = facts[name]
+        elif parameter.default is inspect.Parameter.empty and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            kwargs[name] = Unknown(name)
+    instance = cls(**kwargs)
+    if isinstance(instance.__dict__.get("max_context_len"), Unknown):  # read off its per-step backends
+        instance.max_context_len = CONTEXT_LEN
+    return instance
+
+
+def per_step_backends(instance: Any) -> list:
+    """The per-step backends a multi-step backend holds (each knows its ``speculative_step_id``)."""
+    held = [v for value in vars(instance).values() if isinstance(value, (list, tuple)) for v in value]
+    return [b for b in held if hasattr(b, "__dict__") and isinstance(b.__dict__.get("speculative_step_id"), int)]
+
+
+def watch(run: Run, torch: Any, backend: Any, batch: Any) -> None:
+    """Note the batch each of ``backend``'s ``STEP_METHODS`` is handed, and what its step bakes."""
+    step = backend.__dict__["speculative_step_id"]
+    for name in STEP_METHODS:
+        method = getattr(type(backend), name, None)
+        if method is None:
+            continue
+
+        def entered(*args: Any, _method: Any = method, _name: str = name, **kwargs: Any) -> Any:
+            given = args[0] if args else kwargs.get("forward_batch")
+            note("handed", step, _name, _draft(torch, getattr(given, "out_cache_loc", None)))
+            outer, run.step = run.step, step
+            try:
+                return _method(backend, *args, **kwargs)
+            finally:
+                for held in _stored(torch, vars(backend), batch):
+                    note("stored", step, *held)
+                run.step = outer
+
+        backend.__dict__[name] = entered
+
+
+def run_path(tree: Tree, path: DraftPath, probe: Probe) -> tuple[str, list[Outcome]]:
+    """Every run of ``path`` on ``probe``: (how ``self`` was built, the outcomes); ("infeasible", []) when the
+    class's own ``__init__`` refuses the probe (DeepSeek-V4 and topk > 1, say)."""
+    _TORCH[0] = torch = tree.torch
+    cls = tree.module(path.module).get(path.cls)
+    if not isinstance(cls, type):
+        return "cannot", [Outcome([], "cannot", NeedsValue(f"{path.cls} is not a class of the tree's module"))]
+    steps = range(probe.steps) if path.alone else [None]
+    built = tree.probe_class(cls)
+
+    def build(run: Run) -> list:
+        return [construct(built, probe, **({} if step is None else {"speculative_step_id": step})) for step in steps]
+
+    with only_the_path(tree, path):
+        tries = explore(build, probe=probe, first=True)
+    if tries[-1].end != "ok":
+        return ("cannot" if tries[-1].end == "cannot" else "infeasible"), tries[-1:]
+    setup = tries[-1].took
+
+    def body(run: Run) -> None:
+        instances = build(run)
+        batch = forward_batch(torch, probe)
+        if path.kind == STEPS:
+            for backend in instances if path.alone else per_step_backends(instances[0]):
+                watch(run, torch, backend, batch)
+        ENTRIES[path.kind](run, torch, instances if path.alone else instances[0], batch, probe)
+
+    with only_the_path(tree, path):
+        return "__init__", explore(body, setup, probe)
+
+
+@contextlib.contextmanager
+def only_the_path(tree: Tree, path: DraftPath) -> Iterator[None]:
+    """The module's other attention backends unknown while ``path`` runs (a multi-step FlashInfer backend's
+    per-step backends are outside its path: what it hands them is what it sizes and cuts)."""
+    namespace = tree.module(path.module)
+    own = {c for name in (path.cls, *path.per_step) for c in getattr(namespace.get(name), "__mro__", ())}
+    others = {name: value for name, value in namespace.items() if isinstance(value, type) and value not in own
+              and value.__module__ == namespace["__name__"] and hasattr(value, "init_forward_metadata")}  # fmt: skip
+    namespace.update({name: Unknown(f"{path.module}:{name}") for name in others})
+    try:
+        yield
+    finally:
+        namespace.update(others)
+
+
+def _worker(run: Run, torch: Any, worker: Any, batch: Any, probe: Probe) -> None:
+    worker.draft_forward(batch)
+
+
+def _rows(run: Run, torch: Any, backend: Any, batch: Any, probe: Probe) -> None:
+    note("phase", "eager")
+    backend.init_forward_metadata(batch)
+    graph = getattr(backend, "init_cuda_graph_state", None)
+    if graph is None:
+        return
+    note("phase", "cuda graph")
+    one_parameter = len(inspect.signature(graph).parameters) == 1  # SGLang < 0.4.8: the runner passes branches
+    graph(probe.num_seqs * probe.topk) if one_parameter else graph(probe.num_seqs, probe.num_seqs * probe.topk)
+    note("phase", "capture")
+    if hasattr(backend, "init_forward_metadata_capture_cuda_graph"):
+        backend.init_forward_metadata_capture_cuda_graph(forward_batch(torch, probe))
+    note("phase", "replay")
+    replay = getattr(backend, "init_forward_metadata_replay_cuda_graph", None)
+    if replay is not None and "forward_batch" in inspect.signature(replay).parameters:
+        replay(forward_batch(torch, probe), probe.num_seqs)
+
+
+def _steps(run: Run, torch: Any, driven: Any, batch: Any, probe: Probe) -> None:
+    for each in driven if isinstance(driven, list) else [driven]:
+        note("phase", "eager")
+        each.init_forward_metadata(batch)
+        if hasattr(each, "init_forward_metadata_in_graph"):
+            note("phase", "in graph")
+            each.init_forward_metadata_in_graph(batch)
+
+
+ENTRIES = {WORKER: _worker, ROWS: _rows, STEPS: _steps}
+
+
+def capacity_run(tree: Tree, path: DraftPath, probe: Probe, width: int) -> list[Outcome]:
+    """``common_template`` handed rows ``width`` wide (the check must stop a row narrower than it fills)."""
+    _TORCH[0] = torch = tree.torch
+    cls = tree.module(path.module).get(path.cls)
+    with only_the_path(tree, path):
+        tries = explore(lambda run: construct(tree.probe_class(cls), probe), probe=probe, first=True)
+        if tries[-1].end != "ok":
+            return tries[-1:]
+
+        def body(run: Run) -> None:
+            rows = torch.zeros((probe.steps, width), dtype=torch.int32)
+            construct(tree.probe_class(cls), probe).common_template(forward_batch(torch, probe), rows, lambda *args, **kwargs: None)
+
+        return explore(body, tries[-1].took, probe)

@@ -1,0 +1,212 @@
+"""A tree's modules, executed as Python binds them, with what lies outside the draft path unknown.
+
+Each module of the tree that a path needs is compiled from the tree's text (or a text given in its
+place: the patched tree, in memory) and executed in a namespace of its own, once. Its imports go
+through ``Tree.load``: ``torch`` is the harness's torch (``tensors.Torch``, or real torch in the
+written test); the standard library is itself; a name from the tree's own modules is an ``Unknown``,
+except the layout helpers and the draft kernel (``OWN``), which are what the tree's module binds, and
+a class used as a base, which is the tree's class; any other package is unknown.
+"""
+
+from __future__ import annotations
+
+import __future__
+import ast
+import builtins
+import sys
+import types
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from .unknown import TREE_FILES, Run, ServerArgsDict, Unknown, server_args
+
+KERNEL = "generate_draft_decode_kv_indices"
+#: the names a path calls from other modules of the tree that run as the tree defines them: the helpers, the
+#: kernel, and the capacity check of later releases (``layers/attention/utils.py``)
+OWN = frozenset(
+    {"per_step_draft_out_cache_loc", "draft_kv_indices_buffer_width", "draft_kv_indices_used_len", KERNEL, "assert_buffer_fits"}
+)
+
+
+#: standard modules that would print: the tree's logging and warnings go nowhere
+QUIET = frozenset({"logging", "warnings"})
+
+
+def _quiet(*_args: Any, **_kwargs: Any) -> None:
+    """The tree's ``print``."""
+
+
+#: how SGLang's modules reach the server args, each era its own: each gives the run's (``unknown.server_args``)
+SERVER_ARGS = {
+    "get_global_server_args": server_args,
+    "get_server_args": server_args,
+    "get_spec": server_args,
+    "global_server_args_dict": ServerArgsDict(),
+}
+
+
+class Tree:
+    """An SGLang tree: its ``sglang`` folder (``package``; None: only ``texts``), ``texts`` (path under the
+    package -> source) standing in for its files, and their parsed modules ``parsed`` where known."""
+
+    def __init__(self, package: Optional[Path], texts: Optional[Mapping[str, str]] = None,
+                 parsed: Optional[Mapping[str, ast.Module]] = None, torch: Any = None) -> None:  # fmt: skip
+        from . import tensors
+
+        self.package, self.texts, self.parsed = package, dict(texts or {}), dict(parsed or {})
+        self.torch = torch if torch is not None else tensors.FACADE
+        self.namespaces: dict[str, dict] = {}
+        self.names: dict[str, str] = {}  # module name -> its path under the package
+        self._assigned: dict[type, frozenset[str]] = {}
+        self._probe_classes: dict[type, type] = {}
+        self.errors: dict[str, str] = {}  # module -> its first module-level error (its names left unknown)
+        self.builtins = dict(builtins.__dict__, __import__=self.load, print=_quiet)
+
+    def text(self, relative: str) -> Optional[str]:
+        if relative not in self.texts and self.package is not None:
+            path = self.package / relative
+            self.texts[relative] = path.read_text(encoding="utf-8") if path.is_file() else None
+        return self.texts.get(relative)
+
+    def syntax(self, relative: str) -> Optional[ast.Module]:
+        if relative not in self.parsed:
+            text = self.text(relative)
+            self.parsed[relative] = ast.parse(text, relative) if text is not None else None
+        return self.parsed[relative]
+
+    def relative(self, dotted: str) -> Optional[str]:
+        """``sglang.a.b`` -> ``a/b.py`` (or ``a/b/__init__.py``), where the tree has it."""
+        if not dotted.startswith("sglang."):
+            return None
+        stem = dotted.removeprefix("sglang.").replace(".", "/")
+        return next((r for r in (f"{stem}.py", f"{stem}/__init__.py") if self.text(r) is not None), None)
+
+    def filename(self, relative: str) -> str:
+        return str(self.package / relative) if self.package is not None else f"sglang/{relative}"
+
+    def module(self, relative: str) -> dict:
+        """The module's namespace, executed once (outside any run); a statement that raises leaves the
+        names it binds unknown (``errors``)."""
+        if relative in self.namespaces:
+            return self.namespaces[relative]
+        dotted = "sglang." + relative.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+        package = dotted if relative.endswith("__init__.py") else dotted.rpartition(".")[0]
+        filename = self.filename(relative)
+        module = types.ModuleType(f"{dotted} (sglang-draft-layout {id(self):x})")  # never the real one's name
+        namespace = module.__dict__
+        namespace.update(__package__=package, __file__=filename, __builtins__=self.builtins)
+        self.namespaces[relative], self.names[module.__name__] = namespace, relative
+        TREE_FILES.add(filename)
+        tree = self.syntax(relative)
+        outer, Run.current = Run.current, None
+        sys.modules[module.__name__] = module  # for what runs at import (dataclasses reads it), then gone
+        try:
+            exec(compile(tree, filename, "exec", dont_inherit=True), namespace)
+        except Exception as error:
+            self.errors[relative] = f"{type(error).__name__}: {error}"
+            self._statement_by_statement(tree, filename, namespace)
+        finally:
+            Run.current = outer
+            del sys.modules[module.__name__]
+        return namespace
+
+    def _statement_by_statement(self, tree: ast.Module, filename: str, namespace: dict) -> None:
+        future = any(isinstance(s, ast.ImportFrom) and s.module == "__future__" for s in tree.body)
+        flags = __future__.annotations.compiler_flag if future else 0
+        for stmt in tree.body:
+            try:
+                code = compile(ast.Module(body=[stmt], type_ignores=[]), filename, "exec", flags, dont_inherit=True)
+                exec(code, namespace)
+            except Exception:
+                for name in _bound_names(stmt):
+                    namespace[name] = Unknown(name)
+
+    def load(self, name: str, globals: Optional[dict] = None, locals: Any = None, fromlist: Any = (),
+             level: int = 0) -> Any:  # fmt: skip
+        """``__import__`` for the tree's modules."""
+        if level:
+            base = (globals or {}).get("__package__", "").rsplit(".", level - 1)[0]
+            name = f"{base}.{name}" if name else base
+        top = name.partition(".")[0]
+        if top == "torch":
+            return self.torch
+        if top == "sglang":
+            return ModuleView(self, name if fromlist else "sglang")
+        if top in sys.stdlib_module_names and top not in QUIET:
+            return builtins.__import__(name, globals, locals, fromlist, 0)
+        return Unknown(name if fromlist else top)
+
+    def probe_class(self, cls: type) -> type:
+        """``cls`` as the harness builds it: its own ``__init__`` runs; an attribute that other code of the class
+        assigns later (the scheduler's setup calls, CUDA-graph state) is unknown until then, any other absent."""
+        if cls not in self._probe_classes:
+            assigned, outer = self.assigned(cls), getattr(cls, "__getattr__", None)
+
+            def missing(instance: Any, name: str) -> Any:
+                if outer is not None:
+                    return outer(instance, name)
+                if name not in assigned or name.startswith("__"):
+                    raise AttributeError(f"{cls.__name__!r} object has no attribute {name!r}")
+                value = instance.__dict__[name] = Unknown(f"self.{name}")
+                return value
+
+            names = {"__getattr__": missing, "__module__": cls.__module__, "__qualname__": cls.__qualname__}
+            self._probe_classes[cls] = type(cls.__name__, (cls,), names)
+        return self._probe_classes[cls]
+
+    def assigned(self, cls: type) -> frozenset[str]:
+        """The attributes the tree's code of ``cls`` and its bases assigns to ``self``."""
+        if cls not in self._assigned:
+            nodes = [node for c in cls.__mro__ if (node := self.class_node(c)) is not None]
+            self._assigned[cls] = frozenset(
+                t.attr for node in nodes for t in ast.walk(node)
+                if isinstance(t, ast.Attribute) and isinstance(t.ctx, ast.Store) and getattr(t.value, "id", "") == "self"
+            )  # fmt: skip
+        return self._assigned[cls]
+
+    def class_node(self, cls: type) -> Optional[ast.ClassDef]:
+        """The tree's ``class`` statement of ``cls`` (the last of that name in its module)."""
+        relative = self.names.get(getattr(cls, "__module__", ""))
+        body = self.syntax(relative).body if relative else []
+        return next((s for s in reversed(body) if isinstance(s, ast.ClassDef) and s.name == cls.__name__), None)
+
+
+def _bound_names(stmt: ast.stmt) -> list[str]:
+    """The names a top-level statement binds (what it would have left unknown had it raised)."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [stmt.name]
+    names = []
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.append(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names += [(a.asname or a.name).partition(".")[0] for a in node.names]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+    return names
+
+
+class ModuleView:
+    """A module of the tree as another module imports it: its submodules, the helpers and kernel as it
+    binds them (``OWN``: an ImportError where it binds none), any other name unknown (a base: its class)."""
+
+    def __init__(self, tree: Tree, dotted: str) -> None:
+        self._tree, self._dotted = tree, dotted
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        tree, dotted = self._tree, f"{self._dotted}.{name}"
+        if tree.relative(dotted) is not None:
+            return ModuleView(tree, dotted)
+        relative = tree.relative(self._dotted)
+        if relative is None:
+            return Unknown(dotted)
+        if name in SERVER_ARGS:
+            return SERVER_ARGS[name]
+        if name in OWN:
+            namespace = tree.module(relative)
+            if name not in namespace:
+                raise ImportError(f"cannot import name {name!r} from {self._dotted!r}")
+            return namespace[name]
+        return Unknown(dotted, resolve=lambda: tree.module(relative).get(name))
