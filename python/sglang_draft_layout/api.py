@@ -85,8 +85,8 @@ class Item:
     rule: str  # the rule's id; the test file's template for a test
     needs_action: bool  # ``apply`` would change it (after apply: it just did)
     error: bool  # no rule recognises its form: nothing can be written
-    #: the proof of its rewrite (a call site to patch): ``proven``, ``summary`` and each probe's verdict
-    proof: Optional[dict[str, Any]] = field(default=None, compare=False, hash=False)
+    #: what the draft path through its class gave before the rewrite, run on the probes ("" where none)
+    judged: str = field(default="", compare=False, hash=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -101,7 +101,7 @@ class Item:
             "rule": self.rule,
             "needs_action": self.needs_action,
             "error": self.error,
-            "proof": self.proof,
+            "judged": self.judged,
         }
 
 
@@ -201,7 +201,7 @@ def _finding_item(finding: Finding, target: Target, applied: bool) -> Item:
         rule=rule.id,
         needs_action=needs_action,
         error=error,
-        proof=finding.proof.to_json() if finding.proof else None,
+        judged=finding.judged,
     )
 
 

@@ -209,8 +209,8 @@ def print_items(out: Printer, items: Sequence[Item], applied: bool = False, verb
             out.line(lead, state, "  " + fit_left(item.detail, out.width - len(lead + item.state) - 2))
             continue
         rest = f"  {item.scope:<{scope_width}}  {item.site}".rstrip() if with_site and padded else f"  {item.scope}"
-        proof = item.proof["summary"] if verbose and item.proof else ""
-        extra = "; ".join(part for part in (item.site if verbose and not with_site else "", item.detail, proof) if part)
+        judged = f"before: {item.judged}" if verbose and item.judged else ""
+        extra = "; ".join(part for part in (item.site if verbose and not with_site else "", item.detail, judged) if part)
         detail = f" ({extra})" if extra else ""
         if len(lead) + len(state[0]) + len(rest) + len(detail) <= out.width:
             out.line(lead, state, rest + detail)

@@ -11,9 +11,9 @@ import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Collection, Iterator, Optional, Sequence
+from typing import Collection, Iterator, Optional, Sequence
 
-from . import fork_tests, transaction
+from . import fork_tests, judgement, transaction
 from .imports import add_imports
 from .layout_patterns.ast_walk import parsing_once
 from .layout_patterns.keep import KEEP_PRAGMA, has_keep_pragma
@@ -21,13 +21,10 @@ from .rules import RULES, helper_definitions
 from .rules.base import MODULE_SCOPE, Finding, Rule, Source, State
 from .rules.kv_indices_graph_width import one_parameter_frame
 from .rules.structural_guard import GUARDED_FOLDERS, guard_rules, may_hold_draft_layout, names_draft_layout
+from .splice import spliced
 from .stored import StoredText, lines
 from .target import Target, TargetError
 from .transaction import TEMP_NAME, FileWrite, Interrupted  # noqa: F401 (Interrupted: for callers)
-
-if TYPE_CHECKING:
-    from .proof.validate import Proof
-
 
 class PatchError(TargetError):
     """The tree can't be patched as it is; nothing was written."""
@@ -216,69 +213,6 @@ def _taken_out(findings: Sequence[Finding]) -> list[Finding]:
     ]
 
 
-def _proven(findings: Sequence[Finding], sources: dict[str, Source]) -> list[Finding]:
-    """Each call site to patch with its rewrite proven (``proof.validate.prove``, on the file's edits spliced in as
-    text); one that cannot be proven is unrecognised, with the proof's one line. The helper definitions
-    are the package's own functions, tested as such."""
-    to_patch = [f for f in findings if f.state is State.TO_PATCH and f.edits and f.rule.scope != MODULE_SCOPE]
-    if not to_patch:
-        return list(findings)
-    from .proof.validate import prove, prove_split_once, spliced
-
-    proven = {}
-    for relative in {f.rule.file for f in to_patch}:
-        source = sources[relative]
-        code = spliced(source, [e for f in to_patch if f.rule.file == relative for e in f.edits])
-        classes = {c.name for c in source.tree.body if isinstance(c, ast.ClassDef)}
-        new = Source.class_blocks(relative, code, lambda block: any(f"class {name}" in block for name in classes))
-        for finding in (f for f in to_patch if f.rule.file == relative):
-            proven[id(finding)] = (
-                prove_split_once(source, code, finding.proven_by_split_once)
-                if finding.proven_by_split_once
-                else prove(finding.rule.scope, source, new.code, finding.edits, source.package, new)
-            )
-    return [
-        (
-            f
-            if id(f) not in proven
-            else (
-                _by_hand(f, proven[id(f)])
-                if proven[id(f)].proven
-                else replace(
-                    f, state=State.UNRECOGNISED, line=proven[id(f)].line or f.line, detail=proven[id(f)].why, edits=()
-                )
-            )
-        )
-        for f in findings
-    ]
-
-
-#: (file, class) of the callers the rules read (``Rule.reads``): their layouts are brought to upstream's form too
-_READ_CLASSES = {(rule.file, cls) for rule in RULES for cls in rule.reads}
-
-
-def _by_hand(finding: Finding, proof: Proof) -> Finding:
-    """The proven finding; in a class no rule names or reads (the structural guard's), where the fork's code
-    already computes upstream's values on every probe (no "fixes the fork's bug", and the runs saw the layout
-    there: ``Proof.fork_seen_everywhere``), correct by hand: left as it is."""
-    rule = finding.rule
-    if (
-        rule.id.startswith("guard:")
-        and (rule.file, rule.scope.split(".")[0]) not in _READ_CLASSES
-        and not any("fixes" in verdict for _probe, verdict in proof.probes)
-        and proof.fork_seen_everywhere
-    ):
-        return replace(
-            finding,
-            state=State.BY_HAND,
-            edits=(),
-            imports=(),
-            proof=proof,
-            detail=f"its own layout gives upstream's values ({proof.summary()}): left as it is",
-        )
-    return replace(finding, proof=proof)
-
-
 def _parse(path: Path, relative: str, code: str, classes: Optional[Collection[str]] = None) -> Source:
     """The file whole, or (``classes`` given) only its class blocks that name a draft layout or one of ``classes``."""
 
@@ -451,7 +385,11 @@ def _plan(
         )
         for f in findings
     ]
-    findings = _proven(findings, sources)
+    texts = {relative: text.text for relative, text in stored.items()}
+    modules = [relative for relative in texts if relative.startswith(GUARDED_FOLDERS)]
+    before = judgement.verdicts(target.package, texts, modules)
+    findings = judgement.with_before(findings, before)
+    rendered: list[tuple[Path, str, Optional[StoredText], list[Rule], str]] = []
     for relative, file_rules in by_file.items():
         gate.check()
         path = target.package / relative
@@ -463,23 +401,14 @@ def _plan(
         ):
             continue
         if relative in created:
-            new = helper_definitions.new_module(relative, target.line_length)
-            _check_rendered(path, relative, new, file_rules)
-            changes.append(FileChange.of(path, None, new))
+            rendered.append((path, relative, None, file_rules, helper_definitions.new_module(relative, target.line_length)))
             continue
-        changes.append(
-            _file_change(
-                path,
-                relative,
-                stored[relative],
-                sources[relative],
-                file_findings,
-                file_rules,
-                target.line_length,
-                keep,
-                sources,
-            )
-        )
+        rendered.append(_rendered(path, relative, stored[relative], sources[relative], file_findings, file_rules, target))
+    _check_rendered(target, rendered, sources, keep)
+    changes = [FileChange.of(path, text, new) for path, _relative, text, _rules, new in rendered]
+    after = _judged_after(target, findings, sources, texts, changes, created, render_changes)
+    judged = judgement.judged(after if after is not None else before, findings)
+    findings += judgement.refusals(after, findings) if after is not None else []
     unknown = [spec for spec in keep if not any(keep_matches(spec, f.rule) for f in findings)]
     if unknown:
         raise TargetError(
@@ -487,7 +416,7 @@ def _plan(
             "(check lists each site's file and Class.method)"
         )
     up_to_date = not any(f.state in (State.TO_PATCH, State.UNRECOGNISED) for f in findings)
-    generated, notes = fork_tests.generated_files(target, test_options, up_to_date) if test_options else ([], [])
+    generated, notes = fork_tests.generated_files(target, test_options, up_to_date, judged) if test_options else ([], [])
     if render_changes:
         changes += [_generated_change(g) for g in generated if g.state is not fork_tests.FileState.PRESENT]
         notes += [  # who splits changes: said in one line
@@ -507,46 +436,60 @@ def _plan(
     )
 
 
-def _file_change(
+def _judged_after(
+    target: Target,
+    findings: Sequence[Finding],
+    sources: dict[str, Source],
+    texts: dict[str, str],
+    changes: Sequence[FileChange],
+    created: Collection[str],
+    rendered: bool,
+) -> Optional[dict]:
+    """The verdicts of the rewritten tree's draft paths (None: nothing to rewrite), judged once: on the text to
+    be written where it was rendered (``apply``, ``diff``), else on the edits spliced in as text (``check``)."""
+    to_patch = [f for f in findings if f.state is State.TO_PATCH]
+    if not to_patch:
+        return None
+    if rendered:
+        new = {change.path.relative_to(target.package).as_posix(): change.new for change in changes}
+    else:
+        new = {
+            relative: (
+                helper_definitions.new_module(relative, target.line_length)
+                if relative in created
+                else _as_a_program(sources[relative], [f for f in to_patch if f.rule.file == relative])
+            )
+            for relative in {f.rule.file for f in to_patch}
+        }
+    after = {**texts, **new}
+    modules = [relative for relative in after if relative.startswith(GUARDED_FOLDERS)]
+    return judgement.verdicts(target.package, after, modules)
+
+
+def _as_a_program(source: Source, findings: Sequence[Finding]) -> str:
+    """The file with the findings' edits spliced in and their imports bound at its end: the same program as
+    the rendered file, for ``check`` to run without libcst (``render`` writes the imports where isort would)."""
+    imports = sorted({i for f in findings for i in f.imports})
+    lines = [f"from {module} import {name}\n" if name else f"import {module}\n" for module, name in imports]
+    return spliced(source, [e for f in findings for e in f.edits]).rstrip("\n") + "\n" + "".join(lines)
+
+
+def _rendered(
     path: Path,
     relative: str,
     stored: StoredText,
     source: Source,
     findings: Sequence[Finding],
     file_rules: Sequence[Rule],
-    line_length: int,
-    keep: Collection[str] = (),
-    others: Optional[dict[str, Source]] = None,
-) -> FileChange:
-    """The change of one file with sites to patch and none unrecognised (``keep``, ``others``: as for ``_check_rendered``)."""
+    target: Target,
+) -> tuple[Path, str, StoredText, list[Rule], str]:
+    """One file with sites to patch and none unrecognised, rendered: (path, relative, its text as read, the rules
+    to find their sites in upstream's form in it, the new text)."""
     _parse(path, relative, stored.text)  # a file written must be valid Python as a whole, not only its classes
-    new = render(path, source, findings, line_length)
+    new = render(path, source, findings, target.line_length)
     # correct by hand, or taken out: not rewritten
     left = {f.rule.id for f in findings if f.state is State.BY_HAND or f.detail == TAKEN_OUT}
-    _check_rendered(path, relative, new, [r for r in file_rules if r.id not in left], keep, others)
-    _prove_rendered(path, source, new, findings)
-    return FileChange.of(path, stored, new)
-
-
-def _prove_rendered(path: Path, source: Source, new: str, findings: Sequence[Finding]) -> None:
-    """Each rewrite proven again on the text libcst rendered, the text to be written (``_proven``
-    proved the edits spliced in as plain text)."""
-    from .proof.validate import prove, prove_split_once
-
-    rendered = None
-    for finding in findings:
-        if finding.state is State.TO_PATCH and finding.edits and finding.rule.scope != MODULE_SCOPE:
-            rendered = rendered or Source(source.path, new)
-            proof = (
-                prove_split_once(source, new, finding.proven_by_split_once)
-                if finding.proven_by_split_once
-                else prove(finding.rule.scope, source, new, finding.edits, source.package, rendered)
-            )
-            if not proof.proven:
-                raise PatchError(
-                    f"{path}: {finding.rule.scope}: {finding.rule.site}: the rendered rewrite: "
-                    f"{proof.why} (a rule bug); nothing written"
-                )
+    return path, relative, stored, [r for r in file_rules if r.id not in left], new
 
 
 def _generated_change(generated: fork_tests.GeneratedFile) -> FileChange:
@@ -569,28 +512,33 @@ def _refuse_links_out_of_tree(target: Target, changes: Sequence[FileChange]) -> 
 
 
 def _check_rendered(
-    path: Path,
-    relative: str,
-    new: str,
-    rules: Sequence[Rule],
+    target: Target,
+    rendered: Sequence[tuple[Path, str, Optional[StoredText], Sequence[Rule], str]],
+    sources: dict[str, Source],
     keep: Collection[str] = (),
-    others: Optional[dict[str, Source]] = None,
 ) -> None:
-    """The rewritten text compiles and every rule now finds its site in upstream's form."""
-    try:
-        compile(new, str(path), "exec")
-    except SyntaxError as error:
-        raise PatchError(
-            f"{path}:{error.lineno}: rewriting made invalid Python ({error.msg}; a rule bug); " "nothing written"
-        ) from None
-    source = _parse(path, relative, new)
-    source.others = others or {}
-    for rule in rules:
-        finding = _kept(rule.find(rule, source), source, keep)
-        if finding.state not in (State.PATCHED, State.ABSENT, State.BY_CALLER, State.BY_HAND, State.KEPT):
+    """Every rewritten text compiles and every rule now finds its site in upstream's form, each file read
+    beside the others as rewritten (a rule may look at the tree's other files)."""
+    new_sources = {}
+    for path, relative, _stored, _rules, new in rendered:
+        try:
+            compile(new, str(path), "exec")
+        except SyntaxError as error:
             raise PatchError(
-                f"{path}: {rule.scope}: {rule.site} is {finding.state.value} after rewriting (a rule bug); nothing written"
-            )
+                f"{path}:{error.lineno}: rewriting made invalid Python ({error.msg}; a rule bug); nothing written"
+            ) from None
+        new_sources[relative] = _parse(path, relative, new)
+    others = {**sources, **new_sources}
+    for path, relative, _stored, rules, _new in rendered:
+        source = new_sources[relative]
+        source.others, source.package, source.line_length = others, target.package, target.line_length
+        for rule in rules:
+            finding = _kept(rule.find(rule, source), source, keep)
+            if finding.state not in (State.PATCHED, State.ABSENT, State.BY_CALLER, State.BY_HAND, State.KEPT):
+                raise PatchError(
+                    f"{path}: {rule.scope}: {rule.site} is {finding.state.value} after rewriting (a rule bug); "
+                    "nothing written"
+                )
 
 
 def describe(finding: Finding, target: Target) -> str:
@@ -672,7 +620,9 @@ def _patched_bytes(target: Target, path: Path, data: bytes) -> Optional[bytes]:
         findings = [_own_lines(rule.find(rule, source), source) for rule in file_rules]
         if any(f.state is State.UNRECOGNISED for f in findings) or not any(f.state is State.TO_PATCH for f in findings):
             return None
-        return _file_change(path, relative, stored, source, findings, file_rules, target.line_length).after
+        rendered = [_rendered(path, relative, stored, source, findings, file_rules, target)]
+        _check_rendered(target, rendered, {})
+        return FileChange.of(path, stored, rendered[0][4]).after
     except TargetError:
         return None
 

@@ -10,11 +10,13 @@ probe (``paths.run_path``) and says, one line each, where it differs.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Collection, Mapping, Optional
 
 from ..speculative import eagle_utils, spec_utils
-from .paths import CONTEXT_LEN, PROBES, ROWS, STEPS, WORKER, DraftPath, Outcome, Probe, capacity_run, run_path
+from .paths import CONTEXT_LEN, PROBES, ROWS, STEPS, WORKER, DraftPath, Outcome, Probe, capacity_run, draft_paths, run_path
 from .unknown import TAG
 from .world import Tree
 
@@ -25,13 +27,17 @@ CHECKED = ("FlashInferMultiStepDraftBackend", "FlashInferMLAMultiStepDraftBacken
 @dataclass(frozen=True)
 class Verdict:
     """A path against upstream's invariant: ``problems`` (empty: upstream's values), the probes whose runs
-    showed the layout (``judged``), why it cannot be run, and (STEPS) who hands each step its row."""
+    showed the layout (``judged``), why it cannot be run, and (STEPS) who hands each step its row ("caller",
+    "per-step", both)."""
 
     path: DraftPath
     problems: tuple[str, ...] = ()
     judged: int = 0
     cannot: str = ""
     split: str = ""
+    #: the problems that are values of the tree's own, not the bug the patch fixes (an unsplit buffer, a
+    #: narrow row, an unchecked row, a raise): a slice end of its own, other slots, a wider row
+    own: tuple[str, ...] = ()
 
     @property
     def upstream(self) -> bool:
@@ -67,87 +73,91 @@ def _row(width: int, base: int, values: tuple) -> tuple:
     return ("?", "?", len(values))
 
 
-def _rows(torch: Any, outcome: Outcome, up: Upstream, probe: Probe) -> tuple[bool, list[str]]:
-    problems, judged = [], False
+def _rows(torch: Any, outcome: Outcome, up: Upstream, probe: Probe) -> tuple[bool, list[str], list[str]]:
+    """(launched, the bug's lines, other values'): rows narrower than upstream's are the bug (27338/27460),
+    and so are the cut rows they leave; any other width or slice end is a value of the tree's own."""
+    bugs, own, judged = [], [], False
     for phase, events in _phases(outcome).items():
         launches = [e[1:] for e in events if e[0] == "launch"]
         if not launches:
             continue
         judged = True
-        width = up.width  # max_bs is the probe's batch in the CUDA graph too
         buffer, stride, base = launches[0]
         shape = tuple(buffer.shape) if torch._is_tensor(buffer) else buffer
-        if shape != (probe.steps, width) or stride != shape[-1]:
-            problems.append(f"{phase}: kv_indices rows {shape} (row stride {stride}); upstream's {(probe.steps, width)}")
+        narrow = isinstance(shape, tuple) and len(shape) == 2 and shape[1] < up.width
+        if shape != (probe.steps, up.width) or stride != shape[-1]:
+            line = f"{phase}: kv_indices rows {shape} (row stride {stride}); upstream's {(probe.steps, up.width)}"
+            (bugs if narrow else own).append(line)
         cut = [_row(shape[-1] if isinstance(shape, tuple) else 0, base, e[1]) for e in events if e[0] == "kv"]
         expected = [(i, 0, up.used[i]) for i in range(probe.steps)]
         if cut != expected[: len(cut)] or phase == "eager" and len(cut) < probe.steps - 1:
-            problems.append(f"{phase}: steps read kv_indices (row, start, length) {cut}; upstream's {expected[:-1]}")
-    return judged, problems
+            line = f"{phase}: steps read kv_indices (row, start, length) {cut}; upstream's {expected[:-1]}"
+            (bugs if narrow else own).append(line)
+    return judged, bugs, own
 
 
-def _steps(torch: Any, outcome: Outcome, up: Upstream, probe: Probe, baked: set) -> tuple[bool, list[str], set]:
-    problems, split = [], set()
+def _steps(torch: Any, outcome: Outcome, up: Upstream, probe: Probe) -> tuple[bool, list[str], list[str], set]:
+    """(baked, the bug's lines: a step baking the whole buffer, other values', who handed each step what)."""
+    bugs, own, split, shown = [], [], set(), False
     for step, _method, held in outcome.of("handed"):
         split.add("either" if up.rows[step] == up.whole else "caller" if held and held[0] == up.rows[step] else "per-step")
-    shown = False
     for kind in ("bake", "stored"):
         for step, values, shape in outcome.of(kind):
             if step is None:
                 continue
-            baked.add(step)
             shown = True
             if values != up.rows[step] or len(shape) != 1:
                 which = "the whole buffer" if values == up.whole else f"slots {list(values)[:8]}"
-                problems.append(f"step {step} bakes {which}; upstream's row {step} is {list(up.rows[step])[:8]}")
-    return shown, problems, split
+                line = f"step {step} bakes {which}; upstream's row {step} is {list(up.rows[step])[:8]}"
+                (bugs if values == up.whole else own).append(line)
+    return shown, bugs, own, split
 
 
-def _worker(outcome: Outcome, up: Upstream, probe: Probe) -> tuple[bool, list[str]]:
+def _worker(outcome: Outcome, up: Upstream, probe: Probe) -> tuple[bool, list[str], list[str]]:
     written = [values for step, values, shape in outcome.of("bake") if step is None]
     order = [v for i, v in enumerate(written) if i == 0 or v != written[i - 1]]
     expected = up.rows[: probe.steps - 1]
     if order == expected:
-        return bool(written), []
+        return bool(written), [], []
     seen = ["the whole buffer" if v == up.whole else f"row {up.rows.index(v)}" if v in up.rows else "other slots" for v in order]
-    return True, [f"the draft steps write to {seen or 'nothing'}; upstream's rows 0..{probe.steps - 2}"]
+    line = f"the draft steps write to {seen or 'nothing'}; upstream's rows 0..{probe.steps - 2}"
+    return True, ([line] if "the whole buffer" in seen else []), ([] if "the whole buffer" in seen else [line])
 
 
 def judge(tree: Tree, path: DraftPath) -> Verdict:
     """Every probe's runs of ``path`` held against upstream's values."""
-    torch, problems, judged, split, refusals = tree.torch, [], 0, set(), []
+    torch, problems, own, judged, split, refusals = tree.torch, [], [], 0, set(), []
     for probe in PROBES:
         how, outcomes = run_path(tree, path, probe)
         if how == "infeasible":
             refusals.append(f"{probe}: {outcomes[0].where}")
             continue
-        if how == "cannot":
+        if how == "cannot" or all(o.end == "cannot" for o in outcomes):
             return Verdict(path, cannot=f"{probe}: {outcomes[0].where}")
-        up, seen, baked = Upstream(torch, probe), False, set()
-        if all(o.end == "cannot" for o in outcomes):
-            return Verdict(path, cannot=f"{probe}: {outcomes[0].where}")
+        up, seen = Upstream(torch, probe), False
         for outcome in outcomes:
             if outcome.end in ("refused", "cannot"):  # no result: the code refused a choice, or needs a number
                 continue
+            if path.kind == STEPS:  # who handed each step what, up to an error too (split twice, say)
+                shown, bugs, others, kinds = _steps(torch, outcome, up, probe)
+                split |= kinds
+            elif path.kind == ROWS:
+                shown, bugs, others = _rows(torch, outcome, up, probe)
+            else:
+                shown, bugs, others = _worker(outcome, up, probe)
             if outcome.end == "raised":
                 problems.append(f"{probe}: raises {outcome.where}")
                 continue
-            if path.kind == WORKER:
-                shown, found = _worker(outcome, up, probe)
-            elif path.kind == ROWS:
-                shown, found = _rows(torch, outcome, up, probe)
-            else:
-                shown, found, kinds = _steps(torch, outcome, up, probe, baked)
-                split |= kinds
             seen = seen or shown
-            problems += [f"{probe}: {line}" for line in found]
+            problems += [f"{probe}: {line}" for line in bugs + others]
+            own += [f"{probe}: {line}" for line in others]
         if path.kind == ROWS and seen and any(name in CHECKED for name in _bases(tree, path)):
             problems += [f"{probe}: {line}" for line in _capacity(tree, path, probe, up)]
         judged += seen
     if len(refusals) == len(PROBES):
         return Verdict(path, cannot=f"no probe builds {path.cls}: {refusals[0]}")
     unique = tuple(dict.fromkeys(problems))
-    return Verdict(path, unique, judged, split="/".join(sorted(split - {"either"})))
+    return Verdict(path, unique, judged, split="/".join(sorted(split - {"either"})), own=tuple(dict.fromkeys(own)))
 
 
 def _bases(tree: Tree, path: DraftPath) -> list[str]:
@@ -162,3 +172,33 @@ def _capacity(tree: Tree, path: DraftPath, probe: Probe, up: Upstream) -> list[s
         if outcome.end == "ok" or outcome.end == "raised" and not stopped:
             return [f"common_template fills rows {need - 1} wide (it writes {need}) without a capacity check"]
     return []
+
+
+#: (package, the texts judged, the modules) -> each path's verdict; the oldest of ``_KEPT`` let go
+_JUDGED: dict[tuple, dict[DraftPath, Verdict]] = {}
+_KEPT = 64
+
+
+def judge_tree(package: Optional[Path], torch: Any, texts: Mapping[str, str], modules: Collection[str]) -> dict[DraftPath, Verdict]:
+    """Each draft path of ``modules`` (under the package; ``texts`` stand in for files) and its verdict, on
+    ``torch`` (``Tree``), judged once per process for the same texts."""
+    key = (str(package), tuple(sorted((m, hashlib.sha1(t.encode()).hexdigest()) for m, t in texts.items())),
+           tuple(sorted(modules)))  # fmt: skip
+    if key not in _JUDGED:
+        if len(_JUDGED) >= _KEPT:
+            del _JUDGED[next(iter(_JUDGED))]
+        tree = Tree(package, torch, texts)
+        _JUDGED[key] = {path: judge(tree, path) for path in draft_paths(tree, sorted(modules))}
+    return _JUDGED[key]
+
+
+def verdict_of(package: Optional[Path], torch: Any, texts: Mapping[str, str], module: str, cls: str) -> Optional[Verdict]:
+    """The verdict of the path running ``cls`` of ``module`` as its own (its multi-step backend's, for a per-step
+    backend), on the tree with ``texts``; None where no draft path runs it."""
+    modules = [m for m in texts if m.startswith(GUARDED)]
+    found = judge_tree(package, torch, texts, modules)
+    return next((v for p, v in found.items() if p.module == module and cls in (p.cls, *p.per_step)), None)
+
+
+#: the folders whose modules the draft paths are looked for in (under the sglang package)
+GUARDED = ("srt/layers/attention", "srt/speculative")

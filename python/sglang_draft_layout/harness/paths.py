@@ -261,9 +261,10 @@ def facts(probe: Probe) -> dict:
 def forward_batch(torch: Any, probe: Probe) -> Known:
     lens = probe.seq_lens
     shared = {name: Run.current.facts[name] for name in SHARED}
-    return Known("forward_batch", **shared, batch_size=probe.num_seqs, out_cache_loc=torch._probe_tensor(probe.buffer),
+    mode = DecodeMode()  # every mode the batch holds (``actual_forward_mode``, ``_original_forward_mode``) is DECODE
+    return Known("forward_batch", {"forward_mode": mode}, **shared, batch_size=probe.num_seqs, out_cache_loc=torch._probe_tensor(probe.buffer),
                  seq_lens=torch._probe_tensor(lens), seq_lens_cpu=torch._probe_tensor(lens), seq_lens_sum=sum(lens),
-                 req_pool_indices=torch._probe_tensor(range(probe.num_seqs)), forward_mode=DecodeMode(),
+                 req_pool_indices=torch._probe_tensor(range(probe.num_seqs)), forward_mode=mode,
                  spec_info=Known("forward_batch.spec_info"))  # fmt: skip
 
 
@@ -281,6 +282,15 @@ def construct(cls: type, probe: Probe, **given: Any) -> Any:
     instance = cls(**kwargs)
     if isinstance(instance.__dict__.get("max_context_len"), Unknown):  # read off its per-step backends
         instance.max_context_len = CONTEXT_LEN
+    return instance
+
+
+def bare(cls: type, probe: Probe, **given: Any) -> Any:
+    """``cls`` (a ``Tree.probe_class``) without its ``__init__``, where that cannot run: the probe's topk, steps
+    (and step) where the class's code assigns them; any other attribute it assigns unknown."""
+    instance = object.__new__(cls)
+    known = {"topk": probe.topk, "speculative_num_steps": probe.steps, "device": "cpu", **given}
+    instance.__dict__.update({k: v for k, v in known.items() if k in cls.assigned})
     return instance
 
 
@@ -322,13 +332,19 @@ def run_path(tree: Tree, path: DraftPath, probe: Probe) -> tuple[str, list[Outco
     steps = range(probe.steps) if path.alone else [None]
     built = tree.probe_class(cls)
 
+    how = "__init__"
+
     def build(run: Run) -> list:
+        if how == "bare":
+            return [bare(built, probe, **({} if step is None else {"speculative_step_id": step})) for step in steps]
         return [construct(built, probe, **({} if step is None else {"speculative_step_id": step})) for step in steps]
 
     with only_the_path(tree, path):
         tries = explore(build, probe=probe, first=True)
-    if tries[-1].end != "ok":
-        return ("cannot" if tries[-1].end == "cannot" else "infeasible"), tries[-1:]
+    if tries[-1].end == "cannot":  # its __init__ needs a number no probe gives (an option taken as set)
+        how, tries = "bare", [Outcome([], "ok")]
+    elif tries[-1].end != "ok":
+        return "infeasible", tries[-1:]
     setup = tries[-1].took
 
     def body(run: Run) -> None:
@@ -340,29 +356,35 @@ def run_path(tree: Tree, path: DraftPath, probe: Probe) -> tuple[str, list[Outco
         ENTRIES[path.kind](run, torch, instances if path.alone else instances[0], batch, probe)
 
     with only_the_path(tree, path):
-        return "__init__", explore(body, setup, probe)
+        return how, explore(body, setup, probe)
 
 
 @contextlib.contextmanager
 def only_the_path(tree: Tree, path: DraftPath) -> Iterator[None]:
-    """The module's other attention backends unknown while ``path`` runs (a multi-step FlashInfer backend's
-    per-step backends are outside its path: what it hands them is what it sizes and cuts)."""
+    """The other attention backends of the modules the path's classes come from unknown while ``path`` runs
+    (a multi-step FlashInfer backend's per-step backends are outside its path: what it hands them is what
+    it sizes and cuts)."""
     namespace = tree.module(path.module)
     own = {c for name in (path.cls, *path.per_step) for c in getattr(namespace.get(name), "__mro__", ())}
-    others = {name: value for name, value in namespace.items() if isinstance(value, type) and value not in own
-              and value.__module__ == namespace["__name__"] and hasattr(value, "init_forward_metadata")}  # fmt: skip
-    namespace.update({name: Unknown(f"{path.module}:{name}") for name in others})
+    modules = [tree.namespaces[tree.names[c.__module__]] for c in own if c.__module__ in tree.names]
+    swapped = []
+    for module in {id(m): m for m in modules}.values():
+        others = {name: value for name, value in module.items() if isinstance(value, type) and value not in own
+                  and value.__module__ == module["__name__"] and hasattr(value, "init_forward_metadata")}  # fmt: skip
+        module.update({name: Unknown(f"{name}") for name in others})
+        swapped.append((module, others))
     try:
         yield
     finally:
-        namespace.update(others)
+        for module, others in swapped:
+            module.update(others)
 
 
-def _worker(run: Run, torch: Any, worker: Any, batch: Any, probe: Probe) -> None:
+def _run_worker(run: Run, torch: Any, worker: Any, batch: Any, probe: Probe) -> None:
     worker.draft_forward(batch)
 
 
-def _rows(run: Run, torch: Any, backend: Any, batch: Any, probe: Probe) -> None:
+def _run_rows(run: Run, torch: Any, backend: Any, batch: Any, probe: Probe) -> None:
     note("phase", "eager")
     backend.init_forward_metadata(batch)
     graph = getattr(backend, "init_cuda_graph_state", None)
@@ -380,7 +402,7 @@ def _rows(run: Run, torch: Any, backend: Any, batch: Any, probe: Probe) -> None:
         replay(forward_batch(torch, probe), probe.num_seqs)
 
 
-def _steps(run: Run, torch: Any, driven: Any, batch: Any, probe: Probe) -> None:
+def _run_steps(run: Run, torch: Any, driven: Any, batch: Any, probe: Probe) -> None:
     for each in driven if isinstance(driven, list) else [driven]:
         note("phase", "eager")
         each.init_forward_metadata(batch)
@@ -389,7 +411,7 @@ def _steps(run: Run, torch: Any, driven: Any, batch: Any, probe: Probe) -> None:
             each.init_forward_metadata_in_graph(batch)
 
 
-ENTRIES = {WORKER: _worker, ROWS: _rows, STEPS: _steps}
+ENTRIES = {WORKER: _run_worker, ROWS: _run_rows, STEPS: _run_steps}
 
 
 def capacity_run(tree: Tree, path: DraftPath, probe: Probe, width: int) -> list[Outcome]:

@@ -268,16 +268,18 @@ class Outside:
 
 
 class Known:
-    """A probe object: the attributes the probe gives it; any other is an unknown of its own, kept."""
+    """A probe object: the attributes the probe gives it (``like``: any attribute whose name holds a key is
+    that key's value); any other is an unknown of its own, kept."""
 
-    def __init__(self, name: str, **attrs: Any) -> None:
+    def __init__(self, name: str, like: Optional[dict] = None, **attrs: Any) -> None:
         self.__dict__.update(attrs)
-        self.__dict__["_name"] = name
+        self.__dict__["_name"], self.__dict__["_like"] = name, like or {}
 
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__") and attr.endswith("__"):
             raise AttributeError(attr)
-        value = Unknown(f"{self._name}.{attr}")
+        like = next((v for k, v in self._like.items() if k in attr), None)
+        value = like if like is not None else Unknown(f"{self._name}.{attr}")
         self.__dict__[attr] = value
         return value
 

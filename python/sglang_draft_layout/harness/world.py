@@ -46,15 +46,12 @@ SERVER_ARGS = {
 
 
 class Tree:
-    """An SGLang tree: its ``sglang`` folder (``package``; None: only ``texts``), ``texts`` (path under the
-    package -> source) standing in for its files, and their parsed modules ``parsed`` where known."""
+    """An SGLang tree: its ``sglang`` folder (``package``; None: only ``texts``), the ``torch`` its code imports
+    (``tensors.FACADE``, ``torch_backend.FACADE``), and ``texts`` (path under the package -> source) standing
+    in for its files."""
 
-    def __init__(self, package: Optional[Path], texts: Optional[Mapping[str, str]] = None,
-                 parsed: Optional[Mapping[str, ast.Module]] = None, torch: Any = None) -> None:  # fmt: skip
-        from . import tensors
-
-        self.package, self.texts, self.parsed = package, dict(texts or {}), dict(parsed or {})
-        self.torch = torch if torch is not None else tensors.FACADE
+    def __init__(self, package: Optional[Path], torch: Any, texts: Optional[Mapping[str, str]] = None) -> None:
+        self.package, self.torch, self.texts, self.parsed = package, torch, dict(texts or {}), {}
         self.namespaces: dict[str, dict] = {}
         self.names: dict[str, str] = {}  # module name -> its path under the package
         self._assigned: dict[type, frozenset[str]] = {}
@@ -133,7 +130,7 @@ class Tree:
         if top == "sglang":
             return ModuleView(self, name if fromlist else "sglang")
         if top in sys.stdlib_module_names and top not in QUIET:
-            return builtins.__import__(name, globals, locals, fromlist, 0)
+            return Standard(builtins.__import__(name, globals, locals, fromlist, 0))
         return Unknown(name if fromlist else top)
 
     def probe_class(self, cls: type) -> type:
@@ -150,7 +147,8 @@ class Tree:
                 value = instance.__dict__[name] = Unknown(f"self.{name}")
                 return value
 
-            names = {"__getattr__": missing, "__module__": cls.__module__, "__qualname__": cls.__qualname__}
+            names = {"__getattr__": missing, "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+                     "assigned": assigned}  # fmt: skip
             self._probe_classes[cls] = type(cls.__name__, (cls,), names)
         return self._probe_classes[cls]
 
@@ -184,6 +182,28 @@ def _bound_names(stmt: ast.stmt) -> list[str]:
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.append(node.name)
     return names
+
+
+class Standard:
+    """A standard module as the tree sees it: itself, except that a function handed an unknown gives an unknown
+    (``os.path.exists(<server_args.speculative_token_map>)``), as the tree's own code does."""
+
+    def __init__(self, module: types.ModuleType) -> None:
+        self._module = module
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._module, name)
+        if isinstance(value, types.ModuleType):
+            return Standard(value)
+        if not isinstance(value, (types.FunctionType, types.BuiltinFunctionType)):
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if any(isinstance(a, Unknown) for a in (*args, *kwargs.values())):
+                return Unknown(f"{self._module.__name__}.{name}")(*args, **kwargs)
+            return value(*args, **kwargs)
+
+        return call
 
 
 class ModuleView:

@@ -28,6 +28,12 @@ PURE = (
     *(ast.UnaryOp, ast.BinOp, ast.unaryop, ast.operator),
 )
 
+#: tensor methods that give a view or copy of their tensor: layout code, not a use of the buffer
+LAYOUT_METHODS = frozenset(
+    {"reshape", "view", "permute", "transpose", "swapaxes", "swapdims", "movedim", "flatten", "contiguous", "clone",
+     "to", "long", "int", "chunk", "unbind", "split"}
+)  # fmt: skip
+
 
 def _sets_batch_loc(stmt: ast.stmt, batch: str) -> bool:
     return isinstance(stmt, ast.Assign) and all(
@@ -46,7 +52,6 @@ def _statements(node: ast.AST) -> list[ast.stmt]:
 def _pure(expr: ast.expr, cls: ast.ClassDef) -> bool:
     """Reading ``expr`` does nothing but compute it: names, attributes, subscripts, constants, a tensor's
     layout methods (``reshape``, ``permute``, ...) and calls of the class's own methods, with such arguments."""
-    from ..proof.interpret import LAYOUT_METHODS  # numpy: only where a path was judged
 
     for node in ast.walk(expr):
         if isinstance(node, ast.Call):
@@ -63,7 +68,6 @@ def _pure(expr: ast.expr, cls: ast.ClassDef) -> bool:
 def _rebinds_to_a_layout(stmt: ast.stmt, method: ast.FunctionDef, cls: ast.ClassDef) -> bool:
     """``stmt`` binds a parameter of ``method`` to a layout of itself: a value that reads it, calls a
     tensor's layout method and does nothing but compute (``_pure``); which rows is the proof's to say."""
-    from ..proof.interpret import LAYOUT_METHODS  # numpy: only where a path was judged
 
     if not (
         isinstance(stmt, ast.Assign)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import List, Optional
 
-from ..proof.baking import KEEP as KEEP_PRAGMA  # the comment that keeps a site as the fork wrote it
+from .baking import KEEP as KEEP_PRAGMA  # the comment that keeps a site as the fork wrote it
 from .ast_walk import nodes_of
 
 

@@ -12,12 +12,9 @@ import enum
 import re
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 from ..layout_patterns.ast_walk import parse
-
-if TYPE_CHECKING:
-    from ..proof.validate import Proof
 
 SPEC_UTILS = "sglang.srt.speculative.spec_utils"
 EAGLE_UTILS = "sglang.srt.speculative.eagle_utils"
@@ -82,8 +79,8 @@ class Finding:
     edits: tuple[Edit, ...] = ()
     #: (module, name) pairs the rewritten file must import at module level.
     imports: tuple[tuple[str, str], ...] = ()
-    #: the proof of the rewrite (``proof.Proof``): set by the engine before anything is written
-    proof: Optional["Proof"] = None
+    #: what the draft path through the site's class gave before the rewrite, run on the probes (``judgement``)
+    judged: str = ""
     #: the per-step ``Class.method`` whose split-once verdict proves the rewrite, where it changes who splits
     #: (a caller's duplicate split taken out, a slice added on DeepSeek-V4's in-graph path:
     #: ``proof.validate.prove_split_once``) rather than a layout the fork computed

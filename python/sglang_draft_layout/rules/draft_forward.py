@@ -33,7 +33,7 @@ from typing import Optional
 from ..layout_patterns.ast_walk import factors, holding_statement, inside, is_self_attr, nodes_of
 from ..layout_patterns.helper_names import PER_STEP_HELPER
 from ..layout_patterns.out_cache_loc import Split, helper_calls, out_cache_loc_layouts, view_reads, view_rebinds
-from ..proof.baking import WORKERS
+from ..layout_patterns.baking import WORKERS
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State, locate_method
 
 CALL = f"""{PER_STEP_HELPER}(

@@ -32,10 +32,11 @@ from typing import Optional
 from ..layout_patterns.ast_walk import holding_statement, nodes_of
 from ..layout_patterns.helper_names import PER_STEP_HELPER
 from ..layout_patterns.out_cache_loc import helper_calls, out_cache_loc_layouts
-from ..proof.baking import IN_GRAPH, SWA_TARGET, baked_at
+from ..layout_patterns.baking import IN_GRAPH, SWA_TARGET, baked_at
 from . import dsv4_hip_out_cache_loc, dsv4_out_cache_loc
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State
 from .draft_forward import split_finding
+from .who_splits import CALLER, NEVER, PER_STEP, split_of
 
 #: (file, per-step class, its multi-step caller) of every backend with this site
 SITES = (
@@ -103,22 +104,19 @@ def _find(rule: Rule, source: Source) -> Finding:
         return rule.report(State.ABSENT, detail=f"{cls} has no {IN_GRAPH} (0.5.13 added it)")
     if SWA_TARGET not in source.text(source.cls(cls)):
         return rule.report(State.NOT_AFFECTED, method.lineno, f"no {SWA_TARGET}(...) of the draft buffer in {cls}")
-    from ..proof.split_once import CALLER, NEVER, PER_STEP  # numpy: loaded where a path is judged
-    from ..proof.validate import split_once_of
-
-    verdict = split_once_of(source, cls, IN_GRAPH)
+    verdict = split_of(source, cls)
     splits, helpers = out_cache_loc_layouts(method), helper_calls(method)
     calls = baked_at(method, IN_GRAPH)
     line = calls[0].lineno if calls else method.lineno
     if verdict.who == CALLER:
-        return rule.report(State.BY_CALLER, line, f"{verdict.caller} at {verdict.path or source.path}:{verdict.line}")
+        return rule.report(State.BY_CALLER, line, f"{verdict.caller} at {source.path}:{verdict.line}")
     if verdict.who == PER_STEP and splits:
         return split_finding(rule, source, method, splits, f"the fork's own split: via {PER_STEP_HELPER}")
     if verdict.who == PER_STEP and helpers:
         return rule.report(State.PATCHED, helpers[0].lineno)
     if verdict.who == PER_STEP:
         return rule.report(
-            State.BY_HAND, line, "the fork's own code splits it per step (proven on the probes): left as it is"
+            State.BY_HAND, line, "the fork's own code splits it per step (run on the probes): left as it is"
         )
     if verdict.who != NEVER:
         return rule.report(State.UNRECOGNISED, line, f"the per-step out_cache_loc path (in graph): {verdict.why}")

@@ -18,15 +18,13 @@ or in a method of the class the site calls, at any depth of ``self.`` calls; any
 ``layout_patterns.out_cache_loc.out_cache_loc_layouts`` proves equal) is rewritten to the helper where it
 is, every such split in the one apply (say one per branch).
 
-Who splits on the path is ``proof.split_once.once_verdict``, the one verdict that the structural guard
-and the written CPU test ask too: each path into this class run on the probes (a multi-step caller
-handing each step its row, or the per-step code alone), an EAGLE worker's ``draft_forward`` handing each
-step its row counted (``worker_rows``). The caller splits: handled by the fork's caller, nothing added
-here. The per-step code splits: its own split rewritten to the helper, or by hand in a callee (left).
+Who splits on the path is read off the harness's runs of it (``who_splits``): the multi-step caller
+handing each step's backend the batch, or the per-step code alone. The caller splits: handled by the
+fork's caller, nothing added here. The per-step code splits: its own split rewritten to the helper, or by hand in a callee (left).
 Never split: upstream's slice added. Twice, where the per-step code splits as upstream does (the
 helper) and a caller of this file hands each step its row (a fork that merged upstream): the caller's
-split taken out (``layout_patterns.caller_split``), upstream's kept, proven by the split-once verdict on
-the result (``proof.validate.prove_split_once``); likewise a fork's split in a callee of the per-step
+split taken out (``layout_patterns.caller_split``), upstream's kept, where the runs of the result split it
+once (``who_splits.split_after``); likewise a fork's split in a callee of the per-step
 code (``init_forward_metadata_decode`` rebinding its ``out_cache_loc`` to the step's row). Anything
 else (twice otherwise, for some topk only, a caller this tool cannot follow) is refused, unless the
 fork keeps this site (``keeps_path``: the keep comment on a method of the path or its statement
@@ -56,9 +54,11 @@ from ..layout_patterns.caller_split import callee_split_removal, caller_split_re
 from ..layout_patterns.helper_names import PER_STEP_HELPER
 from ..layout_patterns.keep import KEEP_PRAGMA
 from ..layout_patterns.out_cache_loc import Split, helper_calls, out_cache_loc_layouts
-from ..proof.baking import baking_methods, keeps_path
+from ..layout_patterns.baking import baking_methods, keeps_path
+from ..splice import spliced
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State
 from .draft_forward import split_finding
+from .who_splits import CALLER, NEVER, PER_STEP, TWICE, split_after, split_of
 
 
 CLASS = "DeepseekV4AttnBackend"
@@ -188,8 +188,8 @@ def _fed_by(
 
 
 def _find(rule: Rule, source: Source) -> Finding:
-    """The decode branch of the per-step class ``rule.scope`` names, judged by the split-once verdict of
-    every path into it (``proof.validate.split_once_of``)."""
+    """The decode branch of the per-step class ``rule.scope`` names, chosen by who splits on the path into it
+    (``who_splits.split_of``: the harness's runs of it)."""
     cls = rule.scope.split(".")[0]
     if source.cls(cls) is None:
         return rule.report(State.ABSENT, detail=f"no class {cls}")
@@ -209,19 +209,14 @@ def _find(rule: Rule, source: Source) -> Finding:
             if not (plain or splits or helpers):
                 unknown_line = stmt.lineno
                 break
-            from ..proof.split_once import CALLER, NEVER, PER_STEP, TWICE  # numpy: loaded where a path is judged
-            from ..proof.validate import split_once_of
-
-            verdict = split_once_of(source, cls)
+            verdict = split_of(source, cls)
             if verdict.who == CALLER and plain:  # reported here, naming where the caller splits
-                return rule.report(
-                    State.BY_CALLER, stmt.lineno, f"{verdict.caller} at {verdict.path or source.path}:{verdict.line}"
-                )
+                return rule.report(State.BY_CALLER, stmt.lineno, f"{verdict.caller} at {source.path}:{verdict.line}")
             if verdict.who == PER_STEP and plain:
                 return rule.report(
                     State.BY_HAND,
                     stmt.lineno,
-                    "the fork's own code splits it per step (proven on the probes): left as it is",
+                    "the fork's own code splits it per step (run on the probes): left as it is",
                 )
             if verdict.who == NEVER and plain:
                 batch = source.text(loc.value.value)
@@ -257,7 +252,7 @@ def _find(rule: Rule, source: Source) -> Finding:
                     proven_by_split_once=rule.scope,
                 )
             if verdict.who == TWICE:
-                at = f"{verdict.path}:{verdict.line}" if verdict.path else f"line {verdict.line}"
+                at = f"line {verdict.line}"
                 return rule.report(
                     State.UNRECOGNISED,
                     stmt.lineno,
@@ -280,16 +275,12 @@ def _upstream_side(source: Source, cls: str, decode: ast.FunctionDef, verdict) -
     The fork's split is the multi-step caller's of this file that the verdict names (twice), or else
     one in a method of ``cls`` that ``decode`` reaches (the callee handed the row); taken out by
     ``caller_split_removal`` / ``callee_split_removal``, written only where the split-once verdict on the
-    result proves ``cls`` splits once (``prove_split_once``), never in a method with a keep comment."""
-    from ..proof.split_once import TWICE
-    from ..proof.splice import spliced
-    from ..proof.validate import prove_split_once
-
+    result split it once (``split_after``), never in a method with a keep comment."""
     def kept(owner: str, name: str) -> bool:
         defined = source.method(owner, name)
         return any(KEEP_PRAGMA in line for line in source.lines[defined.lineno - 1 : defined.end_lineno])
 
-    if verdict.who == TWICE and not verdict.path:
+    if verdict.who == TWICE:
         owner, _, name = verdict.caller.partition(".")
         candidates = [(owner, name, caller_split_removal)]
     else:
@@ -298,7 +289,7 @@ def _upstream_side(source: Source, cls: str, decode: ast.FunctionDef, verdict) -
         if source.cls(owner) is None or source.method(owner, name) is None or kept(owner, name):
             continue  # a method the fork keeps stays as written: the double split is refused
         edits, _why = removal(source, owner, name)
-        if edits and prove_split_once(source, spliced(source, edits), f"{cls}.init_forward_metadata").proven:
+        if edits and split_after(source, spliced(source, edits), cls).who in (CALLER, PER_STEP):
             taken = [n for e in edits if not e.remove for n in (e.absorb or [e.node])]
             return edits, f"{owner}.{name}", min(n.lineno for n in taken)
     return [], "", 0

@@ -23,11 +23,10 @@ A form no rule knows is unrecognised, so ``apply`` refuses. Classes that only in
 or delegate per step hold no form and are never reported.
 
 Split once: each class under ``srt/layers/attention/`` that no rule names and that bakes out_cache_loc
-at init, or in the CUDA graph as DeepSeek-V4's in-graph method does (``proof.baking.baking_methods``),
-gets for each such path the one split-once verdict of the DeepSeek-V4 rules
-(``proof.split_once.once_verdict``: every path into it run on the probes, an EAGLE worker's per-step rows
-counted). Split once, by a caller or by the per-step code: patched. Never, twice, or not as upstream
-splits it: unrecognised. The site is the per-step backend's first statement handing ``out_cache_loc=``
+at init, or in the CUDA graph as DeepSeek-V4's in-graph method does (``layout_patterns.baking``): in
+DeepSeek-V4's decode form (a port), DeepSeek-V4's rule; otherwise who splits on its path, read off the
+harness's runs (``who_splits``). Split once, by a caller or by the per-step code: patched. Never, twice,
+or not as upstream splits it: unrecognised. The site is the per-step backend's first statement handing ``out_cache_loc=``
 on (in the graph: its first ``translate_loc_from_full_to_swa`` call); a keep on a method of its path or
 on that statement (``proof.baking.keeps_path``, or ``--keep`` naming it) keeps it; a keep on a caller
 keeps the caller's own layout only.
@@ -45,9 +44,11 @@ from ..layout_patterns.ast_walk import methods
 from ..layout_patterns.forms import CAPACITY, LAUNCH, OUT_CACHE_LOC, ROWS, STEP_LENGTH, draft_layout_forms
 from ..layout_patterns.helper_names import HELPERS, KERNEL
 from ..layout_patterns.keep import KEEP_PRAGMA
-from ..proof.baking import ATTENTION, BAKING_STARTS, SWA_TARGET, baked_at, baking_methods, keeps_path
-from . import draft_forward, kv_indices_capacity_check, kv_indices_step_slice
+from ..layout_patterns.baking import ATTENTION, BAKING_STARTS, SWA_TARGET, baked_at, baking_methods, keeps_path
+from . import draft_forward, dsv4_out_cache_loc, kv_indices_capacity_check, kv_indices_step_slice
 from .base import Finding, Rule, Source, State
+from .dsv4_out_cache_loc import decode_branches
+from .who_splits import CALLER, PER_STEP, split_of
 from .draft_backends import DRAFT_BACKENDS, find_row_width
 from .kv_indices_eager_width import batch_size_factor
 from .kv_indices_graph_width import max_bs_parameter
@@ -131,12 +132,10 @@ def _templates(cls: ast.ClassDef, forms: Collection[str]) -> list[Rule]:
 
 
 def _split_once(rule: Rule, source: Source) -> Finding:
-    """The split-once verdict (``proof.split_once.once_verdict``) of every path into the per-step backend
-    ``rule.scope`` names: once (patched) or refused; found at its first statement handing ``out_cache_loc=``
-    on, kept as ``keeps_path`` says."""
-    from ..proof.split_once import NEVER, TWICE, WRONG  # numpy: loaded where a path is judged
-    from ..proof.validate import split_once_of
-
+    """A per-step backend no rule names that bakes out_cache_loc at init: in DeepSeek-V4's decode form (a port
+    of it), DeepSeek-V4's rule (upstream's slice where nobody splits); else who splits on its path
+    (``who_splits.split_of``): once (patched) or refused; found at its first statement handing
+    ``out_cache_loc=`` on, kept as ``keeps_path`` says."""
     name, start = rule.scope.split(".")
     cls = source.cls(name)
     path = baking_methods(cls, start) if cls is not None else []
@@ -145,25 +144,12 @@ def _split_once(rule: Rule, source: Source) -> Finding:
     line = min(n.lineno for m in path for n in baked_at(m, start))
     if keeps_path(source.lines, path):
         return rule.report(State.KEPT, line, KEEP_PRAGMA)
-    verdict = split_once_of(source, cls.name, start)
-    if verdict.who == NEVER:
-        return rule.report(
-            State.UNRECOGNISED,
-            line,
-            f"bakes the whole out_cache_loc {verdict.caller or 'its caller'} "
-            "hands it: split it per step once, here or there",
-        )
-    if verdict.who == TWICE:
-        at = f"{verdict.path}:{verdict.line}" if verdict.path else f"line {verdict.line}"
-        return rule.report(
-            State.UNRECOGNISED,
-            line,
-            f"splits the per-step out_cache_loc, and so does its caller "
-            f"{verdict.caller} ({at}): twice; keep one of them",
-        )
-    if verdict.who == WRONG:
-        return rule.report(State.UNRECOGNISED, line, f"the per-step out_cache_loc path: {verdict.why}")
-    return rule.report(State.PATCHED, line)
+    if start == "init_forward_metadata" and any(decode_branches(source, name)):
+        return _with_advice(dsv4_out_cache_loc._find, rule, source)
+    verdict = split_of(source, name)
+    if verdict.who in (CALLER, PER_STEP):
+        return rule.report(State.PATCHED, line)
+    return rule.report(State.UNRECOGNISED, line, f"the per-step out_cache_loc path: {verdict.why or verdict.who}")
 
 
 SPLIT_ONCE = Rule("split-once", "", "", "per-step out_cache_loc split once", "PR 26239", _split_once)

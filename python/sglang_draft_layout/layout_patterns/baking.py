@@ -1,8 +1,5 @@
-"""Which classes bake the per-step out_cache_loc at init, which paths the fork keeps, and which EAGLE
-workers hand each step its row: what the split-once verdict (``split_once``) is asked about.
-
-``ast`` only (the CPU test written into a fork embeds this module with the others).
-"""
+"""Which classes bake the per-step out_cache_loc at init (DeepSeek-V4's form), and which of their paths the
+fork keeps: what the rules ask the harness's verdict about. ``ast`` only."""
 
 from __future__ import annotations
 
@@ -76,34 +73,3 @@ def keeps_path(lines: Sequence[str], path: Sequence[ast.FunctionDef]) -> bool:
         if any(k.arg == "out_cache_loc" and k.lineno <= last for k in nodes(statement, ast.keyword)):
             numbers += range(statement.lineno, last + 1)
     return any(KEEP in lines[n - 1] for n in numbers if 0 < n <= len(lines))
-
-
-def worker_rows(modules: dict[str, ast.Module]) -> list[tuple[str, str, int]]:
-    """(module, ``Class.draft_forward``, line) of each EAGLE worker (``WORKERS``, among ``modules``: path
-    relative to the sglang package -> tree) whose ``draft_forward`` sets ``<batch>.out_cache_loc = <rows>[...]``
-    in a loop and then calls ``<...>.init_forward_metadata(<batch>)`` in that loop: each step gets its row."""
-    found = []
-    for path, name in WORKERS:
-        classes = [c for c in getattr(modules.get(path), "body", []) if isinstance(c, ast.ClassDef) and c.name == name]
-        draft_forward = methods(classes[-1]).get("draft_forward") if classes else None
-        loops = nodes(draft_forward, (ast.For, ast.While)) if draft_forward else []
-        for loop, row in [(lp, a) for lp in loops for a in nodes(lp, ast.Assign)]:
-            target = row.targets[0]
-            if not (
-                isinstance(target, ast.Attribute)
-                and target.attr == "out_cache_loc"
-                and isinstance(row.value, ast.Subscript)
-            ):
-                continue
-            batch = ast.dump(target.value)
-            if any(
-                isinstance(c.func, ast.Attribute)
-                and c.func.attr == "init_forward_metadata"
-                and c.args
-                and ast.dump(c.args[0]) == batch
-                and (c.lineno, c.col_offset) > (row.lineno, row.col_offset)
-                for c in nodes(loop, ast.Call)
-            ):
-                found.append((path, f"{name}.draft_forward", row.lineno))
-                break
-    return found

@@ -1,7 +1,7 @@
-"""A file's text with the rules' edits spliced in as plain text, for ``check`` to prove without libcst.
+"""A file's text with the rules' edits spliced in as plain text, for ``check`` to judge without libcst.
 
 Layout is not kept (``rewrite.py`` does that when a file is written): the result only has to be the
-same program. ``apply`` proves the text libcst rendered as well.
+same program. ``apply`` judges the text libcst rendered instead.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from typing import Sequence
 
-from ..rules.base import Edit, Source, removed_lines
+from .rules.base import Edit, Source, removed_lines
 
 
 def _offset(source: Source, line: int, col: int) -> int:
@@ -43,8 +43,9 @@ def spliced(source: Source, edits: Sequence[Edit]) -> str:
         pad = _indent(source, node)
         if edit.replace is not None:
             changes.append((start, end, _indented(edit.replace, pad)))
-        if edit.before:
-            line_start = _offset(source, node.lineno, 0)
+        if edit.before:  # ahead of the statement's decorators too
+            first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
+            line_start = _offset(source, first, 0)
             inserted = "".join(pad + _indented(stmt, pad) + "\n" for stmt in edit.before)
             changes.append((line_start, line_start, inserted))
         for absorbed in edit.absorb:

@@ -1,0 +1,95 @@
+"""The tree's draft paths run on probes, before the rewrite and after it: what the plan is written or refused by.
+
+``verdicts`` runs every draft path of the modules under the guarded folders (``harness.paths.draft_paths``)
+on the tree as it is or with texts in place of some files (the rewritten ones, in memory), and holds each
+against upstream's invariant (``harness.invariant.judge``). The engine writes a plan only when every path
+of the rewritten tree gives upstream's values (``refusals``); what the paths gave before is reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Collection, Mapping, Optional
+
+from .harness.invariant import Verdict, judge_tree
+from .harness.paths import STEPS, DraftPath
+from .harness.tensors import FACADE
+from .rules.base import Finding, Rule, State
+
+def verdicts(package: Optional[Path], texts: Mapping[str, str], modules: Collection[str]) -> dict[DraftPath, Verdict]:
+    """Each draft path of ``modules`` (paths under the package; ``texts`` stand in for their files) and its verdict."""
+    return judge_tree(package, FACADE, texts, modules)
+
+
+def classes(path: DraftPath) -> set[str]:
+    """The classes whose code the path runs as its own."""
+    return {path.cls, *path.per_step}
+
+
+def describe(verdict: Verdict) -> str:
+    """One line: upstream's values, or the first way the path differs (and how many more)."""
+    if verdict.cannot:
+        return f"cannot be run on the probes: {verdict.cannot}"
+    if not verdict.problems:
+        return f"upstream's values on {verdict.judged} probes" if verdict.judged else "no draft layout on the probes"
+    more = f" (and {len(verdict.problems) - 1} more)" if len(verdict.problems) > 1 else ""
+    return f"{verdict.problems[0]}{more}"
+
+
+PATH_SITE = "draft path, run on the probes"
+
+
+def _sites(findings: Collection[Finding], states: Collection[State]) -> set[tuple[str, str]]:
+    return {(f.rule.file, f.rule.scope.split(".")[0]) for f in findings if f.state in states}
+
+
+#: the states of a site whose class's paths are judged (not absent, kept, or left to the tree's own layout)
+JUDGED_STATES = [s for s in State if s not in (State.ABSENT, State.KEPT, State.NOT_AFFECTED)]
+
+
+def judged(verdicts: Mapping[DraftPath, Verdict], findings: Collection[Finding]) -> list[str]:
+    """``module:Class`` of each path through a site's class, none kept, that shows a draft layout: what the
+    written CPU test runs."""
+    kept, sited = _sites(findings, [State.KEPT]), _sites(findings, JUDGED_STATES)
+    own = {path: {(path.module, name) for name in classes(path)} for path in verdicts}
+    return sorted(
+        f"{path.module}:{path.cls}"
+        for path, verdict in verdicts.items()
+        if own[path] & sited and not own[path] & kept and (verdict.judged or verdict.problems)
+    )
+
+
+def refusals(after: Mapping[DraftPath, Verdict], findings: Collection[Finding]) -> list[Finding]:
+    """A finding for each path through a site's class that, in the rewritten tree, does not give upstream's
+    values, cannot be run, or runs none of a rewritten class's code on any probe, unless a site of its classes
+    is kept by the fork. (A path through no site's class is another backend's, and one whose sites a rule finds
+    not affected keeps the tree's own layout: reported, never refused.)"""
+    kept, rewritten = _sites(findings, [State.KEPT]), _sites(findings, [State.TO_PATCH])
+    sited = _sites(findings, JUDGED_STATES)
+    refused = []
+    for path, verdict in after.items():
+        own = {(path.module, name) for name in classes(path)}
+        if own & kept or not own & sited:
+            continue
+        unseen = not verdict.judged and not verdict.problems and bool(own & rewritten) and path.kind != STEPS
+        if verdict.upstream or not (verdict.problems or verdict.cannot or unseen):
+            continue
+        why = describe(verdict) if not unseen else "the rewritten code never runs on the probes"
+        rule = Rule(f"path:{path.module}:{path.cls}", path.module, f"{path.cls}.<{path.kind}>", PATH_SITE, "", _no_find,
+                    counts_as_site=False)  # fmt: skip
+        refused.append(rule.report(State.UNRECOGNISED, detail=f"after the rewrite, {why}"))
+    return refused
+
+
+def _no_find(rule: Rule, _source: object) -> Finding:
+    return rule.report(State.ABSENT)
+
+
+def with_before(findings: Collection[Finding], before: Mapping[DraftPath, Verdict]) -> list[Finding]:
+    """Each finding with what its path gave before the rewrite (``Finding.judged``)."""
+    by_class = {(path.module, name): verdict for path, verdict in before.items() for name in classes(path)}
+    return [
+        replace(f, judged=describe(by_class[key])) if (key := (f.rule.file, f.rule.scope.split(".")[0])) in by_class else f
+        for f in findings
+    ]

@@ -1,0 +1,63 @@
+"""Who splits the per-step out_cache_loc on a DeepSeek-V4-like path, read off the harness's runs of it.
+
+The DeepSeek-V4 rules ask this of the tree as it is (``split_of``) to choose their edit: the multi-step
+caller already hands each step its row (CALLER: nothing to add), the per-step code splits it (PER_STEP),
+nobody does (NEVER: upstream's slice added), both do (TWICE: a fork that merged upstream), or the runs
+show something else (WRONG, ``why`` says what). ``split_after`` asks it of a rewrite in memory (which of
+a fork's splits to take out). The written edit is judged again with the whole tree (``judgement``).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Optional
+
+from ..harness.invariant import Verdict, verdict_of
+from ..harness.tensors import FACADE
+from .base import Source
+
+CALLER, PER_STEP, NEVER, TWICE, WRONG = "caller", "per-step backend", "never", "twice", "wrong"
+
+
+@dataclass(frozen=True)
+class Split:
+    who: str
+    why: str = ""
+    caller: str = ""  # CALLER, TWICE: the multi-step backend's ``Class.method`` handing each step its row
+    line: Optional[int] = None  # where that method is defined
+
+
+def _texts(source: Source, code: Optional[str] = None) -> dict[str, str]:
+    texts = {relative: other.code for relative, other in source.others.items()}
+    texts[source.path] = code if code is not None else source.code
+    return texts
+
+
+def split_of(source: Source, cls: str) -> Split:
+    """Who splits on the path running ``cls`` (a per-step backend) in the tree as the engine read it."""
+    return _read(source, verdict_of(source.package, FACADE, _texts(source), source.path, cls))
+
+
+def split_after(source: Source, code: str, cls: str) -> Split:
+    """The same, with ``code`` in place of ``source``'s file."""
+    return _read(source, verdict_of(source.package, FACADE, _texts(source, code), source.path, cls))
+
+
+def _read(source: Source, verdict: Optional[Verdict]) -> Split:
+    if verdict is None:
+        return Split(WRONG, "no draft path runs it")
+    if verdict.cannot:
+        return Split(WRONG, f"it cannot be run on the probes: {verdict.cannot}")
+    caller, line = f"{verdict.path.cls}.init_forward_metadata", None
+    method = source.method(verdict.path.cls, "init_forward_metadata") if not verdict.path.alone else None
+    if isinstance(method, ast.FunctionDef):
+        line = method.lineno
+    if verdict.upstream:
+        return Split(CALLER, caller=caller, line=line) if verdict.split == "caller" else Split(PER_STEP)
+    why = verdict.problems[0] if verdict.problems else "no probe reaches where it bakes out_cache_loc"
+    if "caller" in verdict.split:
+        return Split(TWICE, why, caller=caller, line=line)
+    if verdict.own or not verdict.problems:
+        return Split(WRONG, why)
+    return Split(NEVER, why)
