@@ -210,7 +210,9 @@ def print_items(out: Printer, items: Sequence[Item], applied: bool = False, verb
             continue
         rest = f"  {item.scope:<{scope_width}}  {item.site}".rstrip() if with_site and padded else f"  {item.scope}"
         judged = f"before: {item.judged}" if verbose and item.judged else ""
-        extra = "; ".join(part for part in (item.site if verbose and not with_site else "", item.detail, judged) if part)
+        extra = "; ".join(
+            part for part in (item.site if verbose and not with_site else "", item.detail, judged) if part
+        )
         detail = f" ({extra})" if extra else ""
         if len(lead) + len(state[0]) + len(rest) + len(detail) <= out.width:
             out.line(lead, state, rest + detail)

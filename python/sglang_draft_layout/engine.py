@@ -26,6 +26,7 @@ from .stored import StoredText, lines
 from .target import Target, TargetError
 from .transaction import TEMP_NAME, FileWrite, Interrupted  # noqa: F401 (Interrupted: for callers)
 
+
 class PatchError(TargetError):
     """The tree can't be patched as it is; nothing was written."""
 
@@ -401,14 +402,22 @@ def _plan(
         ):
             continue
         if relative in created:
-            rendered.append((path, relative, None, file_rules, helper_definitions.new_module(relative, target.line_length)))
+            rendered.append(
+                (path, relative, None, file_rules, helper_definitions.new_module(relative, target.line_length))
+            )
             continue
-        rendered.append(_rendered(path, relative, stored[relative], sources[relative], file_findings, file_rules, target))
-    _check_rendered(target, rendered, sources, keep)
+        rendered.append(
+            _rendered(path, relative, stored[relative], sources[relative], file_findings, file_rules, target)
+        )
     changes = [FileChange.of(path, text, new) for path, _relative, text, _rules, new in rendered]
     after = _judged_after(target, findings, sources, texts, changes, created, render_changes)
     judged = judgement.judged(after if after is not None else before, findings)
-    findings += judgement.refusals(after, findings) if after is not None else []
+    refused = judgement.refusals(after, findings) if after is not None else []
+    if refused:  # a refused tree is not written: what its rules find in it after rendering is moot
+        changes = []
+    else:
+        _check_rendered(target, rendered, sources, keep)
+    findings += refused
     unknown = [spec for spec in keep if not any(keep_matches(spec, f.rule) for f in findings)]
     if unknown:
         raise TargetError(
@@ -416,7 +425,9 @@ def _plan(
             "(check lists each site's file and Class.method)"
         )
     up_to_date = not any(f.state in (State.TO_PATCH, State.UNRECOGNISED) for f in findings)
-    generated, notes = fork_tests.generated_files(target, test_options, up_to_date, judged) if test_options else ([], [])
+    generated, notes = (
+        fork_tests.generated_files(target, test_options, up_to_date, judged) if test_options else ([], [])
+    )
     if render_changes:
         changes += [_generated_change(g) for g in generated if g.state is not fork_tests.FileState.PRESENT]
         notes += [  # who splits changes: said in one line

@@ -17,6 +17,7 @@ from .harness.paths import STEPS, DraftPath
 from .harness.tensors import FACADE
 from .rules.base import Finding, Rule, State
 
+
 def verdicts(package: Optional[Path], texts: Mapping[str, str], modules: Collection[str]) -> dict[DraftPath, Verdict]:
     """Each draft path of ``modules`` (paths under the package; ``texts`` stand in for their files) and its verdict."""
     return judge_tree(package, FACADE, texts, modules)
@@ -90,6 +91,10 @@ def with_before(findings: Collection[Finding], before: Mapping[DraftPath, Verdic
     """Each finding with what its path gave before the rewrite (``Finding.judged``)."""
     by_class = {(path.module, name): verdict for path, verdict in before.items() for name in classes(path)}
     return [
-        replace(f, judged=describe(by_class[key])) if (key := (f.rule.file, f.rule.scope.split(".")[0])) in by_class else f
+        (
+            replace(f, judged=describe(by_class[key]))
+            if (key := (f.rule.file, f.rule.scope.split(".")[0])) in by_class
+            else f
+        )
         for f in findings
     ]

@@ -4,7 +4,7 @@ The templates import what the modules they embed import; `embed` only checks tha
 the import a template lacks. Modules of one package are embedded in order: a relative import is
 met by a module embedded above (or by the template's own import of the same names), never by
 one below; two embedded modules, or one and the template, never define the same name. The CPU
-test embeds the split-once verdict (proof.split_once and what it imports), verbatim.
+test embeds the harness (its modules but the torch stand-in), verbatim.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from sglang_draft_layout import cli, fork_templates
 from sglang_draft_layout.fork_tests import FORK_TESTS, _module_source, _split_imports, embed, render
 
@@ -58,18 +57,19 @@ def test_every_template_renders():
         assert "# sglang-draft-layout: embed" not in render(template)
 
 
-PROOF = [f"sglang_draft_layout.proof.{name}" for name in ("arrays", "interpret", "world", "paths", "split_once")]
+HARNESS = [
+    f"sglang_draft_layout.harness.{name}" for name in ("unknown", "world", "paths", "invariant", "torch_backend")
+]
 CPU_TEMPLATE = (TEMPLATES / "registered_cpu.py").read_text()
 
 
-def test_the_cpu_test_embeds_the_split_verdict_verbatim():
+def test_the_cpu_test_embeds_the_harness_verbatim():
     rendered = render("registered_cpu")
-    for module in PROOF:
+    for module in HARNESS:
         assert f"# {module} (sglang-draft-layout), verbatim\n" in rendered
         assert _split_imports(_module_source(module))[1] in rendered
-    assert rendered.count("arrays = sys.modules[__name__]") == 1
-    assert "from ..speculative" not in rendered and "from .arrays" not in rendered
-    assert "layout_patterns" not in rendered
+    assert "from ..speculative" not in rendered and "from .unknown" not in rendered
+    assert "layout_patterns" not in rendered and "harness.tensors" not in rendered
 
 
 def marker(module: str) -> str:
@@ -77,10 +77,10 @@ def marker(module: str) -> str:
 
 
 def test_a_relative_import_met_only_below_is_refused():
-    reordered = CPU_TEMPLATE.replace(marker(PROOF[2]), "").replace(
-        marker(PROOF[3]), marker(PROOF[3]) + marker(PROOF[2])
+    reordered = CPU_TEMPLATE.replace(marker(HARNESS[1]), "").replace(
+        marker(HARNESS[2]), marker(HARNESS[2]) + marker(HARNESS[1])
     )
-    with pytest.raises(ValueError, match="embedded sglang_draft_layout.proof.paths needs `from .world import "):
+    with pytest.raises(ValueError, match="embedded sglang_draft_layout.harness.paths needs `from .world import "):
         embed(reordered, "registered_cpu")
 
 
@@ -88,7 +88,7 @@ def test_a_relative_import_of_a_module_not_embedded_needs_the_templates_own():
     text = CPU_TEMPLATE.replace("from sglang.srt.speculative import eagle_utils, spec_utils\n", "")
     with pytest.raises(
         ValueError,
-        match="embedded sglang_draft_layout.proof.world needs `from ..speculative import "
+        match="embedded sglang_draft_layout.harness.invariant needs `from ..speculative import "
         "eagle_utils` in the template",
     ):
         embed(text, "registered_cpu")
@@ -97,12 +97,14 @@ def test_a_relative_import_of_a_module_not_embedded_needs_the_templates_own():
         embed(wrong_module, "registered_cpu")
 
 
-def test_a_module_imported_whole_needs_sys_and_a_name_defined_twice_is_refused():
-    with pytest.raises(ValueError, match="embedded sglang_draft_layout.proof.interpret needs `import sys`"):
-        embed(CPU_TEMPLATE.replace("import sys\n", ""), "registered_cpu")
-    twice = CPU_TEMPLATE.replace("\n\ndef module(", "\n\ndef split_verdict():\n    pass\n\n\ndef module(")
+def test_an_import_an_embedded_module_needs_and_a_name_defined_twice_are_refused():
+    with pytest.raises(ValueError, match="embedded sglang_draft_layout.harness.unknown needs `import dis`"):
+        embed(CPU_TEMPLATE.replace("import dis\n", ""), "registered_cpu")
+    twice = CPU_TEMPLATE.replace(
+        "\n\nclass TestDraftLayoutHelpers(", "\n\ndef judge():\n    pass\n\n\nclass TestDraftLayoutHelpers("
+    )
     with pytest.raises(
         ValueError,
-        match="embedded sglang_draft_layout.proof.split_once and registered_cpu both " "define split_verdict",
+        match="embedded sglang_draft_layout.harness.invariant and registered_cpu both define judge",
     ):
         embed(twice, "registered_cpu")

@@ -13,10 +13,9 @@ import ast
 from pathlib import Path
 
 import pytest
-
 from sglang_draft_layout import cli, engine
+from sglang_draft_layout.layout_patterns.baking import baking_methods
 from sglang_draft_layout.layout_patterns.forms import inline_draft_layout
-from sglang_draft_layout.proof.baking import baking_methods
 from sglang_draft_layout.rules.base import State
 from sglang_draft_layout.target import resolve
 from support import fork_edits

@@ -15,7 +15,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from sglang_draft_layout import cli, engine
 from sglang_draft_layout.layout_patterns.ast_walk import called_name
 from sglang_draft_layout.layout_patterns.helper_names import HELPERS
@@ -77,6 +76,11 @@ IN_GRAPH_FIXED = """\
 IN_GRAPH_BEFORE = "            out_cache_loc = forward_batch.out_cache_loc\n"
 
 
+def had_the_bug(finding) -> bool:
+    """The site's path, run on the probes before the rewrite, did not give upstream's values."""
+    return bool(finding.judged) and not finding.judged.startswith("upstream's values")
+
+
 def edited_back(text: str, in_graph: bool) -> str:
     """0.5.13's file with its decode slice (and, ``in_graph``, its in-graph slice) and the import removed."""
     edits = [(DECODE_FIXED, DECODE_BEFORE), (IMPORT, "")] + ([(IN_GRAPH_FIXED, IN_GRAPH_BEFORE)] if in_graph else [])
@@ -112,7 +116,7 @@ def test_may_2026_fork_is_patched_to_0_5_13s_file(may_fork, pristine, capsys, in
     assert {rule for rule, f in hip.items() if f.state is State.TO_PATCH} == to_patch
     assert all(f.state is State.PATCHED for rule, f in hip.items() if rule not in to_patch)
     for rule in to_patch:
-        assert hip[rule].proof.proven and "the fork's bug fixed" in hip[rule].proof.summary()
+        assert had_the_bug(hip[rule])
 
     assert cli.main(["check", "-v", str(root)]) == 1
     out = capsys.readouterr().out

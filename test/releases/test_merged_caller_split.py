@@ -6,10 +6,9 @@ or that the fork keeps is refused with nothing written."""
 from __future__ import annotations
 
 import pytest
-
 from sglang_draft_layout import cli
-from sglang_draft_layout.proof.validate import split_once_of
 from sglang_draft_layout.rules.base import Source
+from sglang_draft_layout.rules.who_splits import split_of as split_once_of
 from support import fork_edits
 from test_releases import tree_digest
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import ast
 import hashlib
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-
 from sglang_draft_layout import cli, engine
 from sglang_draft_layout.layout_patterns.forms import wrong_draft_layout
 from sglang_draft_layout.rules import RULES
@@ -301,3 +302,13 @@ def test_tree_older_than_0_4_6_post5_is_not_affected(pristine, capsys):
     assert "not affected" in capsys.readouterr().out
     assert cli.main(["apply", str(root)]) == 0
     assert tree_digest(root) == before
+
+
+def test_diff_under_set_e(scratch):
+    """``diff`` exits 0 with the patch on stdout, so a ``set -e`` script goes on (the tree is real 0.5.12: the
+    patched tree is judged by running it, which the unit tests' mimics are not written for)."""
+    root = scratch("0.5.12")
+    script = f"set -e\n{sys.executable} -m sglang_draft_layout diff {root} > {root}/p.patch\necho done\n"
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    assert (result.returncode, result.stdout) == (0, "done\n"), result.stderr
+    assert (root / "p.patch").read_text().startswith("diff --git ")

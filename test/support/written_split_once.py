@@ -1,23 +1,41 @@
-"""The written CPU test's split-once check, run here on a tree: its function
-(``proof.split_once.split_once_problems``) on the modules it reads, each text parsed once a test
-process (``ast_walk.parse`` within conftest's ``parsed_trees_shared``)."""
+"""The written CPU test's check of the per-step out_cache_loc paths, run here on a tree: each DeepSeek-V4-like
+path of the tree run by the harness (``harness.invariant.judge_tree``, on the torch stand-in as ``check``
+runs it), and who splits on those that do not give upstream's values (``rules.who_splits``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from sglang_draft_layout.layout_patterns.ast_walk import parse
-from sglang_draft_layout.proof.baking import ATTENTION, WORKERS
-from sglang_draft_layout.proof.split_once import split_once_problems
+from sglang_draft_layout import engine
+from sglang_draft_layout.harness.invariant import GUARDED, judge_tree
+from sglang_draft_layout.harness.paths import STEPS
+from sglang_draft_layout.harness.tensors import FACADE
+from sglang_draft_layout.rules.base import Source, State
+from sglang_draft_layout.rules.who_splits import CALLER, EAGER, IN_GRAPH, PER_STEP, _read
+from sglang_draft_layout.target import resolve
 
 
 def not_split_once(package: Path) -> list[tuple[str, str]]:
-    """(class, verdict) of each per-step backend path under ``package`` (the sglang folder) that the written
-    test finds not split once."""
-    paths = [p.relative_to(package).as_posix() for p in sorted((package / ATTENTION).rglob("*.py"))]
-    modules = {}
-    for path in paths + [p for p, _cls in WORKERS]:
-        text = (package / path).read_text() if (package / path).is_file() else ""
-        modules[path] = (parse(text, path), text.splitlines())
-    _found, problems = split_once_problems(package, modules)
-    return [(scope.split(".")[0], verdict.who) for _path, _line, scope, verdict in problems]
+    """(per-step class, who splits: "never", "twice", "wrong") of each per-step out_cache_loc path under
+    ``package`` (the sglang folder) that does not hand each step upstream's row, split once; a path whose
+    class the fork keeps (``check``'s kept sites) is not run, as the written test leaves it out."""
+    plan = engine.plan(resolve(str(package)), render_changes=False, tests=False)
+    kept = {(f.rule.file, f.rule.scope.split(".")[0]) for f in plan.findings if f.state is State.KEPT}
+    modules = [
+        p.relative_to(package).as_posix() for folder in GUARDED for p in sorted((package / folder).rglob("*.py"))
+    ]
+    texts = {m: (package / m).read_text(encoding="utf-8") for m in modules}
+    found = judge_tree(package, FACADE, texts, [m for m, t in texts.items() if "speculative_num_steps" in t])
+    problems = []
+    for path, verdict in found.items():
+        if any((path.module, name) in kept for name in (path.cls, *path.per_step)):
+            continue
+        if path.kind != STEPS:
+            continue
+        phases = [EAGER] + [IN_GRAPH] * any(p == IN_GRAPH for p, _who in verdict.split)
+        for phase in phases:
+            who = _read(Source(path.module, texts[path.module]), verdict, phase).who
+            if who not in (CALLER, PER_STEP):
+                problems.append((path.per_step[0] if path.per_step else path.cls, who))
+                break
+    return problems

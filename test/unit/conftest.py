@@ -6,6 +6,11 @@ under pytest's tmp_path. Tests write small hand-made snippets into it, which mim
 site each (a class with the method and the statements a rule looks for; no SGLang code),
 then run the real engine restricted to the rule under test, or the real CLI.
 
+The snippets are the rules' fixtures, not runnable programs: the rewritten tree's judgement
+(``judgement.refusals``, every draft path run on the probes) is tested on runnable code, the real
+releases and forks (test/releases, test/unit/test_judgement.py), and left out here
+(``rules_alone``) unless a test is marked ``judged``. What each path gave before is still computed.
+
 The test modules import the helpers below from ``rule_test_support``: pytest imports
 this file before any test module of this folder, and it registers itself under that
 name, which no other ``conftest.py`` (test/proof/ has one) can shadow the way it can
@@ -21,7 +26,6 @@ from pathlib import Path
 from typing import Sequence
 
 import pytest
-
 from sglang_draft_layout import cli, engine
 from sglang_draft_layout.rules import RULES
 from sglang_draft_layout.rules.base import Rule, State
@@ -330,6 +334,15 @@ def write_bystanders(tree: Tree, *, besides: str) -> None:
 @pytest.fixture
 def sglang_tree(tmp_path: Path, capsys: pytest.CaptureFixture) -> Tree:
     return Tree(tmp_path, capsys)
+
+
+@pytest.fixture(autouse=True)
+def rules_alone(request, monkeypatch):
+    """The rules' verdicts and edits alone: no refusal by the rewritten tree's judgement (see the module)."""
+    if request.node.get_closest_marker("judged") is None:
+        from sglang_draft_layout import judgement
+
+        monkeypatch.setattr(judgement, "refusals", lambda after, findings: [])
 
 
 sys.modules.setdefault("rule_test_support", sys.modules[__name__])

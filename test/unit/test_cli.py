@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
-
 from rule_test_support import (
     COMMON_TEMPLATE,
     EAGER,
@@ -156,7 +155,7 @@ def test_json_schema(tree, capsys):
         "rule": str,
         "needs_action": bool,
         "error": bool,
-        "proof": (dict, type(None)),
+        "judged": str,
     }
     for site in data["sites"]:
         assert set(site) == set(keys)
@@ -195,13 +194,6 @@ def test_diff_exits_0_and_exit_code_gives_1_like_git(tree, capsys):
     assert run(capsys, "diff", "--exit-code", str(tree.root))[:2] == (1, patch)
     assert run(capsys, "apply", "-q", str(tree.root))[0] == 0
     assert run(capsys, "diff", "--exit-code", str(tree.root))[:2] == (0, "")
-
-
-def test_diff_under_set_e(tree):
-    script = f"set -e\n{sys.executable} -m sglang_draft_layout diff {tree.root} > {tree.root}/p.patch\necho done\n"
-    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
-    assert (result.returncode, result.stdout) == (0, "done\n"), result.stderr
-    assert (tree.root / "p.patch").read_text().startswith("diff --git ")
 
 
 def test_apply_lists_files_and_the_fixing_hook_flag(tree, capsys, monkeypatch):

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
+from hypothesis import given, settings, strategies as st
 from sglang_draft_layout.harness import tensors
 from sglang_draft_layout.harness.unknown import Unknown
 
@@ -28,11 +26,18 @@ LAYOUT = st.one_of(
     st.sampled_from([("contiguous", ()), ("clone", ()), ("flatten", ()), ("flatten", (1,)), ("t", ())]),
     st.integers(-2, 2).map(lambda d: ("unsqueeze", (d,))),
     st.sampled_from([("squeeze", ()), ("squeeze", (0,))]),
+    st.tuples(st.integers(1, 5), st.integers(-1, 0)).map(lambda a: ("chunk", a)),
+    st.tuples(st.integers(1, 5), st.integers(-1, 0)).map(lambda a: ("split", a)),
+    st.integers(-1, 0).map(lambda d: ("unbind", (d,))),
 )
 INDEX = st.one_of(
     st.integers(-3, 3),
-    st.builds(slice, st.one_of(st.none(), st.integers(-4, 4)), st.one_of(st.none(), st.integers(-4, 8)),
-              st.one_of(st.none(), st.integers(1, 3))),  # fmt: skip
+    st.builds(
+        slice,
+        st.one_of(st.none(), st.integers(-4, 4)),
+        st.one_of(st.none(), st.integers(-4, 8)),
+        st.one_of(st.none(), st.integers(1, 3)),
+    ),  # fmt: skip
     st.tuples(st.integers(-2, 2), st.builds(slice, st.none(), st.integers(0, 5))),
     st.tuples(st.builds(slice, st.none(), st.none()), st.integers(-2, 1)),
     st.just((None, 0)),
@@ -44,7 +49,8 @@ STEP = st.one_of(LAYOUT, INDEX.map(lambda i: ("getitem", i)))
 def _apply(tensor, name, args):
     if name == "getitem":
         return tensor[args]
-    return getattr(tensor, name)(*args)
+    result = getattr(tensor, name)(*args)
+    return result[-1] if isinstance(result, tuple) else result  # chunk, split, unbind: go on with the last part
 
 
 def _outcome(tensor, chain):

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from rule_test_support import FLASHINFER, backend_module
 from sglang_draft_layout.rewrite import AnchorError, apply_edits
 from sglang_draft_layout.rules.base import Edit, Source
@@ -112,7 +111,8 @@ def test_check_does_not_import_libcst(sglang_tree):
     sglang_tree.write(FLASHINFER, backend_module("FlashInferMultiStepDraftBackend"))
     probe = (
         "import sys\n"
-        "from sglang_draft_layout import cli\n"
+        "from sglang_draft_layout import cli, judgement\n"
+        "judgement.refusals = lambda after, findings: []\n"  # the mimic is not a runnable program (rules_alone)
         f"code = cli.main(['check', {str(sglang_tree.root)!r}])\n"
         "print(code, sorted(m for m in sys.modules if m.split('.')[0] == 'libcst'))\n"
     )

@@ -93,16 +93,26 @@ class TestDraftPaths(CustomTestCase):
         judged = [entry.rsplit(":", 1) for entry in JUDGED]
         self.assertTrue(judged, "no draft path to judge")
         tree = Tree(PACKAGE, FACADE)
-        found = {(p.module, p.cls): p for p in draft_paths(tree, sorted({m for m, _ in judged}))}
+        found = {
+            (p.module, p.cls): p
+            for p in draft_paths(tree, sorted({m for m, _ in judged}))
+        }
         gone = [f"sglang/{m}: {c}" for m, c in judged if (m, c) not in found]
-        self.assertFalse(gone, "draft paths no longer found (run check):\n" + "\n".join(gone))
+        self.assertFalse(
+            gone, "draft paths no longer found (run check):\n" + "\n".join(gone)
+        )
         problems = []
         for module, cls in judged:
             verdict = judge(tree, found[module, cls])
             if not verdict.upstream:
-                why = verdict.cannot or (verdict.problems or ("no draft layout on the probes",))[0]
+                why = (
+                    verdict.cannot
+                    or (verdict.problems or ("no draft layout on the probes",))[0]
+                )
                 problems.append(f"sglang/{module}: {cls}: {why}")
-        self.assertFalse(problems, "not upstream's draft layout:\n" + "\n".join(problems))
+        self.assertFalse(
+            problems, "not upstream's draft layout:\n" + "\n".join(problems)
+        )
 
 
 if __name__ == "__main__":

@@ -16,7 +16,19 @@ from pathlib import Path
 from typing import Any, Collection, Mapping, Optional
 
 from ..speculative import eagle_utils, spec_utils
-from .paths import CONTEXT_LEN, PROBES, ROWS, STEPS, WORKER, DraftPath, Outcome, Probe, capacity_run, draft_paths, run_path
+from .paths import (
+    CONTEXT_LEN,
+    PROBES,
+    ROWS,
+    STEPS,
+    WORKER,
+    DraftPath,
+    Outcome,
+    Probe,
+    capacity_run,
+    draft_paths,
+    run_path,
+)
 from .unknown import TAG
 from .world import Tree
 
@@ -27,14 +39,14 @@ CHECKED = ("FlashInferMultiStepDraftBackend", "FlashInferMLAMultiStepDraftBacken
 @dataclass(frozen=True)
 class Verdict:
     """A path against upstream's invariant: ``problems`` (empty: upstream's values), the probes whose runs
-    showed the layout (``judged``), why it cannot be run, and (STEPS) who hands each step its row ("caller",
-    "per-step", both)."""
+    showed the layout (``judged``), why it cannot be run, and (STEPS) who hands each step its row in each
+    phase."""
 
     path: DraftPath
     problems: tuple[str, ...] = ()
     judged: int = 0
     cannot: str = ""
-    split: str = ""
+    split: tuple[tuple[str, str], ...] = ()  # STEPS: (phase, "caller" / "per-step" / "either") of each handoff
     #: the problems that are values of the tree's own, not the bug the patch fixes (an unsplit buffer, a
     #: narrow row, an unchecked row, a raise): a slice end of its own, other slots, a wider row
     own: tuple[str, ...] = ()
@@ -53,7 +65,9 @@ class Upstream:
         self.rows = [torch._values(rows[i]) for i in range(steps)]
         self.whole = tuple(probe.buffer)
         self.width = spec_utils.draft_kv_indices_buffer_width(n, topk, CONTEXT_LEN)
-        self.used = [spec_utils.draft_kv_indices_used_len(sum(probe.seq_lens), topk, n * topk, i + 1) for i in range(steps)]
+        self.used = [
+            spec_utils.draft_kv_indices_used_len(sum(probe.seq_lens), topk, n * topk, i + 1) for i in range(steps)
+        ]
 
 
 def _phases(outcome: Outcome) -> dict[str, list]:
@@ -97,19 +111,28 @@ def _rows(torch: Any, outcome: Outcome, up: Upstream, probe: Probe) -> tuple[boo
 
 
 def _steps(torch: Any, outcome: Outcome, up: Upstream, probe: Probe) -> tuple[bool, list[str], list[str], set]:
-    """(baked, the bug's lines: a step baking the whole buffer, other values', who handed each step what)."""
+    """(baked, the bug's lines: a step baking the whole buffer, other values', and (phase, who handed each step
+    what)), each line naming its phase ("eager", "in graph")."""
     bugs, own, split, shown = [], [], set(), False
-    for step, _method, held in outcome.of("handed"):
-        split.add("either" if up.rows[step] == up.whole else "caller" if held and held[0] == up.rows[step] else "per-step")
-    for kind in ("bake", "stored"):
-        for step, values, shape in outcome.of(kind):
-            if step is None:
-                continue
-            shown = True
-            if values != up.rows[step] or len(shape) != 1:
-                which = "the whole buffer" if values == up.whole else f"slots {list(values)[:8]}"
-                line = f"step {step} bakes {which}; upstream's row {step} is {list(up.rows[step])[:8]}"
-                (bugs if values == up.whole else own).append(line)
+    for phase, events in _phases(outcome).items():
+        for event in events:
+            if event[0] == "raised":
+                bugs.append(f"{phase}: raises {event[1]}")
+            elif event[0] == "handed":
+                step, held = event[1], event[3]
+                who = (
+                    "either"
+                    if up.rows[step] == up.whole
+                    else "caller" if held and held[0] == up.rows[step] else "per-step"
+                )
+                split.add((phase, who))
+            elif event[0] in ("bake", "stored") and event[1] is not None:
+                step, values, shape = event[1:]
+                shown = True
+                if values != up.rows[step] or len(shape) != 1:
+                    which = "the whole buffer" if values == up.whole else f"slots {list(values)[:8]}"
+                    line = f"{phase}: step {step} bakes {which}; upstream's row {step} is {list(up.rows[step])[:8]}"
+                    (bugs if values == up.whole else own).append(line)
     return shown, bugs, own, split
 
 
@@ -119,7 +142,10 @@ def _worker(outcome: Outcome, up: Upstream, probe: Probe) -> tuple[bool, list[st
     expected = up.rows[: probe.steps - 1]
     if order == expected:
         return bool(written), [], []
-    seen = ["the whole buffer" if v == up.whole else f"row {up.rows.index(v)}" if v in up.rows else "other slots" for v in order]
+    seen = [
+        "the whole buffer" if v == up.whole else f"row {up.rows.index(v)}" if v in up.rows else "other slots"
+        for v in order
+    ]
     line = f"the draft steps write to {seen or 'nothing'}; upstream's rows 0..{probe.steps - 2}"
     return True, ([line] if "the whole buffer" in seen else []), ([] if "the whole buffer" in seen else [line])
 
@@ -146,7 +172,10 @@ def judge(tree: Tree, path: DraftPath) -> Verdict:
             else:
                 shown, bugs, others = _worker(outcome, up, probe)
             if outcome.end == "raised":
-                problems.append(f"{probe}: raises {outcome.where}")
+                phase = next((e[1] for e in reversed(outcome.events) if e[0] == "phase"), "")
+                problems.append(
+                    f"{probe}: {phase + ': ' if path.kind == STEPS and phase else ''}raises {outcome.where}"
+                )
                 continue
             seen = seen or shown
             problems += [f"{probe}: {line}" for line in bugs + others]
@@ -157,7 +186,7 @@ def judge(tree: Tree, path: DraftPath) -> Verdict:
     if len(refusals) == len(PROBES):
         return Verdict(path, cannot=f"no probe builds {path.cls}: {refusals[0]}")
     unique = tuple(dict.fromkeys(problems))
-    return Verdict(path, unique, judged, split="/".join(sorted(split - {"either"})), own=tuple(dict.fromkeys(own)))
+    return Verdict(path, unique, judged, split=tuple(sorted(split)), own=tuple(dict.fromkeys(own)))
 
 
 def _bases(tree: Tree, path: DraftPath) -> list[str]:
@@ -179,7 +208,9 @@ _JUDGED: dict[tuple, dict[DraftPath, Verdict]] = {}
 _KEPT = 64
 
 
-def judge_tree(package: Optional[Path], torch: Any, texts: Mapping[str, str], modules: Collection[str]) -> dict[DraftPath, Verdict]:
+def judge_tree(
+    package: Optional[Path], torch: Any, texts: Mapping[str, str], modules: Collection[str]
+) -> dict[DraftPath, Verdict]:
     """Each draft path of ``modules`` (under the package; ``texts`` stand in for files) and its verdict, on
     ``torch`` (``Tree``), judged once per process for the same texts."""
     key = (str(package), tuple(sorted((m, hashlib.sha1(t.encode()).hexdigest()) for m, t in texts.items())),
@@ -192,7 +223,9 @@ def judge_tree(package: Optional[Path], torch: Any, texts: Mapping[str, str], mo
     return _JUDGED[key]
 
 
-def verdict_of(package: Optional[Path], torch: Any, texts: Mapping[str, str], module: str, cls: str) -> Optional[Verdict]:
+def verdict_of(
+    package: Optional[Path], torch: Any, texts: Mapping[str, str], module: str, cls: str
+) -> Optional[Verdict]:
     """The verdict of the path running ``cls`` of ``module`` as its own (its multi-step backend's, for a per-step
     backend), on the tree with ``texts``; None where no draft path runs it."""
     modules = [m for m in texts if m.startswith(GUARDED)]

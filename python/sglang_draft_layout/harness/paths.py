@@ -133,7 +133,11 @@ def draft_paths(tree: Tree, modules: Iterable[str]) -> list[DraftPath]:
             continue
         found += [DraftPath(ROWS, relative, name) for name, body in classes if KERNEL in body]
         drivers = [name for name, body in classes if _drives(body)]
-        bakers = [name for name, body in classes if "speculative_step_id" in body and "out_cache_loc=" in body and name not in drivers]
+        bakers = [
+            name
+            for name, body in classes
+            if "speculative_step_id" in body and "out_cache_loc=" in body and name not in drivers
+        ]
         if bakers:
             found += [DraftPath(STEPS, relative, name, per_step=tuple(bakers)) for name in drivers] or [
                 DraftPath(STEPS, relative, name, True, (name,)) for name in bakers
@@ -158,6 +162,8 @@ def explore(body: Callable[[Run], Any], forced: Optional[dict] = None, probe: Op
                 body(run)
             except NeedsValue as error:
                 outcome.end, outcome.error = "cannot", error
+            except RecursionError as error:  # on these choices the path never returns: no result
+                outcome.end, outcome.error = "refused", error
             except Exception as error:
                 outcome.end, outcome.error = ("refused" if refused_by_decision(error, run) else "raised"), error
         outcomes.append(outcome)
@@ -187,7 +193,9 @@ def _observer(callee: Unknown, args: tuple, kwargs: dict) -> None:
     for value in (*args, *kwargs.values()):
         if torch._is_tensor(value):
             _bake(torch, run, value)
-        elif hasattr(value, "__dict__") and not isinstance(value, (Unknown, type, types.ModuleType, types.FunctionType)):
+        elif hasattr(value, "__dict__") and not isinstance(
+            value, (Unknown, type, types.ModuleType, types.FunctionType)
+        ):
             if run.step is not None or forward:  # a per-step backend's callee, or a model's forward: a KV write
                 _bake(torch, run, value.__dict__.get("out_cache_loc"))
             spec = value if "kv_indices" in value.__dict__ else value.__dict__.get("spec_info")
@@ -277,7 +285,10 @@ def construct(cls: type, probe: Probe, **given: Any) -> Any:
     for name, parameter in list(inspect.signature(cls).parameters.items()):
         if name in facts:
             kwargs[name] = facts[name]
-        elif parameter.default is inspect.Parameter.empty and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+        elif parameter.default is inspect.Parameter.empty and parameter.kind not in (
+            parameter.VAR_POSITIONAL,
+            parameter.VAR_KEYWORD,
+        ):
             kwargs[name] = Unknown(name)
     instance = cls(**kwargs)
     if isinstance(instance.__dict__.get("max_context_len"), Unknown):  # read off its per-step backends
@@ -313,7 +324,10 @@ def watch(run: Run, torch: Any, backend: Any, batch: Any) -> None:
             note("handed", step, _name, _draft(torch, getattr(given, "out_cache_loc", None)))
             outer, run.step = run.step, step
             try:
-                return _method(backend, *args, **kwargs)
+                returned = _method(backend, *args, **kwargs)
+                for held in _stored(torch, returned, batch):  # what it hands back, its caller keeps
+                    note("stored", step, *held)
+                return returned
             finally:
                 for held in _stored(torch, vars(backend), batch):
                     note("stored", step, *held)
@@ -385,8 +399,9 @@ def _run_worker(run: Run, torch: Any, worker: Any, batch: Any, probe: Probe) -> 
 
 
 def _run_rows(run: Run, torch: Any, backend: Any, batch: Any, probe: Probe) -> None:
-    note("phase", "eager")
-    backend.init_forward_metadata(batch)
+    if hasattr(backend, "init_forward_metadata"):  # a fork's own backend may keep only its CUDA-graph rows
+        note("phase", "eager")
+        backend.init_forward_metadata(batch)
     graph = getattr(backend, "init_cuda_graph_state", None)
     if graph is None:
         return
@@ -403,9 +418,18 @@ def _run_rows(run: Run, torch: Any, backend: Any, batch: Any, probe: Probe) -> N
 
 
 def _run_steps(run: Run, torch: Any, driven: Any, batch: Any, probe: Probe) -> None:
+    """Each step's eager init, then its in-graph method (DeepSeek-V4 0.5.13 on), each judged on its own: an
+    error of the eager init is noted, and the in-graph method runs still (the CUDA graph's path skips it)."""
     for each in driven if isinstance(driven, list) else [driven]:
         note("phase", "eager")
-        each.init_forward_metadata(batch)
+        try:
+            each.init_forward_metadata(batch)
+        except (NeedsValue, RecursionError):
+            raise
+        except Exception as error:
+            if refused_by_decision(error, run) or not hasattr(each, "init_forward_metadata_in_graph"):
+                raise
+            note("raised", Outcome([], "raised", error).where)
         if hasattr(each, "init_forward_metadata_in_graph"):
             note("phase", "in graph")
             each.init_forward_metadata_in_graph(batch)
@@ -425,6 +449,8 @@ def capacity_run(tree: Tree, path: DraftPath, probe: Probe, width: int) -> list[
 
         def body(run: Run) -> None:
             rows = torch.zeros((probe.steps, width), dtype=torch.int32)
-            construct(tree.probe_class(cls), probe).common_template(forward_batch(torch, probe), rows, lambda *args, **kwargs: None)
+            construct(tree.probe_class(cls), probe).common_template(
+                forward_batch(torch, probe), rows, lambda *args, **kwargs: None
+            )
 
         return explore(body, tries[-1].took, probe)

@@ -157,7 +157,9 @@ class Tensor:
         return 8
 
     def is_contiguous(self) -> bool:
-        return self.numel() == 0 or all(n == 1 or s == c for n, s, c in zip(self._shape, self._strides, _contiguous_strides(self._shape)))
+        return self.numel() == 0 or all(
+            n == 1 or s == c for n, s, c in zip(self._shape, self._strides, _contiguous_strides(self._shape))
+        )
 
     def _places(self) -> Iterator[int]:
         if self.is_contiguous():
@@ -236,7 +238,9 @@ class Tensor:
     def _dim(self, dim: int) -> int:
         rank = max(len(self._shape), 1)
         if not -rank <= dim < rank:
-            raise IndexError(f"Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], but got {dim})")
+            raise IndexError(
+                f"Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], but got {dim})"
+            )
         return dim % rank
 
     def permute(self, *dims: Any) -> "Tensor":
@@ -290,10 +294,14 @@ class Tensor:
     def unsqueeze(self, dim: int) -> "Tensor":
         rank = len(self._shape) + 1
         if not -rank <= dim < rank:
-            raise IndexError(f"Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], but got {dim})")
+            raise IndexError(
+                f"Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], but got {dim})"
+            )
         dim = dim % rank
         stride = self._strides[dim] * self._shape[dim] if dim < len(self._shape) else 1
-        return self._as(self._shape[:dim] + (1,) + self._shape[dim:], self._strides[:dim] + (stride,) + self._strides[dim:])
+        return self._as(
+            self._shape[:dim] + (1,) + self._shape[dim:], self._strides[:dim] + (stride,) + self._strides[dim:]
+        )
 
     def squeeze(self, dim: Optional[int] = None) -> "Tensor":
         keep = [d for d, n in enumerate(self._shape) if n != 1 or (dim is not None and d != self._dim(dim))]
@@ -307,7 +315,9 @@ class Tensor:
         for d, size in enumerate(sizes):
             if size != -1 and size != shape[d]:
                 if shape[d] != 1:
-                    raise RuntimeError(f"The expanded size of the tensor ({size}) must match the existing size ({shape[d]})")
+                    raise RuntimeError(
+                        f"The expanded size of the tensor ({size}) must match the existing size ({shape[d]})"
+                    )
                 shape[d], strides[d] = size, 0
         return self._as(shape, strides)
 
@@ -416,6 +426,25 @@ class Tensor:
     def min(self, dim: Any = None) -> Any:
         return self._reduce(min, dim)
 
+    def chunk(self, chunks: int, dim: int = 0) -> tuple:
+        size = self._shape[self._dim(dim)]
+        step = -(-size // chunks)
+        return self.split(step, dim)
+
+    def split(self, size: Any, dim: int = 0) -> tuple:
+        dim, parts, start = self._dim(dim), [], 0
+        sizes = list(size) if isinstance(size, (list, tuple)) else None
+        while start < self._shape[dim]:
+            width = sizes.pop(0) if sizes is not None else size
+            index = [slice(None)] * dim + [slice(start, start + width)]
+            parts.append(self[tuple(index)])
+            start += width
+        return tuple(parts)
+
+    def unbind(self, dim: int = 0) -> tuple:
+        dim = self._dim(dim)
+        return tuple(self[tuple([slice(None)] * dim + [i])] for i in range(self._shape[dim]))
+
     def new_zeros(self, *size: Any, **kwargs: Any) -> Any:
         return FACADE.zeros(*size, dtype=kwargs.get("dtype", self.dtype))
 
@@ -498,7 +527,13 @@ class Torch:
         for name in ("int8", "int16", "int32", "int64", "uint8", "bool", "float16", "bfloat16", "float32", "float64",
                      "float8_e4m3fn", "float8_e5m2"):  # fmt: skip
             setattr(self, name, INT64 if name == "int64" else Dtype(name))
-        self.long, self.int, self.half, self.float, self.double = self.int64, self.int32, self.float16, self.float32, self.float64
+        self.long, self.int, self.half, self.float, self.double = (
+            self.int64,
+            self.int32,
+            self.float16,
+            self.float32,
+            self.float64,
+        )
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
@@ -555,6 +590,18 @@ class Torch:
     def ones_like(self, other: Any, **kwargs: Any) -> Any:
         return self.ones(other.shape, **kwargs) if isinstance(other, Tensor) else Unknown("torch.ones_like")(other)
 
+    @staticmethod
+    def chunk(tensor: Any, chunks: int, dim: int = 0) -> Any:
+        return tensor.chunk(chunks, dim) if isinstance(tensor, Tensor) else Unknown("torch.chunk")(tensor, chunks, dim)
+
+    @staticmethod
+    def split(tensor: Any, size: Any, dim: int = 0) -> Any:
+        return tensor.split(size, dim) if isinstance(tensor, Tensor) else Unknown("torch.split")(tensor, size, dim)
+
+    @staticmethod
+    def unbind(tensor: Any, dim: int = 0) -> Any:
+        return tensor.unbind(dim) if isinstance(tensor, Tensor) else Unknown("torch.unbind")(tensor, dim)
+
     def cat(self, tensors: Any, dim: int = 0, **kwargs: Any) -> Any:
         parts = list(tensors) if isinstance(tensors, (list, tuple)) else None
         if not parts or dim != 0 or not all(isinstance(t, Tensor) and t.dim() >= 1 for t in parts):
@@ -563,7 +610,6 @@ class Torch:
             raise RuntimeError("Sizes of tensors must match except in dimension 0")
         values = [v for t in parts for v in t._flat()]
         return Tensor(values, (sum(t.shape[0] for t in parts),) + tuple(parts[0].shape[1:]), dtype=parts[0].dtype)
-
 
     # -- what the harness asks of tensors (the same on real torch: torch_backend) ------------------
     @staticmethod

@@ -48,7 +48,11 @@ class Torch:
             return value
 
         def call(*args: Any, **kwargs: Any) -> Any:  # torch.from_numpy(<unknown>): unknown, as torch's own ops are
-            return Unknown(f"torch.{name}")(*args, **kwargs) if _unknown_in(args) or _unknown_in(kwargs) else value(*args, **kwargs)
+            return (
+                Unknown(f"torch.{name}")(*args, **kwargs)
+                if _unknown_in(args) or _unknown_in(kwargs)
+                else value(*args, **kwargs)
+            )
 
         return call
 

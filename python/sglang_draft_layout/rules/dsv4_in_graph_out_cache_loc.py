@@ -30,13 +30,13 @@ import ast
 from typing import Optional
 
 from ..layout_patterns.ast_walk import holding_statement, nodes_of
+from ..layout_patterns.baking import IN_GRAPH, SWA_TARGET, baked_at
 from ..layout_patterns.helper_names import PER_STEP_HELPER
 from ..layout_patterns.out_cache_loc import helper_calls, out_cache_loc_layouts
-from ..layout_patterns.baking import IN_GRAPH, SWA_TARGET, baked_at
 from . import dsv4_hip_out_cache_loc, dsv4_out_cache_loc
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State
 from .draft_forward import split_finding
-from .who_splits import CALLER, NEVER, PER_STEP, split_of
+from .who_splits import CALLER, IN_GRAPH as IN_GRAPH_PHASE, NEVER, PER_STEP, split_of
 
 #: (file, per-step class, its multi-step caller) of every backend with this site
 SITES = (
@@ -104,7 +104,7 @@ def _find(rule: Rule, source: Source) -> Finding:
         return rule.report(State.ABSENT, detail=f"{cls} has no {IN_GRAPH} (0.5.13 added it)")
     if SWA_TARGET not in source.text(source.cls(cls)):
         return rule.report(State.NOT_AFFECTED, method.lineno, f"no {SWA_TARGET}(...) of the draft buffer in {cls}")
-    verdict = split_of(source, cls)
+    verdict = split_of(source, cls, IN_GRAPH_PHASE)
     splits, helpers = out_cache_loc_layouts(method), helper_calls(method)
     calls = baked_at(method, IN_GRAPH)
     line = calls[0].lineno if calls else method.lineno

@@ -276,6 +276,7 @@ def _upstream_side(source: Source, cls: str, decode: ast.FunctionDef, verdict) -
     one in a method of ``cls`` that ``decode`` reaches (the callee handed the row); taken out by
     ``caller_split_removal`` / ``callee_split_removal``, written only where the split-once verdict on the
     result split it once (``split_after``), never in a method with a keep comment."""
+
     def kept(owner: str, name: str) -> bool:
         defined = source.method(owner, name)
         return any(KEEP_PRAGMA in line for line in source.lines[defined.lineno - 1 : defined.end_lineno])

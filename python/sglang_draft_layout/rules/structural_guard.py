@@ -41,17 +41,25 @@ import re
 from typing import Callable, Collection
 
 from ..layout_patterns.ast_walk import methods
+from ..layout_patterns.baking import (
+    ATTENTION,
+    BAKING_STARTS,
+    IN_GRAPH as IN_GRAPH_METHOD,
+    SWA_TARGET,
+    baked_at,
+    baking_methods,
+    keeps_path,
+)
 from ..layout_patterns.forms import CAPACITY, LAUNCH, OUT_CACHE_LOC, ROWS, STEP_LENGTH, draft_layout_forms
 from ..layout_patterns.helper_names import HELPERS, KERNEL
 from ..layout_patterns.keep import KEEP_PRAGMA
-from ..layout_patterns.baking import ATTENTION, BAKING_STARTS, SWA_TARGET, baked_at, baking_methods, keeps_path
 from . import draft_forward, dsv4_out_cache_loc, kv_indices_capacity_check, kv_indices_step_slice
 from .base import Finding, Rule, Source, State
-from .dsv4_out_cache_loc import decode_branches
-from .who_splits import CALLER, PER_STEP, split_of
 from .draft_backends import DRAFT_BACKENDS, find_row_width
+from .dsv4_out_cache_loc import decode_branches
 from .kv_indices_eager_width import batch_size_factor
 from .kv_indices_graph_width import max_bs_parameter
+from .who_splits import CALLER, EAGER, IN_GRAPH, PER_STEP, class_verdict, split_of
 
 #: the folders (under the sglang package) the guard reads
 GUARDED_FOLDERS = ("srt/layers/attention", "srt/speculative")
@@ -106,10 +114,29 @@ CAPACITY_CHECK = kv_indices_capacity_check.RULES[0]
 DRAFT_FORWARD = draft_forward.RULES[0]
 
 
+#: a guard site's class that no draft path runs (no kernel launch of its own, no multi-step driver)
+NO_PATH = "no draft path runs its class on the probes: left as the fork wrote it"
+
+
 def _with_advice(find: Callable[[Rule, Source], Finding], rule: Rule, source: Source) -> Finding:
-    """The template's finding for ``rule``'s class and method; a site to patch says which helper to use."""
+    """The template's finding for ``rule``'s class and method; a site to patch says which helper to use. A site
+    to patch whose class's draft path already gives upstream's values is left (correct, by hand); one whose
+    class no draft path runs is left too: a rewrite there could not be judged."""
     finding = find(rule, source)
-    if finding.state is State.TO_PATCH and not finding.detail:
+    if finding.state is not State.TO_PATCH:
+        return finding
+    from . import RULES  # the classes the rules read: brought to upstream's form, whatever they compute
+
+    cls = rule.scope.split(".")[0]
+    if any(r.file == rule.file and cls in r.reads for r in RULES):
+        return finding
+    verdict = class_verdict(source, cls)
+    if verdict is None:
+        return dataclasses.replace(finding, state=State.NOT_AFFECTED, detail=NO_PATH, edits=(), imports=())
+    if verdict.upstream:
+        detail = f"its own layout gives upstream's values on {verdict.judged} probes: left as it is"
+        return dataclasses.replace(finding, state=State.BY_HAND, detail=detail, edits=(), imports=())
+    if not finding.detail:
         helpers = ", ".join(name for _module, name in finding.imports)
         finding = dataclasses.replace(finding, detail=f"found by structure: use {helpers}")
     return finding
@@ -146,7 +173,7 @@ def _split_once(rule: Rule, source: Source) -> Finding:
         return rule.report(State.KEPT, line, KEEP_PRAGMA)
     if start == "init_forward_metadata" and any(decode_branches(source, name)):
         return _with_advice(dsv4_out_cache_loc._find, rule, source)
-    verdict = split_of(source, name)
+    verdict = split_of(source, name, IN_GRAPH if start == IN_GRAPH_METHOD else EAGER)
     if verdict.who in (CALLER, PER_STEP):
         return rule.report(State.PATCHED, line)
     return rule.report(State.UNRECOGNISED, line, f"the per-step out_cache_loc path: {verdict.why or verdict.who}")

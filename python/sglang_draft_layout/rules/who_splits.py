@@ -10,7 +10,7 @@ a fork's splits to take out). The written edit is judged again with the whole tr
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from ..harness.invariant import Verdict, verdict_of
@@ -34,25 +34,45 @@ def _texts(source: Source, code: Optional[str] = None) -> dict[str, str]:
     return texts
 
 
-def split_of(source: Source, cls: str) -> Split:
-    """Who splits on the path running ``cls`` (a per-step backend) in the tree as the engine read it."""
-    return _read(source, verdict_of(source.package, FACADE, _texts(source), source.path, cls))
+#: the phases of a per-step out_cache_loc path: each per-step backend's eager init, and its in-graph method
+EAGER, IN_GRAPH = "eager", "in graph"
 
 
-def split_after(source: Source, code: str, cls: str) -> Split:
+def class_verdict(source: Source, cls: str) -> Optional[Verdict]:
+    """The verdict of the draft path running ``cls`` in the tree as the engine read it (None: no path runs it)."""
+    return verdict_of(source.package, FACADE, _texts(source), source.path, cls)
+
+
+def split_of(source: Source, cls: str, phase: str = EAGER) -> Split:
+    """Who splits in ``phase`` of the path running ``cls`` (a per-step backend), in the tree as the engine read it."""
+    return _read(source, verdict_of(source.package, FACADE, _texts(source), source.path, cls), phase)
+
+
+def split_after(source: Source, code: str, cls: str, phase: str = EAGER) -> Split:
     """The same, with ``code`` in place of ``source``'s file."""
-    return _read(source, verdict_of(source.package, FACADE, _texts(source, code), source.path, cls))
+    return _read(source, verdict_of(source.package, FACADE, _texts(source, code), source.path, cls), phase)
 
 
-def _read(source: Source, verdict: Optional[Verdict]) -> Split:
+def _read(source: Source, verdict: Optional[Verdict], phase: str = EAGER) -> Split:
+    """Who splits in ``phase``, read off ``verdict`` (the path's, None: no path runs it)."""
+    if verdict is not None:
+        mine = [line for line in verdict.problems if f": {phase}: " in line]
+        own = [line for line in verdict.own if f": {phase}: " in line]
+        handed = {who for p, who in verdict.split if p == phase} - {"either"}
+        verdict = replace(verdict, problems=tuple(mine), own=tuple(own), split="/".join(sorted(handed)))
     if verdict is None:
         return Split(WRONG, "no draft path runs it")
     if verdict.cannot:
         return Split(WRONG, f"it cannot be run on the probes: {verdict.cannot}")
-    caller, line = f"{verdict.path.cls}.init_forward_metadata", None
-    method = source.method(verdict.path.cls, "init_forward_metadata") if not verdict.path.alone else None
-    if isinstance(method, ast.FunctionDef):
-        line = method.lineno
+    name = "init_forward_metadata_in_graph" if phase == IN_GRAPH else "init_forward_metadata"
+    caller, line = f"{verdict.path.cls}.{name}", None
+    method = source.method(verdict.path.cls, name) if not verdict.path.alone else None
+    if isinstance(method, ast.FunctionDef):  # where it sets each step's row, else its def line
+        sets = [a.lineno for a in ast.walk(method) if isinstance(a, ast.Assign)
+                and any(isinstance(t, ast.Attribute) and t.attr == "out_cache_loc" for t in a.targets)]  # fmt: skip
+        line = min(sets, default=method.lineno)
+    if not verdict.problems and verdict.judged and not verdict.split and phase == IN_GRAPH:
+        return Split(WRONG, f"no probe reaches where it bakes out_cache_loc {phase}")
     if verdict.upstream:
         return Split(CALLER, caller=caller, line=line) if verdict.split == "caller" else Split(PER_STEP)
     why = verdict.problems[0] if verdict.problems else "no probe reaches where it bakes out_cache_loc"
