@@ -45,7 +45,7 @@ def class_verdict(source: Source, cls: str) -> Optional[Verdict]:
 
 def split_of(source: Source, cls: str, phase: str = EAGER) -> Split:
     """Who splits in ``phase`` of the path running ``cls`` (a per-step backend), in the tree as the engine read it."""
-    return _read(source, verdict_of(source.package, FACADE, _texts(source), source.path, cls), phase)
+    return _read(source, class_verdict(source, cls), phase)
 
 
 def split_after(source: Source, code: str, cls: str, phase: str = EAGER) -> Split:
@@ -55,13 +55,12 @@ def split_after(source: Source, code: str, cls: str, phase: str = EAGER) -> Spli
 
 def _read(source: Source, verdict: Optional[Verdict], phase: str = EAGER) -> Split:
     """Who splits in ``phase``, read off ``verdict`` (the path's, None: no path runs it)."""
-    if verdict is not None:
-        mine = [line for line in verdict.problems if f": {phase}: " in line]
-        own = [line for line in verdict.own if f": {phase}: " in line]
-        handed = {who for p, who in verdict.split if p == phase} - {"either"}
-        verdict = replace(verdict, problems=tuple(mine), own=tuple(own), split="/".join(sorted(handed)))
     if verdict is None:
         return Split(WRONG, "no draft path runs it")
+    mine = [line for line in verdict.problems if f": {phase}: " in line]
+    own = [line for line in verdict.own if f": {phase}: " in line]
+    handed = {who for p, who in verdict.split if p == phase} - {"either"}
+    verdict = replace(verdict, problems=tuple(mine), own=tuple(own), split="/".join(sorted(handed)))
     if verdict.cannot:
         return Split(WRONG, f"it cannot be run on the probes: {verdict.cannot}")
     name = "init_forward_metadata_in_graph" if phase == IN_GRAPH else "init_forward_metadata"
