@@ -148,8 +148,9 @@ def draft_paths(tree: Tree, modules: Iterable[str]) -> list[DraftPath]:
 # -- a run -----------------------------------------------------------------------------------------
 def explore(body: Callable[[Run], Any], forced: Optional[dict] = None, probe: Optional["Probe"] = None,
             limit: int = MAX_RUNS, first: bool = False) -> list[Outcome]:  # fmt: skip
-    """``body`` run with every choice of its decisions (``first``: until one ends well)."""
-    todo, outcomes = [dict(forced or {})], []
+    """``body`` run until each decision it takes has gone both ways (``first``: until one ends well): a run per
+    choice not yet taken, the decisions before it as the run that met it took them."""
+    todo, outcomes, covered = [dict(forced or {})], [], set()
     while todo:
         if len(outcomes) >= limit:
             error = NeedsValue(f"more than {limit} ways the unknowns it decides on go")
@@ -169,10 +170,13 @@ def explore(body: Callable[[Run], Any], forced: Optional[dict] = None, probe: Op
         outcomes.append(outcome)
         if first and outcome.end == "ok":
             return outcomes
+        covered |= set(run.took.items())
         keys = list(run.took)
         for key in run.fresh:  # the latest first: the choice nearest where a run was refused
-            prefix = {k: run.took[k] for k in keys[: keys.index(key)]}
-            todo.append({**run.forced, **prefix, key: False})
+            if (key, False) not in covered:
+                covered.add((key, False))
+                prefix = {k: run.took[k] for k in keys[: keys.index(key)]}
+                todo.append({**run.forced, **prefix, key: False})
     return outcomes
 
 
@@ -196,7 +200,7 @@ def _observer(callee: Unknown, args: tuple, kwargs: dict) -> None:
         elif hasattr(value, "__dict__") and not isinstance(
             value, (Unknown, type, types.ModuleType, types.FunctionType)
         ):
-            if run.step is not None or forward:  # a per-step backend's callee, or a model's forward: a KV write
+            if forward:  # a model's forward handed the batch: its KV write
                 _bake(torch, run, value.__dict__.get("out_cache_loc"))
             spec = value if "kv_indices" in value.__dict__ else value.__dict__.get("spec_info")
             rows = getattr(spec, "__dict__", {}).get("kv_indices")
