@@ -11,7 +11,7 @@ from sglang_draft_layout.harness.invariant import GUARDED, judge_tree
 from sglang_draft_layout.harness.paths import STEPS
 from sglang_draft_layout.harness.tensors import FACADE
 from sglang_draft_layout.rules.base import Source, State
-from sglang_draft_layout.rules.who_splits import CALLER, EAGER, IN_GRAPH, PER_STEP, _read
+from sglang_draft_layout.rules.who_splits import CALLER, EAGER, IN_GRAPH, NONE, PER_STEP, _read
 from sglang_draft_layout.target import resolve
 
 
@@ -35,7 +35,7 @@ def not_split_once(package: Path) -> list[tuple[str, str]]:
         phases = [EAGER] + [IN_GRAPH] * any(p == IN_GRAPH for p, _who in verdict.split)
         for phase in phases:
             who = _read(Source(path.module, texts[path.module]), verdict, phase).who
-            if who not in (CALLER, PER_STEP):
+            if who not in (CALLER, PER_STEP, NONE):  # NONE: no step bakes it, nothing to split
                 problems.append((path.per_step[0] if path.per_step else path.cls, who))
                 break
     return problems

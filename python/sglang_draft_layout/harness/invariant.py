@@ -50,6 +50,7 @@ class Verdict:
     #: the problems that are values of the tree's own, not the bug the patch fixes (an unsplit buffer, a
     #: narrow row, an unchecked row, a raise): a slice end of its own, other slots, a wider row
     own: tuple[str, ...] = ()
+    baked: tuple[str, ...] = ()  # STEPS: the phases in which some probe saw a step bake its write target
 
     @property
     def upstream(self) -> bool:
@@ -110,10 +111,10 @@ def _rows(torch: Any, outcome: Outcome, up: Upstream, probe: Probe) -> tuple[boo
     return judged, bugs, own
 
 
-def _steps(torch: Any, outcome: Outcome, up: Upstream, probe: Probe) -> tuple[bool, list[str], list[str], set]:
-    """(baked, the bug's lines: a step baking the whole buffer, other values', and (phase, who handed each step
-    what)), each line naming its phase ("eager", "in graph")."""
-    bugs, own, split, shown = [], [], set(), False
+def _steps(torch: Any, outcome: Outcome, up: Upstream, probe: Probe) -> tuple[set, list[str], list[str], set]:
+    """(the phases a step baked in, the bug's lines: a step baking the whole buffer, other values', and (phase,
+    who handed each step what)), each line naming its phase ("eager", "in graph")."""
+    bugs, own, split, shown = [], [], set(), set()
     for phase, events in _phases(outcome).items():
         for event in events:
             if event[0] == "raised":
@@ -128,7 +129,7 @@ def _steps(torch: Any, outcome: Outcome, up: Upstream, probe: Probe) -> tuple[bo
                 split.add((phase, who))
             elif event[0] in ("bake", "stored") and event[1] is not None:
                 step, values, shape = event[1:]
-                shown = True
+                shown.add(phase)
                 if values != up.rows[step] or len(shape) != 1:
                     which = "the whole buffer" if values == up.whole else f"slots {list(values)[:8]}"
                     line = f"{phase}: step {step} bakes {which}; upstream's row {step} is {list(up.rows[step])[:8]}"
@@ -152,7 +153,7 @@ def _worker(outcome: Outcome, up: Upstream, probe: Probe) -> tuple[bool, list[st
 
 def judge(tree: Tree, path: DraftPath) -> Verdict:
     """Every probe's runs of ``path`` held against upstream's values."""
-    torch, problems, own, judged, split, refusals = tree.torch, [], [], 0, set(), []
+    torch, problems, own, judged, split, refusals, baked = tree.torch, [], [], 0, set(), [], set()
     for probe in PROBES:
         how, outcomes = run_path(tree, path, probe)
         if how == "infeasible":
@@ -165,8 +166,8 @@ def judge(tree: Tree, path: DraftPath) -> Verdict:
             if outcome.end in ("refused", "cannot"):  # no result: the code refused a choice, or needs a number
                 continue
             if path.kind == STEPS:  # who handed each step what, up to an error too (split twice, say)
-                shown, bugs, others, kinds = _steps(torch, outcome, up, probe)
-                split |= kinds
+                phases, bugs, others, kinds = _steps(torch, outcome, up, probe)
+                split, baked, shown = split | kinds, baked | phases, bool(phases)
             elif path.kind == ROWS:
                 shown, bugs, others = _rows(torch, outcome, up, probe)
             else:
@@ -186,7 +187,8 @@ def judge(tree: Tree, path: DraftPath) -> Verdict:
     if len(refusals) == len(PROBES):
         return Verdict(path, cannot=f"no probe builds {path.cls}: {refusals[0]}")
     unique = tuple(dict.fromkeys(problems))
-    return Verdict(path, unique, judged, split=tuple(sorted(split)), own=tuple(dict.fromkeys(own)))
+    return Verdict(path, unique, judged, split=tuple(sorted(split)), own=tuple(dict.fromkeys(own)),
+                   baked=tuple(sorted(baked)))  # fmt: skip
 
 
 def _bases(tree: Tree, path: DraftPath) -> list[str]:

@@ -36,7 +36,7 @@ from ..layout_patterns.out_cache_loc import helper_calls, out_cache_loc_layouts
 from . import dsv4_hip_out_cache_loc, dsv4_out_cache_loc
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State
 from .draft_forward import split_finding
-from .who_splits import CALLER, IN_GRAPH as IN_GRAPH_PHASE, NEVER, PER_STEP, split_of
+from .who_splits import CALLER, IN_GRAPH as IN_GRAPH_PHASE, NEVER, NONE, PER_STEP, split_of
 
 #: (file, per-step class, its multi-step caller) of every backend with this site
 SITES = (
@@ -112,7 +112,7 @@ def _find(rule: Rule, source: Source) -> Finding:
         return rule.report(State.BY_CALLER, line, f"{verdict.caller} at {source.path}:{verdict.line}")
     if verdict.who == PER_STEP and splits:
         return split_finding(rule, source, method, splits, f"the fork's own split: via {PER_STEP_HELPER}")
-    if verdict.who == PER_STEP and helpers:
+    if verdict.who in (PER_STEP, NONE) and helpers:  # NONE: upstream's split, where no probe reaches it
         return rule.report(State.PATCHED, helpers[0].lineno)
     if verdict.who == PER_STEP:
         return rule.report(

@@ -59,7 +59,7 @@ from .draft_backends import DRAFT_BACKENDS, find_row_width
 from .dsv4_out_cache_loc import decode_branches
 from .kv_indices_eager_width import batch_size_factor
 from .kv_indices_graph_width import max_bs_parameter
-from .who_splits import CALLER, EAGER, IN_GRAPH, PER_STEP, class_verdict, split_of
+from .who_splits import CALLER, EAGER, IN_GRAPH, NONE, PER_STEP, class_verdict, split_of
 
 #: the folders (under the sglang package) the guard reads
 GUARDED_FOLDERS = ("srt/layers/attention", "srt/speculative")
@@ -176,6 +176,8 @@ def _split_once(rule: Rule, source: Source) -> Finding:
     verdict = split_of(source, name, IN_GRAPH if start == IN_GRAPH_METHOD else EAGER)
     if verdict.who in (CALLER, PER_STEP):
         return rule.report(State.PATCHED, line)
+    if verdict.who == NONE:
+        return rule.report(State.NOT_AFFECTED, line, f"{verdict.why}: nothing to split")
     return rule.report(State.UNRECOGNISED, line, f"the per-step out_cache_loc path: {verdict.why or verdict.who}")
 
 

@@ -2,8 +2,8 @@
 
 The DeepSeek-V4 rules ask this of the tree as it is (``split_of``) to choose their edit: the multi-step
 caller already hands each step its row (CALLER: nothing to add), the per-step code splits it (PER_STEP),
-nobody does (NEVER: upstream's slice added), both do (TWICE: a fork that merged upstream), or the runs
-show something else (WRONG, ``why`` says what). ``split_after`` asks it of a rewrite in memory (which of
+nobody does (NEVER: upstream's slice added), both do (TWICE: a fork that merged upstream), no probe sees a
+step bake its write target in the phase (NONE), or the runs show something else (WRONG, ``why`` says what). ``split_after`` asks it of a rewrite in memory (which of
 a fork's splits to take out). The written edit is judged again with the whole tree (``judgement``).
 """
 
@@ -18,6 +18,8 @@ from ..harness.tensors import FACADE
 from .base import Source
 
 CALLER, PER_STEP, NEVER, TWICE, WRONG = "caller", "per-step backend", "never", "twice", "wrong"
+#: no probe saw a step bake its write target in this phase (nothing there to split, or not reached)
+NONE = "nothing baked"
 
 
 @dataclass(frozen=True)
@@ -70,8 +72,8 @@ def _read(source: Source, verdict: Optional[Verdict], phase: str = EAGER) -> Spl
         sets = [a.lineno for a in ast.walk(method) if isinstance(a, ast.Assign)
                 and any(isinstance(t, ast.Attribute) and t.attr == "out_cache_loc" for t in a.targets)]  # fmt: skip
         line = min(sets, default=method.lineno)
-    if not verdict.problems and verdict.judged and not verdict.split and phase == IN_GRAPH:
-        return Split(WRONG, f"no probe reaches where it bakes out_cache_loc {phase}")
+    if not verdict.problems and phase not in verdict.baked:
+        return Split(NONE, f"no probe sees a step bake its out_cache_loc ({phase})")
     if verdict.upstream:
         return Split(CALLER, caller=caller, line=line) if verdict.split == "caller" else Split(PER_STEP)
     why = verdict.problems[0] if verdict.problems else "no probe reaches where it bakes out_cache_loc"
