@@ -181,22 +181,27 @@ def explore(body: Callable[[Run], Any], forced: Optional[dict] = None, probe: Op
 
 
 def _observer(callee: Unknown, args: tuple, kwargs: dict) -> None:
-    """What code outside the path is handed: the kernel's rows, each batch's write target and kv_indices."""
+    """What code outside the path is handed: the kernel's rows, each batch's write target and kv_indices. A
+    draft step's write target is a tensor of draft slots handed as a write target (``is_write_target``); a
+    worker's, any tensor of draft slots, or the batch a model's forward is handed."""
     run, torch = Run.current, _TORCH[0]
     fn = callee._fn
+    try:
+        bound = _signature(fn).bind_partial(*args, **kwargs).arguments if fn is not None else dict(kwargs)
+    except (TypeError, ValueError):
+        bound = dict(kwargs)
     if fn is not None and fn.__name__ == KERNEL and callee._name.endswith("]"):  # kernel[grid](...)
-        try:
-            bound = _signature(fn).bind_partial(*args, **kwargs).arguments
-        except TypeError:
-            bound = {}
         rows, base = bound.get("kv_indices"), TAG * (1 + len([e for e in run.events if e[0] == "launch"]))
         if torch._is_tensor(rows):
             torch._tag(rows, base)
         note("launch", rows, bound.get("kv_indices_stride"), base)
     forward = callee._name.endswith(".forward") or callee._name.endswith(".forward(...)")
+    named = {id(v): k for k, v in bound.items()}
     for value in (*args, *kwargs.values()):
         if torch._is_tensor(value):
-            _bake(torch, run, value)
+            name = named.get(id(value), callee._name.rpartition(".")[2])  # unnamed: the callee's own name
+            if run.step is None or is_write_target(name):
+                _bake(torch, run, value)
         elif hasattr(value, "__dict__") and not isinstance(
             value, (Unknown, type, types.ModuleType, types.FunctionType)
         ):
@@ -206,6 +211,13 @@ def _observer(callee: Unknown, args: tuple, kwargs: dict) -> None:
             rows = getattr(spec, "__dict__", {}).get("kv_indices")
             if torch._is_tensor(rows):
                 note("kv", torch._values(rows))
+
+
+def is_write_target(name: str) -> bool:
+    """A parameter, field or callee named for the KV slots a step writes (``out_cache_loc``, ``raw_out_loc``,
+    ``swa_out_cache_loc``, ``translate_loc_from_full_to_swa``), as SGLang names them; not the slots of earlier
+    steps a step reads (FlashAttention's page table for topk > 1)."""
+    return "out_cache_loc" in name or "out_loc" in name or name.startswith("translate_loc")
 
 
 _TORCH: list = [None]
@@ -230,20 +242,21 @@ def _bake(torch: Any, run: Run, value: Any) -> None:
         note("bake", run.step, *held)
 
 
-def _stored(torch: Any, value: Any, batch: Any, depth: int = 0) -> Iterable[tuple]:
-    """The draft tensors a per-step backend keeps (its attributes, their fields, lists and dicts)."""
+def _stored(torch: Any, value: Any, batch: Any, depth: int = 0, name: str = "") -> Iterable[tuple]:
+    """The draft write targets a per-step backend keeps (``is_write_target`` names: its attributes, their fields,
+    lists and dicts)."""
     if depth > 3 or value is batch or isinstance(value, (Unknown, type, types.ModuleType, types.FunctionType)):
         return
-    held = _draft(torch, value)
+    held = _draft(torch, value) if is_write_target(name) else None
     if held is not None:
         yield held
     elif isinstance(value, (list, tuple)):
         for item in value[:16]:
-            yield from _stored(torch, item, batch, depth + 1)
+            yield from _stored(torch, item, batch, depth + 1, name)
     elif isinstance(value, dict) or hasattr(value, "__dict__") and not torch._is_tensor(value):
         items = value if isinstance(value, dict) else value.__dict__
-        for item in list(items.values())[:64]:
-            yield from _stored(torch, item, batch, depth + 1)
+        for key, item in list(items.items())[:64]:
+            yield from _stored(torch, item, batch, depth + 1, str(key))
 
 
 # -- the probe world -------------------------------------------------------------------------------
