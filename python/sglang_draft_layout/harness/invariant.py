@@ -29,6 +29,7 @@ from .paths import (
     draft_paths,
     run_path,
 )
+from .coverage import Lines, layout_statements
 from .unknown import TAG
 from .world import Tree
 
@@ -154,8 +155,10 @@ def _worker(outcome: Outcome, up: Upstream, probe: Probe) -> tuple[bool, list[st
 def judge(tree: Tree, path: DraftPath) -> Verdict:
     """Every probe's runs of ``path`` held against upstream's values."""
     torch, problems, own, judged, split, refusals, baked = tree.torch, [], [], 0, set(), [], set()
+    lines = _layout_lines(tree, path)
     for probe in PROBES:
-        how, outcomes = run_path(tree, path, probe)
+        with lines:
+            how, outcomes = run_path(tree, path, probe)
         if how == "infeasible":
             refusals.append(f"{probe}: {outcomes[0].where}")
             continue
@@ -186,9 +189,24 @@ def judge(tree: Tree, path: DraftPath) -> Verdict:
         judged += seen
     if len(refusals) == len(PROBES):
         return Verdict(path, cannot=f"no probe builds {path.cls}: {refusals[0]}")
+    for unrun in lines.unrun():
+        where = f"{unrun.filename.rpartition('sglang/')[2]}:{unrun.first}"
+        problems.append(f"{where}: a per-step split that no probe runs (`{unrun.text[:80]}`): cannot be judged")
     unique = tuple(dict.fromkeys(problems))
     return Verdict(path, unique, judged, split=tuple(sorted(split)), own=tuple(dict.fromkeys(own)),
                    baked=tuple(sorted(baked)))  # fmt: skip
+
+
+def _layout_lines(tree: Tree, path: DraftPath) -> Lines:
+    """The layout statements of the path's classes and their bases in the tree, to be traced (``coverage``)."""
+    namespace, statements, seen = tree.module(path.module), [], set()
+    for name in (path.cls, *path.per_step):
+        for cls in getattr(namespace.get(name), "__mro__", ()):
+            relative = tree.names.get(cls.__module__)
+            if relative is not None and (relative, cls.__name__) not in seen:
+                seen.add((relative, cls.__name__))
+                statements += layout_statements(tree.filename(relative), tree.syntax(relative), [cls.__name__])
+    return Lines(statements)
 
 
 def _bases(tree: Tree, path: DraftPath) -> list[str]:

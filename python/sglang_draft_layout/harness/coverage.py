@@ -1,0 +1,92 @@
+"""Which lines of a path's layout code its runs reach: a layout that no probe runs is not judged.
+
+A layout statement is a statement of the path's classes (and their bases in the tree) that splits the draft
+``out_cache_loc`` per step (a move of the steps dimension, ``chunk``/``unbind``/``split``, or upstream's
+helper). ``Lines`` traces, while a path runs, the lines of the functions holding one (Python's own line events:
+``sys.settrace``, other functions untraced); ``unrun`` names each layout statement of a function the runs
+entered that no run reached (a split under a branch no probe takes: ``if self.topk > 1`` where DeepSeek-V4
+runs topk 1).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional
+
+#: what a statement that splits the draft buffer per step says
+_SPLIT = re.compile(
+    r"\.(?:permute|movedim|transpose|swapaxes|swapdims|chunk|unbind|split|tensor_split)\(|per_step_draft_out_cache_loc\("
+)
+
+
+@dataclass(frozen=True)
+class Statement:
+    filename: str
+    function: int  # the ``def`` line Python gives the function's code (``co_firstlineno``)
+    first: int
+    last: int
+    text: str
+
+
+def layout_statements(filename: str, tree: ast.Module, classes: Iterable[str]) -> list[Statement]:
+    """The statements of ``classes`` (top-level classes of the module ``tree``) that split out_cache_loc per
+    step: the innermost simple statement naming ``out_cache_loc`` and a split."""
+    wanted, found = set(classes), []
+    for cls in tree.body:
+        if not isinstance(cls, ast.ClassDef) or cls.name not in wanted:
+            continue
+        for function in (n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            start = min([function.lineno, *(d.lineno for d in function.decorator_list)])
+            for stmt in ast.walk(function):
+                if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return, ast.Expr)):
+                    text = ast.unparse(stmt)
+                    if "out_cache_loc" in text and _SPLIT.search(text):
+                        found.append(Statement(filename, start, stmt.lineno, stmt.end_lineno or stmt.lineno, text))
+    return found
+
+
+@dataclass
+class Lines:
+    """The lines run in the functions holding ``statements``, over every run traced with it."""
+
+    statements: list[Statement]
+    entered: set = field(default_factory=set)
+    ran: set = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._functions = {(s.filename, s.function) for s in self.statements}
+
+    def __enter__(self) -> "Lines":
+        self._outer: Optional[Any] = sys.gettrace()
+        if self._functions:
+            sys.settrace(self._call)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.settrace(self._outer)
+
+    def _call(self, frame: Any, event: str, _arg: Any) -> Optional[Any]:
+        key = (frame.f_code.co_filename, frame.f_code.co_firstlineno)
+        if event != "call" or key not in self._functions:
+            return None
+        self.entered.add(key)
+        filename, ran = key[0], self.ran
+
+        def line(frame: Any, event: str, _arg: Any) -> Any:
+            if event == "line":
+                ran.add((filename, frame.f_lineno))
+            return line
+
+        return line
+
+    def unrun(self) -> list[Statement]:
+        """The layout statements of an entered function that no run reached."""
+        return [
+            s
+            for s in self.statements
+            if (s.filename, s.function) in self.entered
+            and not any((s.filename, n) in self.ran for n in range(s.first, s.last + 1))
+        ]
