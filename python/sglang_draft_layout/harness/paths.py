@@ -113,9 +113,19 @@ def _class_blocks(text: str) -> list[tuple[str, str]]:
 _DRIVES = re.compile(r"speculative_step_id=(?!\s*\d)")
 
 
+_SETS_ROW = re.compile(r"\.out_cache_loc\s*=[^=]")
+
+
 def _drives(block: str) -> bool:
-    """A class that builds backends handing each its ``speculative_step_id=`` (not a parameter's default)."""
-    return bool(_DRIVES.search(block))
+    """A multi-step backend: it builds backends handing each its ``speculative_step_id=`` (not a parameter's
+    default), or, launching no draft kernel, hands each of its ``attn_backends`` a batch whose out_cache_loc it
+    sets (0.5.20's QwenSparseMultiStepDraftBackend, whose per-step backends do not know their step)."""
+    return bool(_DRIVES.search(block)) or (
+        KERNEL not in block
+        and "attn_backends" in block
+        and ".init_forward_metadata(" in block
+        and bool(_SETS_ROW.search(block))
+    )
 
 
 def draft_paths(tree: Tree, modules: Iterable[str]) -> list[DraftPath]:
@@ -132,16 +142,20 @@ def draft_paths(tree: Tree, modules: Iterable[str]) -> list[DraftPath]:
         if not relative.startswith(ATTENTION):
             continue
         found += [DraftPath(ROWS, relative, name) for name, body in classes if KERNEL in body]
-        drivers = [name for name, body in classes if _drives(body)]
+        drivers = {name: body for name, body in classes if _drives(body)}
         bakers = [
             name
             for name, body in classes
             if "speculative_step_id" in body and "out_cache_loc=" in body and name not in drivers
         ]
-        if bakers:
-            found += [DraftPath(STEPS, relative, name, per_step=tuple(bakers)) for name in drivers] or [
-                DraftPath(STEPS, relative, name, True, (name,)) for name in bakers
-            ]
+        reading = [name for name, body in classes if "out_cache_loc" in body and name not in drivers]
+        for name, body in drivers.items():  # the classes it builds (a fork's own per-step subclass too), the bakers
+            built = [c for c in reading if re.search(rf"\b{c}\(", body)]
+            per_step = tuple(dict.fromkeys([*bakers, *built]))
+            if per_step:
+                found.append(DraftPath(STEPS, relative, name, per_step=per_step))
+        if not drivers:
+            found += [DraftPath(STEPS, relative, name, True, (name,)) for name in bakers]
     return found
 
 
@@ -322,15 +336,25 @@ def bare(cls: type, probe: Probe, **given: Any) -> Any:
     return instance
 
 
-def per_step_backends(instance: Any) -> list:
-    """The per-step backends a multi-step backend holds (each knows its ``speculative_step_id``)."""
-    held = [v for value in vars(instance).values() if isinstance(value, (list, tuple)) for v in value]
-    return [b for b in held if hasattr(b, "__dict__") and isinstance(b.__dict__.get("speculative_step_id"), int)]
+def per_step_backends(instance: Any) -> list[tuple[int, Any]]:
+    """(step, backend) of each per-step backend a multi-step backend holds: its ``speculative_step_id``, or
+    where it knows none, its place in the list holding it."""
+    found = []
+    for value in vars(instance).values():
+        if not isinstance(value, (list, tuple)):
+            continue
+        for index, backend in enumerate(value):
+            if not hasattr(backend, "__dict__") or isinstance(backend, Unknown) or not hasattr(
+                type(backend), "init_forward_metadata"
+            ):
+                continue
+            step = backend.__dict__.get("speculative_step_id")
+            found.append((step if isinstance(step, int) else index, backend))
+    return found
 
 
-def watch(run: Run, torch: Any, backend: Any, batch: Any) -> None:
+def watch(run: Run, torch: Any, step: int, backend: Any, batch: Any) -> None:
     """Note the batch each of ``backend``'s ``STEP_METHODS`` is handed, and what its step bakes."""
-    step = backend.__dict__["speculative_step_id"]
     for name in STEP_METHODS:
         method = getattr(type(backend), name, None)
         if method is None:
@@ -382,8 +406,9 @@ def run_path(tree: Tree, path: DraftPath, probe: Probe) -> tuple[str, list[Outco
         instances = build(run)
         batch = forward_batch(torch, probe)
         if path.kind == STEPS:
-            for backend in instances if path.alone else per_step_backends(instances[0]):
-                watch(run, torch, backend, batch)
+            steps = enumerate(instances) if path.alone else per_step_backends(instances[0])
+            for step, backend in steps:
+                watch(run, torch, step, backend, batch)
         ENTRIES[path.kind](run, torch, instances if path.alone else instances[0], batch, probe)
 
     with only_the_path(tree, path):

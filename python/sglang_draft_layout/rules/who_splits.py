@@ -77,7 +77,7 @@ def _read(source: Source, verdict: Optional[Verdict], phase: str = EAGER) -> Spl
     if verdict.upstream:
         return Split(CALLER, caller=caller, line=line) if verdict.split == "caller" else Split(PER_STEP)
     why = verdict.problems[0] if verdict.problems else "no probe reaches where it bakes out_cache_loc"
-    if "caller" in verdict.split:
+    if verdict.split == "caller":  # every step handed its row by the caller, and split again
         return Split(TWICE, why, caller=caller, line=line)
     if verdict.own or not verdict.problems:
         return Split(WRONG, why)
