@@ -74,7 +74,8 @@ class Tree:
     def syntax(self, relative: str) -> Optional[ast.Module]:
         if relative not in self.parsed:
             text = self.text(relative)
-            self.parsed[relative] = ast.parse(text, relative) if text is not None else None
+            # the file's own name: a SyntaxError names it, as Python's would (the tool reports it)
+            self.parsed[relative] = ast.parse(text, self.filename(relative)) if text is not None else None
         return self.parsed[relative]
 
     def relative(self, dotted: str) -> Optional[str]:
