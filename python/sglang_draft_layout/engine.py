@@ -223,7 +223,21 @@ def _parse(path: Path, relative: str, code: str, classes: Optional[Collection[st
     try:
         return Source(relative, code) if classes is None else Source.class_blocks(relative, code, wanted)
     except SyntaxError as error:
-        raise TargetError(f"{path}:{error.lineno}: not valid Python ({error.msg}); nothing written") from None
+        raise _not_valid_python(path, error) from None
+
+
+def _not_valid_python(path: object, error: SyntaxError) -> TargetError:
+    return TargetError(f"{path}:{error.lineno}: not valid Python ({error.msg}); nothing written")
+
+
+def _compiles(path: Path, new: str) -> None:
+    """A text the plan rewrote is valid Python (else a rule bug)."""
+    try:
+        compile(new, str(path), "exec")
+    except SyntaxError as error:
+        raise PatchError(
+            f"{path}:{error.lineno}: rewriting made invalid Python ({error.msg}; a rule bug); nothing written"
+        ) from None
 
 
 def _rules_by_file(rules: Sequence[Rule]) -> dict[str, list[Rule]]:
@@ -340,7 +354,10 @@ def plan(
             None if tests is False else fork_tests.TestOptions(cpu_suite, cuda_suite, gpu_test, tests is True)
         )
         with parsing_once():
-            return _plan(target, rules, render_changes, test_options, keep, gate)
+            try:
+                return _plan(target, rules, render_changes, test_options, keep, gate)
+            except SyntaxError as error:  # a file of the tree the harness read (``_parse`` reads the rules' files)
+                raise _not_valid_python(error.filename, error) from None
 
 
 def _plan(
@@ -472,6 +489,8 @@ def _judged_after(
             )
             for relative in {f.rule.file for f in to_patch}
         }
+    for relative, text in new.items():  # the harness reads it: an invalid text is the rewrite's, not the tree's
+        _compiles(target.package / relative, text)
     after = {**texts, **new}
     modules = [relative for relative in after if relative.startswith(GUARDED_FOLDERS)]
     return judgement.verdicts(target.package, after, modules)
@@ -532,12 +551,7 @@ def _check_rendered(
     beside the others as rewritten (a rule may look at the tree's other files)."""
     new_sources = {}
     for path, relative, _stored, _rules, new in rendered:
-        try:
-            compile(new, str(path), "exec")
-        except SyntaxError as error:
-            raise PatchError(
-                f"{path}:{error.lineno}: rewriting made invalid Python ({error.msg}; a rule bug); nothing written"
-            ) from None
+        _compiles(path, new)
         new_sources[relative] = _parse(path, relative, new)
     others = {**sources, **new_sources}
     for path, relative, _stored, rules, _new in rendered:
@@ -634,7 +648,7 @@ def _patched_bytes(target: Target, path: Path, data: bytes) -> Optional[bytes]:
         rendered = [_rendered(path, relative, stored, source, findings, file_rules, target)]
         _check_rendered(target, rendered, {})
         return FileChange.of(path, stored, rendered[0][4]).after
-    except TargetError:
+    except (TargetError, SyntaxError):  # SyntaxError: the harness's, reading ``data`` (a write cut short, say)
         return None
 
 

@@ -65,13 +65,15 @@ def refusals(after: Mapping[DraftPath, Verdict], findings: Collection[Finding]) 
     """A finding for each path through a site's class that, in the rewritten tree, does not give upstream's
     values, cannot be run, or runs none of a rewritten class's code on any probe, unless a site of its classes
     is kept by the fork. (A path through no site's class is another backend's, and one whose sites a rule finds
-    not affected keeps the tree's own layout: reported, never refused.)"""
+    not affected keeps the tree's own layout: reported, never refused. A path of a file with an unrecognised
+    site is not judged again: the engine rewrites no such file, and that site refuses the plan already.)"""
     kept, rewritten = _sites(findings, [State.KEPT]), _sites(findings, [State.TO_PATCH])
     sited = _sites(findings, JUDGED_STATES)
+    unrecognised = {file for file, _cls in _sites(findings, [State.UNRECOGNISED])}
     refused = []
     for path, verdict in after.items():
         own = {(path.module, name) for name in classes(path)}
-        if own & kept or not own & sited:
+        if own & kept or not own & sited or path.module in unrecognised:
             continue
         unseen = not verdict.judged and not verdict.problems and bool(own & rewritten) and path.kind != STEPS
         if verdict.upstream or not (verdict.problems or verdict.cannot or unseen):

@@ -178,13 +178,13 @@ def test_a_signal_after_the_last_rename_keeps_the_tree_patched(tree, clean, writ
 def test_a_signal_while_planning_changes_nothing(tree, monkeypatch, capsys):
     root = tree
     before = snapshot(root)
-    real_file_change = engine._file_change
+    real_rendered = engine._rendered  # renders one file's new text while planning
 
-    def file_change(*args, **kwargs):
+    def rendered(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGINT)
-        return real_file_change(*args, **kwargs)
+        return real_rendered(*args, **kwargs)
 
-    monkeypatch.setattr(engine, "_file_change", file_change)
+    monkeypatch.setattr(engine, "_rendered", rendered)
     code, _out, err = run(capsys, "apply", str(root))
     assert (code, err) == (130, "interrupted (SIGINT): nothing changed\n")
     assert snapshot(root) == before

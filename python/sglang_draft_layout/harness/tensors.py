@@ -427,17 +427,44 @@ class Tensor:
         return self._reduce(min, dim)
 
     def chunk(self, chunks: int, dim: int = 0) -> tuple:
+        """torch's: parts of ceil(size / chunks), the last smaller (so maybe fewer than ``chunks``); an empty
+        dimension gives ``chunks`` empty parts."""
+        if not self._shape:
+            raise RuntimeError("chunk expects at least a 1-dimensional tensor")
+        if isinstance(chunks, int) and chunks <= 0:
+            raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
         size = self._shape[self._dim(dim)]
-        step = -(-size // chunks)
-        return self.split(step, dim)
+        if size == 0:
+            return self.split([0] * chunks, dim)
+        return self.split(-(-size // chunks), dim)
 
     def split(self, size: Any, dim: int = 0) -> tuple:
-        dim, parts, start = self._dim(dim), [], 0
-        sizes = list(size) if isinstance(size, (list, tuple)) else None
-        while start < self._shape[dim]:
-            width = sizes.pop(0) if sizes is not None else size
-            index = [slice(None)] * dim + [slice(start, start + width)]
-            parts.append(self[tuple(index)])
+        """torch's: parts ``size`` wide, the last smaller (an empty dimension: one empty part), or the parts
+        the list ``size`` gives, which must sum to the dimension's size."""
+        if not self._shape:
+            raise RuntimeError("split expects at least a 1-dimensional tensor")
+        dim = self._dim(dim)
+        length = self._shape[dim]
+        if isinstance(size, (list, tuple)):
+            sizes = list(size)
+            if all(isinstance(s, int) for s in sizes) and (sum(sizes) != length or min(sizes, default=0) < 0):
+                raise RuntimeError(
+                    f"split_with_sizes expects split_sizes to sum exactly to {length} with only non-negative "
+                    f"entries, but got split_sizes={sizes}"
+                )
+        elif isinstance(size, int):
+            if size < 0 or (size == 0 and length):
+                raise RuntimeError(f"split_size {size} is negative, or 0 with dimension size {length}")
+            sizes = [size] * (length // size) + [length % size] * bool(length % size) if size else []
+            sizes = sizes or [0]
+        else:  # an unknown width: parts of it until the dimension is covered
+            sizes, start = [], 0
+            while start < length:
+                sizes.append(size)
+                start += size
+        parts, start = [], 0
+        for width in sizes:
+            parts.append(self[tuple([slice(None)] * dim + [slice(start, start + width)])])
             start += width
         return tuple(parts)
 

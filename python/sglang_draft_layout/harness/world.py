@@ -10,7 +10,6 @@ a class used as a base, which is the tree's class; any other package is unknown.
 
 from __future__ import annotations
 
-import __future__
 import ast
 import builtins
 import sys
@@ -74,7 +73,8 @@ class Tree:
     def syntax(self, relative: str) -> Optional[ast.Module]:
         if relative not in self.parsed:
             text = self.text(relative)
-            self.parsed[relative] = ast.parse(text, relative) if text is not None else None
+            # the file's own name: a SyntaxError names it, as Python's would (the tool reports it)
+            self.parsed[relative] = ast.parse(text, self.filename(relative)) if text is not None else None
         return self.parsed[relative]
 
     def relative(self, dotted: str) -> Optional[str]:
@@ -114,11 +114,12 @@ class Tree:
         return namespace
 
     def _statement_by_statement(self, tree: ast.Module, filename: str, namespace: dict) -> None:
-        future = any(isinstance(s, ast.ImportFrom) and s.module == "__future__" for s in tree.body)
-        flags = __future__.annotations.compiler_flag if future else 0
+        # each statement compiled after the module's future statements, as it was in the module
+        futures = [s for s in tree.body if isinstance(s, ast.ImportFrom) and s.module == "__future__"]
         for stmt in tree.body:
             try:
-                code = compile(ast.Module(body=[stmt], type_ignores=[]), filename, "exec", flags, dont_inherit=True)
+                body = [stmt] if any(stmt is f for f in futures) else [*futures, stmt]
+                code = compile(ast.Module(body=body, type_ignores=[]), filename, "exec", dont_inherit=True)
                 exec(code, namespace)
             except Exception:
                 for name in _bound_names(stmt):

@@ -46,6 +46,7 @@ from ..layout_patterns.baking import (
     BAKING_STARTS,
     IN_GRAPH as IN_GRAPH_METHOD,
     SWA_TARGET,
+    WORKERS,
     baked_at,
     baking_methods,
     keeps_path,
@@ -114,6 +115,11 @@ CAPACITY_CHECK = kv_indices_capacity_check.RULES[0]
 DRAFT_FORWARD = draft_forward.RULES[0]
 
 
+#: upstream's V2 EAGLE worker under its first name (0.5.3.post2, 0.5.3.post3: its ``draft_forward`` is the
+#: draft side that ``EagleDraftWorker.draft_forward``, a rule's site, later holds): a site of the change itself,
+#: brought to upstream's form as the rules' classes are, whatever it computes
+FIRST_NAMES = {(file, "EAGLEWorkerV2") for file, cls in WORKERS if cls == "EagleDraftWorker"}
+
 #: a guard site's class that no draft path runs (no kernel launch of its own, no multi-step driver)
 NO_PATH = "no draft path runs its class on the probes: left as the fork wrote it"
 
@@ -121,14 +127,16 @@ NO_PATH = "no draft path runs its class on the probes: left as the fork wrote it
 def _with_advice(find: Callable[[Rule, Source], Finding], rule: Rule, source: Source) -> Finding:
     """The template's finding for ``rule``'s class and method; a site to patch says which helper to use. A site
     to patch whose class's draft path already gives upstream's values is left (correct, by hand); one whose
-    class no draft path runs is left too: a rewrite there could not be judged."""
+    class no draft path runs is left too: a rewrite there could not be judged. A class the rules read, and
+    upstream's classes under a first name (``FIRST_NAMES``), are brought to upstream's form, whatever they
+    compute."""
     finding = find(rule, source)
     if finding.state is not State.TO_PATCH:
         return finding
-    from . import RULES  # the classes the rules read: brought to upstream's form, whatever they compute
+    from . import RULES
 
     cls = rule.scope.split(".")[0]
-    if any(r.file == rule.file and cls in r.reads for r in RULES):
+    if (rule.file, cls) in FIRST_NAMES or any(r.file == rule.file and cls in r.reads for r in RULES):
         return finding
     verdict = class_verdict(source, cls)
     if verdict is None:
