@@ -26,21 +26,22 @@ SITE = "dsv4-out-cache-loc"
 
 #: fork -> ("refused", what the one line says) or ("patched", the DSv4 site's state before apply)
 VERDICTS = {
-    "worker-minus-one": ("refused", "the rewritten code raises AssertionError"),
-    "worker-2d-buffer": ("refused", "the rewritten code raises AssertionError"),
-    "dsv4-inline-minus-one": ("refused", "the rewritten code raises AssertionError"),
-    "dsv4-caller-minus-one": ("refused", "the rewritten code raises AssertionError"),
+    "worker-minus-one": ("refused", "after the rewrite, bs 1, topk 1, 2 steps: raises AssertionError"),
+    "worker-2d-buffer": ("refused", "after the rewrite, bs 1, topk 1, 2 steps: raises AssertionError"),
+    "dsv4-inline-minus-one": ("refused", "after the rewrite, bs 1, topk 1, 2 steps: eager: raises AssertionError"),
+    "dsv4-caller-minus-one": ("refused", "after the rewrite, bs 1, topk 1, 2 steps: eager: raises AssertionError"),
     "dsv4-callee-split": ("patched", State.BY_HAND),
     "dsv4-caller-split-mixin": ("patched", State.BY_CALLER),
     "dsv4-caller-split-super": ("patched", State.BY_CALLER),
     "dsv4-caller-split-base-call": ("patched", State.BY_CALLER),
     "dsv4-step-subclass-split": ("patched", State.BY_HAND),
     "graph-width-defined-twice": ("patched", State.TO_PATCH),
-    "dsv4-caller-chunk": ("refused", "step 0's backend takes other out_cache_loc slots than upstream's row 0"),
-    "dsv4-caller-first-row": ("refused", "step 1's backend takes other out_cache_loc slots than upstream's row 1"),
-    "dsv4-caller-topk-only": ("refused", "split for some topk or steps only"),
-    "dsv4-caller-next-row": ("refused", "step 0's backend takes other out_cache_loc slots than upstream's row 0"),
-    "worker-view-suppress": ("refused", "may swallow the layout's errors"),
+    "dsv4-caller-chunk": ("refused", "eager: step 0 bakes slots [1000000, 1000001, 1000002]; upstream's row 0 is"),
+    "dsv4-caller-first-row": ("refused", "eager: step 1 bakes slots [1000000, 1000004, 1000008]; upstream's row 1 is"),
+    "dsv4-caller-topk-only": ("refused", "a per-step split that no probe runs"),
+    "dsv4-caller-next-row": ("refused", "eager: step 0 bakes slots [1000001]; upstream's row 0 is [1000000]"),
+    # the helper's assert is no RuntimeError: under the fork's suppress the patched split gives upstream's rows
+    "worker-view-suppress": ("patched", State.TO_PATCH),
     "worker-view-nonlocal": ("refused", "rows"),
 }
 

@@ -116,12 +116,13 @@ _DRIVES = re.compile(r"speculative_step_id=(?!\s*\d)")
 _SETS_ROW = re.compile(r"\.out_cache_loc\s*=[^=]")
 
 
-def _drives(block: str) -> bool:
+def _drives(block: str, built: list[str]) -> bool:
     """A multi-step backend: it builds backends handing each its ``speculative_step_id=`` (not a parameter's
-    default), or, launching no draft kernel, hands each of its ``attn_backends`` a batch whose out_cache_loc it
-    sets (0.5.20's QwenSparseMultiStepDraftBackend, whose per-step backends do not know their step)."""
+    default), or, launching no draft kernel, builds its ``attn_backends`` (``built``) and hands each a batch whose
+    out_cache_loc it sets (0.5.20's QwenSparseMultiStepDraftBackend, whose per-step backends know no step)."""
     return bool(_DRIVES.search(block)) or (
-        KERNEL not in block
+        bool(built)
+        and KERNEL not in block
         and "attn_backends" in block
         and ".init_forward_metadata(" in block
         and bool(_SETS_ROW.search(block))
@@ -142,16 +143,16 @@ def draft_paths(tree: Tree, modules: Iterable[str]) -> list[DraftPath]:
         if not relative.startswith(ATTENTION):
             continue
         found += [DraftPath(ROWS, relative, name) for name, body in classes if KERNEL in body]
-        drivers = {name: body for name, body in classes if _drives(body)}
+        reading = [name for name, body in classes if "out_cache_loc" in body]
+        built = {name: [c for c in reading if c != name and re.search(rf"\b{c}\(", body)] for name, body in classes}
+        drivers = [name for name, body in classes if _drives(body, built[name])]
         bakers = [
             name
             for name, body in classes
             if "speculative_step_id" in body and "out_cache_loc=" in body and name not in drivers
         ]
-        reading = [name for name, body in classes if "out_cache_loc" in body and name not in drivers]
-        for name, body in drivers.items():  # the classes it builds (a fork's own per-step subclass too), the bakers
-            built = [c for c in reading if re.search(rf"\b{c}\(", body)]
-            per_step = tuple(dict.fromkeys([*bakers, *built]))
+        for name in drivers:  # the bakers, and the classes it builds (a fork's own per-step subclass too)
+            per_step = tuple(dict.fromkeys([*bakers, *(c for c in built[name] if c not in drivers)]))
             if per_step:
                 found.append(DraftPath(STEPS, relative, name, per_step=per_step))
         if not drivers:
