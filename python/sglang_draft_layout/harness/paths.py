@@ -143,6 +143,7 @@ def draft_paths(tree: Tree, modules: Iterable[str]) -> list[DraftPath]:
         if not relative.startswith(ATTENTION):
             continue
         found += [DraftPath(ROWS, relative, name) for name, body in classes if KERNEL in body]
+        classes_text = dict(classes)
         reading = [name for name, body in classes if "out_cache_loc" in body]
         built = {name: [c for c in reading if c != name and re.search(rf"\b{c}\(", body)] for name, body in classes}
         drivers = [name for name, body in classes if _drives(body, built[name])]
@@ -152,8 +153,8 @@ def draft_paths(tree: Tree, modules: Iterable[str]) -> list[DraftPath]:
             if "speculative_step_id" in body and "out_cache_loc=" in body and name not in drivers
         ]
         for name in drivers:  # the bakers, and the classes it builds (a fork's own per-step subclass too)
-            per_step = tuple(dict.fromkeys([*bakers, *(c for c in built[name] if c not in drivers)]))
-            if per_step:
+            if bakers or not _DRIVES.search(classes_text[name]):
+                per_step = tuple(dict.fromkeys([*bakers, *(c for c in built[name] if c not in drivers)]))
                 found.append(DraftPath(STEPS, relative, name, per_step=per_step))
         if not drivers:
             found += [DraftPath(STEPS, relative, name, True, (name,)) for name in bakers]
