@@ -251,7 +251,7 @@ def test_split_once_and_the_keep_pragma(proof_python, tmp_path):
     assert split_twice.returncode != 0
     failure = re.split(r"(?:FAIL|ERROR): test_draft_paths_give_upstreams_values", split_twice.stderr)[1]
     said = (  # as check says it: the per-step helper's length assert on a row split already
-        f"sglang/{fork_edits.DSV4}: DeepseekV4MultiStepBackend: bs 1, topk 1, 2 steps: raises AssertionError at "
+        f"sglang/{fork_edits.DSV4}: DeepseekV4MultiStepBackend: bs 1, topk 1, 2 steps: eager: raises AssertionError at "
         "srt/speculative/eagle_utils.py:"
     )
     assert said in failure, failure[-2000:]

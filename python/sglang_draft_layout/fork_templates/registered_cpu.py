@@ -57,6 +57,7 @@ JUDGED = ()  # sglang-draft-layout: the paths judged
 # sglang-draft-layout: embed sglang_draft_layout.harness.unknown
 # sglang-draft-layout: embed sglang_draft_layout.harness.world
 # sglang-draft-layout: embed sglang_draft_layout.harness.paths
+# sglang-draft-layout: embed sglang_draft_layout.harness.coverage
 # sglang-draft-layout: embed sglang_draft_layout.harness.invariant
 # sglang-draft-layout: embed sglang_draft_layout.harness.torch_backend
 # fmt: on
