@@ -239,6 +239,20 @@ def copied_v4_pair(root: Path, caller_split: bool, bound_view: bool = False) -> 
 
     text = (root / DSV4).read_text()
     header = text[: text.index("\nclass ") + 1]
+    own = sorted(  # what the two classes use of the module's own definitions, imported from it as a fork would
+        name
+        for node in ast.parse(text).body
+        for name in (
+            [node.name] if isinstance(node, (ast.ClassDef, ast.FunctionDef)) else
+            [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
+        )
+        if name not in V4_RENAMES
+    )  # fmt: skip
+    module = DSV4.removesuffix(".py").replace("/", ".")
+    last_import = max(n.end_lineno for n in ast.parse(text).body if isinstance(n, (ast.Import, ast.ImportFrom)))
+    lines = header.splitlines(keepends=True)
+    imported = f"from {module} import (  # isort: skip\n" + "".join(f"    {name},\n" for name in own) + ")\n"
+    header = "".join(lines[:last_import]) + imported + "".join(lines[last_import:])
     body = "".join(class_source(root / DSV4, name)[0] + "\n\n" for name in V4_RENAMES)
     if caller_split:
         assert body.count(fork_edits.DSV4_MULTI_STEP) == 1

@@ -52,6 +52,7 @@ class Verdict:
     #: narrow row, an unchecked row, a raise): a slice end of its own, other slots, a wider row
     own: tuple[str, ...] = ()
     baked: tuple[str, ...] = ()  # STEPS: the phases in which some probe saw a step bake its write target
+    inits_steps: bool = False  # WORKER: it inits each step's attention backend with the row it sets
 
     @property
     def upstream(self) -> bool:
@@ -152,13 +153,14 @@ def _worker(outcome: Outcome, up: Upstream, probe: Probe) -> tuple[bool, list[st
     return True, ([line] if "the whole buffer" in seen else []), ([] if "the whole buffer" in seen else [line])
 
 
-def judge(tree: Tree, path: DraftPath) -> Verdict:
-    """Every probe's runs of ``path`` held against upstream's values."""
+def judge(tree: Tree, path: DraftPath, by_worker: bool = False) -> Verdict:
+    """Every probe's runs of ``path`` held against upstream's values (``by_worker``: ``run_path``'s)."""
     torch, problems, own, judged, split, refusals, baked = tree.torch, [], [], 0, set(), [], set()
+    inits = False
     lines = _layout_lines(tree, path)
     for probe in PROBES:
         with lines:
-            how, outcomes = run_path(tree, path, probe)
+            how, outcomes = run_path(tree, path, probe, by_worker)
         if how == "infeasible":
             refusals.append(f"{probe}: {outcomes[0].where}")
             continue
@@ -175,6 +177,7 @@ def judge(tree: Tree, path: DraftPath) -> Verdict:
                 shown, bugs, others = _rows(torch, outcome, up, probe)
             else:
                 shown, bugs, others = _worker(outcome, up, probe)
+                inits = inits or any(values in up.rows for values, _shape in outcome.of("inits"))
             if outcome.end == "raised":
                 phase = next((e[1] for e in reversed(outcome.events) if e[0] == "phase"), "")
                 problems.append(
@@ -194,7 +197,7 @@ def judge(tree: Tree, path: DraftPath) -> Verdict:
         problems.append(f"{where}: a per-step split that no probe runs (`{unrun.text[:80]}`): cannot be judged")
     unique = tuple(dict.fromkeys(problems))
     return Verdict(path, unique, judged, split=tuple(sorted(split)), own=tuple(dict.fromkeys(own)),
-                   baked=tuple(sorted(baked)))  # fmt: skip
+                   baked=tuple(sorted(baked)), inits_steps=inits)  # fmt: skip
 
 
 def _layout_lines(tree: Tree, path: DraftPath) -> Lines:
@@ -239,7 +242,10 @@ def judge_tree(
         if len(_JUDGED) >= _KEPT:
             del _JUDGED[next(iter(_JUDGED))]
         tree = Tree(package, torch, texts)
-        _JUDGED[key] = {path: judge(tree, path) for path in draft_paths(tree, sorted(modules))}
+        paths = draft_paths(tree, sorted(modules))
+        workers = {path: judge(tree, path) for path in paths if path.kind == WORKER}
+        by_worker = any(v.inits_steps for v in workers.values())  # the worker inits each step: its rows are baked
+        _JUDGED[key] = {path: workers.get(path) or judge(tree, path, by_worker) for path in paths}
     return _JUDGED[key]
 
 

@@ -212,6 +212,7 @@ def _observer(callee: Unknown, args: tuple, kwargs: dict) -> None:
             torch._tag(rows, base)
         note("launch", rows, bound.get("kv_indices_stride"), base)
     forward = callee._name.endswith(".forward") or callee._name.endswith(".forward(...)")
+    inits = run.step is None and callee._name.endswith(".init_forward_metadata")  # a worker's per-step init
     named = {id(v): k for k, v in bound.items()}
     for value in (*args, *kwargs.values()):
         if torch._is_tensor(value):
@@ -223,6 +224,9 @@ def _observer(callee: Unknown, args: tuple, kwargs: dict) -> None:
         ):
             if forward:  # a model's forward handed the batch: its KV write
                 _bake(torch, run, value.__dict__.get("out_cache_loc"))
+            held = _draft(torch, value.__dict__.get("out_cache_loc")) if inits else None
+            if held is not None:
+                note("inits", *held)
             spec = value if "kv_indices" in value.__dict__ else value.__dict__.get("spec_info")
             rows = getattr(spec, "__dict__", {}).get("kv_indices")
             if torch._is_tensor(rows):
@@ -379,9 +383,10 @@ def watch(run: Run, torch: Any, step: int, backend: Any, batch: Any) -> None:
         backend.__dict__[name] = entered
 
 
-def run_path(tree: Tree, path: DraftPath, probe: Probe) -> tuple[str, list[Outcome]]:
+def run_path(tree: Tree, path: DraftPath, probe: Probe, by_worker: bool = False) -> tuple[str, list[Outcome]]:
     """Every run of ``path`` on ``probe``: (how ``self`` was built, the outcomes); ("infeasible", []) when the
-    class's own ``__init__`` refuses the probe (DeepSeek-V4 and topk > 1, say)."""
+    class's own ``__init__`` refuses the probe (DeepSeek-V4 and topk > 1, say). ``by_worker`` (STEPS): the
+    draft worker inits each step's backend with the batch it sets (``_run_steps_by_worker``)."""
     _TORCH[0] = torch = tree.torch
     cls = tree.module(path.module).get(path.cls)
     if not isinstance(cls, type):
@@ -411,7 +416,8 @@ def run_path(tree: Tree, path: DraftPath, probe: Probe) -> tuple[str, list[Outco
             steps = enumerate(instances) if path.alone else per_step_backends(instances[0])
             for step, backend in steps:
                 watch(run, torch, step, backend, batch)
-        ENTRIES[path.kind](run, torch, instances if path.alone else instances[0], batch, probe)
+        entry = _run_steps_by_worker if by_worker and path.kind == STEPS else ENTRIES[path.kind]
+        entry(run, torch, instances if path.alone else instances[0], batch, probe)
 
     with only_the_path(tree, path):
         return how, explore(body, setup, probe)
@@ -477,6 +483,20 @@ def _run_steps(run: Run, torch: Any, driven: Any, batch: Any, probe: Probe) -> N
         if hasattr(each, "init_forward_metadata_in_graph"):
             note("phase", "in graph")
             each.init_forward_metadata_in_graph(batch)
+
+
+def _run_steps_by_worker(run: Run, torch: Any, driven: Any, batch: Any, probe: Probe) -> None:
+    """Each step's eager init as a draft worker that inits the step's backend itself runs it, after the multi-step
+    init: with the batch holding the step's row (``out_cache_loc[i]`` of its split: a fork's ``draft_forward``)."""
+    from ..speculative.eagle_utils import per_step_draft_out_cache_loc
+
+    rows = per_step_draft_out_cache_loc(batch.out_cache_loc, probe.num_seqs, probe.topk, probe.steps)
+    note("phase", "eager")
+    backends = list(enumerate(driven)) if isinstance(driven, list) else per_step_backends(driven)
+    for step, backend in backends:
+        if step < probe.steps - 1:  # the worker's last step runs no forward
+            batch.out_cache_loc = rows[step]
+            backend.init_forward_metadata(batch)
 
 
 ENTRIES = {WORKER: _run_worker, ROWS: _run_rows, STEPS: _run_steps}
