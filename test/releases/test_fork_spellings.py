@@ -181,17 +181,17 @@ FORKS = {
             "        else:\n            out_cache_loc = per_step_draft_out_cache_loc(\n",
         ],
     ),
-    "dsv4-two-splits": (
-        State.TO_PATCH,
-        SITE,
-        [
-            "            if self.topk > 1 and self.speculative_num_steps > 1:\n"
-            "                out_cache_loc = per_step_draft_out_cache_loc(\n",
-            "            elif self.speculative_num_steps > 1:\n"
-            "                out_cache_loc = per_step_draft_out_cache_loc(\n",
-        ],
-    ),
 }
+
+
+def test_a_split_in_a_branch_no_probe_takes_is_refused_naming_it(scratch, capsys):
+    """DeepseekV4AttnBackend splits in two branches, the first only for topk > 1, which DeepSeek-V4 refuses:
+    no probe runs that split, so its rewrite cannot be judged (issue 39: a layout line no probe runs)."""
+    root = scratch("0.5.12")
+    fork_edits.dsv4_two_splits(root)
+    error = apply_refused(root, capsys)
+    assert "after the rewrite, srt/layers/attention/deepseek_v4_backend.py:" in error  # a line of the rewrite
+    assert "a per-step split that no probe runs (`out_cache_loc = per_step_draft_out_cache_loc(" in error
 
 
 def hand_splits(root: Path) -> list[tuple[str, str, str, int]]:

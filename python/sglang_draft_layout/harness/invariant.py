@@ -53,6 +53,7 @@ class Verdict:
     own: tuple[str, ...] = ()
     baked: tuple[str, ...] = ()  # STEPS: the phases in which some probe saw a step bake its write target
     inits_steps: bool = False  # WORKER: it inits each step's attention backend with the row it sets
+    driven_by: Optional[DraftPath] = None  # STEPS: the worker path that inits each step (``inits_steps``)
 
     @property
     def upstream(self) -> bool:
@@ -153,14 +154,16 @@ def _worker(outcome: Outcome, up: Upstream, probe: Probe) -> tuple[bool, list[st
     return True, ([line] if "the whole buffer" in seen else []), ([] if "the whole buffer" in seen else [line])
 
 
-def judge(tree: Tree, path: DraftPath, by_worker: bool = False) -> Verdict:
-    """Every probe's runs of ``path`` held against upstream's values (``by_worker``: ``run_path``'s)."""
+def judge(tree: Tree, path: DraftPath, by_worker: Optional[DraftPath] = None) -> Verdict:
+    """Every probe's runs of ``path`` held against upstream's values (``by_worker``: the worker path that inits
+    each step, ``run_path``'s)."""
+    by_worker = by_worker if path.kind == STEPS else None
     torch, problems, own, judged, split, refusals, baked = tree.torch, [], [], 0, set(), [], set()
     inits = False
     lines = _layout_lines(tree, path)
     for probe in PROBES:
         with lines:
-            how, outcomes = run_path(tree, path, probe, by_worker)
+            how, outcomes = run_path(tree, path, probe, by_worker is not None)
         if how == "infeasible":
             refusals.append(f"{probe}: {outcomes[0].where}")
             continue
@@ -197,7 +200,7 @@ def judge(tree: Tree, path: DraftPath, by_worker: bool = False) -> Verdict:
         problems.append(f"{where}: a per-step split that no probe runs (`{unrun.text[:80]}`): cannot be judged")
     unique = tuple(dict.fromkeys(problems))
     return Verdict(path, unique, judged, split=tuple(sorted(split)), own=tuple(dict.fromkeys(own)),
-                   baked=tuple(sorted(baked)), inits_steps=inits)  # fmt: skip
+                   baked=tuple(sorted(baked)), inits_steps=inits, driven_by=by_worker)  # fmt: skip
 
 
 def _layout_lines(tree: Tree, path: DraftPath) -> Lines:
@@ -244,7 +247,7 @@ def judge_tree(
         tree = Tree(package, torch, texts)
         paths = draft_paths(tree, sorted(modules))
         workers = {path: judge(tree, path) for path in paths if path.kind == WORKER}
-        by_worker = any(v.inits_steps for v in workers.values())  # the worker inits each step: its rows are baked
+        by_worker = next((p for p, v in workers.items() if v.inits_steps), None)  # it inits each step: its rows
         _JUDGED[key] = {path: workers.get(path) or judge(tree, path, by_worker) for path in paths}
     return _JUDGED[key]
 

@@ -109,7 +109,7 @@ def _find(rule: Rule, source: Source) -> Finding:
     calls = baked_at(method, IN_GRAPH)
     line = calls[0].lineno if calls else method.lineno
     if verdict.who == CALLER:
-        return rule.report(State.BY_CALLER, line, f"{verdict.caller} at {source.path}:{verdict.line}")
+        return rule.report(State.BY_CALLER, line, f"{verdict.caller} at {verdict.at}")
     if verdict.who == PER_STEP and splits:
         return split_finding(rule, source, method, splits, f"the fork's own split: via {PER_STEP_HELPER}")
     if verdict.who in (PER_STEP, NONE) and helpers:  # NONE: upstream's split, where no probe reaches it

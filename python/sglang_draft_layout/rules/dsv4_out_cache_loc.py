@@ -211,7 +211,7 @@ def _find(rule: Rule, source: Source) -> Finding:
                 break
             verdict = split_of(source, cls)
             if verdict.who == CALLER and plain:  # reported here, naming where the caller splits
-                return rule.report(State.BY_CALLER, stmt.lineno, f"{verdict.caller} at {source.path}:{verdict.line}")
+                return rule.report(State.BY_CALLER, stmt.lineno, f"{verdict.caller} at {verdict.at}")
             if verdict.who == PER_STEP and plain:
                 return rule.report(
                     State.BY_HAND,
@@ -252,7 +252,7 @@ def _find(rule: Rule, source: Source) -> Finding:
                     proven_by_split_once=rule.scope,
                 )
             if verdict.who == TWICE:
-                at = f"line {verdict.line}"
+                at = f"line {verdict.line}" if verdict.file == source.path else verdict.at
                 return rule.report(
                     State.UNRECOGNISED,
                     stmt.lineno,

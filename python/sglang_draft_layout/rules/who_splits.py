@@ -26,8 +26,13 @@ NONE = "nothing baked"
 class Split:
     who: str
     why: str = ""
-    caller: str = ""  # CALLER, TWICE: the multi-step backend's ``Class.method`` handing each step its row
-    line: Optional[int] = None  # where that method is defined
+    caller: str = ""  # CALLER, TWICE: the ``Class.method`` handing each step its row (a multi-step backend, a worker)
+    line: Optional[int] = None  # where it sets each step's row, else where that method is defined
+    file: str = ""  # the caller's file, under the package
+
+    @property
+    def at(self) -> str:
+        return f"{self.file}:{self.line}"
 
 
 def _texts(source: Source, code: Optional[str] = None) -> dict[str, str]:
@@ -66,8 +71,12 @@ def _read(source: Source, verdict: Optional[Verdict], phase: str = EAGER) -> Spl
     if verdict.cannot:
         return Split(WRONG, f"it cannot be run on the probes: {verdict.cannot}")
     name = "init_forward_metadata_in_graph" if phase == IN_GRAPH else "init_forward_metadata"
-    caller, line = f"{verdict.path.cls}.{name}", None
-    method = source.method(verdict.path.cls, name) if not verdict.path.alone else None
+    driver, file = verdict.driven_by or verdict.path, source.path
+    if verdict.driven_by is not None and phase == EAGER:  # the worker inits each step with its row
+        name, file = "draft_forward", driver.module
+    caller, line = f"{driver.cls}.{name}", None
+    holder = source.others.get(file, source) if file != source.path else source
+    method = holder.method(driver.cls, name) if not verdict.path.alone or driver is not verdict.path else None
     if isinstance(method, ast.FunctionDef):  # where it sets each step's row, else its def line
         sets = [a.lineno for a in ast.walk(method) if isinstance(a, ast.Assign)
                 and any(isinstance(t, ast.Attribute) and t.attr == "out_cache_loc" for t in a.targets)]  # fmt: skip
@@ -75,10 +84,10 @@ def _read(source: Source, verdict: Optional[Verdict], phase: str = EAGER) -> Spl
     if not verdict.problems and phase not in verdict.baked:
         return Split(NONE, f"no probe sees a step bake its out_cache_loc ({phase})")
     if verdict.upstream:
-        return Split(CALLER, caller=caller, line=line) if verdict.split == "caller" else Split(PER_STEP)
+        return Split(CALLER, caller=caller, line=line, file=file) if verdict.split == "caller" else Split(PER_STEP)
     why = verdict.problems[0] if verdict.problems else "no probe reaches where it bakes out_cache_loc"
     if verdict.split == "caller":  # every step handed its row by the caller, and split again
-        return Split(TWICE, why, caller=caller, line=line)
+        return Split(TWICE, why, caller=caller, line=line, file=file)
     if verdict.own or not verdict.problems:
         return Split(WRONG, why)
     return Split(NEVER, why)
