@@ -129,11 +129,22 @@ def plural(count: int, kind: str) -> str:
 
 
 def summary(report: Report) -> str:
-    """``3 helpers, 17 call sites, 2 tests: 2 patched, 18 to patch, 2 to write``: one count for
-    every command, each item counted once in its kind and once in its state."""
-    kinds = ", ".join(plural(count, kind) for kind, count in report.kinds().items())
-    states = ", ".join(f"{count} {state}" for state, count in report.states().items())
-    return f"{kinds}: {states}" if report.items else "no sites"
+    """``3 helpers to patch; 17 call sites: 16 to patch, 1 kept by the fork; 1 test to write; 3 call
+    sites not in this release``: each kind counted apart, with the states of its items (which add up
+    to its count), and the sites the tree does not have (rules for other releases) counted last,
+    apart from the sites it has."""
+    parts, absent = [], []
+    for kind, states in report.counts().items():
+        missing = states.pop(State.ABSENT.value, 0)
+        count = sum(states.values())
+        if len(states) == 1:
+            [state] = states
+            parts.append(f"{plural(count, kind)} {state}")
+        elif states:
+            parts.append(f"{plural(count, kind)}: " + ", ".join(f"{n} {state}" for state, n in states.items()))
+        if missing:
+            absent.append(f"{plural(missing, kind)} {State.ABSENT.value}")
+    return "; ".join(parts + absent) if report.items else "no sites"
 
 
 def where(target: Target, cwd: Optional[Path] = None) -> str:

@@ -113,20 +113,38 @@ def test_one_count_in_check_apply_and_after(tree, capsys):
     to_patch = before["summary"]["states"]["to patch"]
     assert applied["summary"]["states"]["patched now"] == to_patch
     assert after["summary"]["states"]["patched"] == to_patch + before["summary"]["states"].get("patched", 0)
-    states = ", ".join(f"{count} {state}" for state, count in after["summary"]["states"].items())
-    assert (
-        run(capsys, "check", str(tree.root))[1].splitlines()[-1]
-        == f"3 helpers, {kinds['call site']} call sites: {states}"
+    absent = after["summary"]["by_kind"]["call site"]["not in this release"]
+    assert after["summary"]["by_kind"] == {
+        "helper": {"patched": 3},
+        "call site": {"patched": kinds["call site"] - absent, "not in this release": absent},
+    }
+    assert run(capsys, "check", str(tree.root))[1].splitlines()[-1] == (
+        f"3 helpers patched; {kinds['call site'] - absent} call sites patched; "
+        f"{absent} call sites not in this release"
     )
 
 
-def test_summary_wording_is_the_report_counts(tree):
+def test_summary_counts_each_kind_apart_and_each_kinds_states_add_up(tree):
+    """Helpers and call sites counted apart, each kind's states adding up to its count; the sites a
+    release does not have (the rules of other releases) counted last, apart from those it has."""
     report = api.check(tree.root)
-    kinds, states = report.kinds(), report.states()
-    text = cli.summary(report)
-    for kind, count in kinds.items():
-        assert f"{count} {kind if count == 1 else kind + 's'}" in text
-    assert text.endswith(", ".join(f"{count} {state}" for state, count in states.items()))
+    by_kind = report.counts()
+    assert {kind: sum(states.values()) for kind, states in by_kind.items()} == report.kinds()
+    sites = by_kind["call site"]
+    absent = sites["not in this release"]
+    assert absent and set(sites) == {"to patch", "not in this release"}
+    assert cli.summary(report) == (
+        f"3 helpers to patch; {sites['to patch']} call sites to patch; {absent} call sites not in this release"
+    )
+    kept = cli.summary(
+        api.check(tree.root, keep=(f"srt/layers/attention/flashinfer_mla_backend.py:{MLA_CLASS}.common_template",))
+    )
+    # each kind's states add up to its count (the keep names a method of two sites)
+    assert f"; {sites['to patch']} call sites: {sites['to patch'] - 2} to patch, 2 kept by the fork; " in kept
+    for part in kept.split("; "):
+        count, rest = part.split(" ", 1)
+        if ": " in rest:
+            assert int(count) == sum(int(each.split(" ", 1)[0]) for each in rest.split(": ", 1)[1].split(", "))
 
 
 def test_json_schema(tree, capsys):
