@@ -310,18 +310,29 @@ def github_escape(text: str, property_value: bool = False) -> str:
     return text.replace(":", "%3A").replace(",", "%2C") if property_value else text
 
 
+#: GitHub shows at most 10 error annotations a step (and 10 notices); the rest of a step's are dropped
+GITHUB_ERRORS = 10
+
+
+def github_annotated(report: Report) -> list[Item]:
+    """The items ``--format github`` annotates, in its order: the sites no rule knows (which block
+    ``apply``) first, then the rest to act on, each group as listed."""
+    return sorted((item for item in report.items if item.needs_action or item.error), key=lambda item: not item.error)
+
+
 def print_github(report: Report, argv_target: Optional[str]) -> None:
-    """One ``::error`` workflow annotation per item to act on (on a refused tree: saying why
-    ``apply`` refuses it, not to run it), then the summary and next step."""
+    """One ``::error`` workflow annotation per item to act on (on a refused tree: the refusals
+    first, and the others saying why ``apply`` refuses the tree, not to run it), at most
+    ``GITHUB_ERRORS`` of them (GitHub drops the rest), the others named in one ``::notice``;
+    then the summary and next step."""
     fix = command_line("apply", report, argv_target)
     refused = [item.file + (f":{item.line}" if item.line else "") for item in report.errors]
     blocked = (
         f"; `{fix}` refuses the tree until the {plural(len(refused), 'site')} no rule knows "
         f"({', '.join(refused)}) are kept or rewritten"
     )
-    for item in report.items:
-        if not (item.needs_action or item.error):
-            continue
+    annotated = github_annotated(report)
+    for item in annotated[:GITHUB_ERRORS]:
         properties = f"file={github_escape(item.file, True)}"
         if item.line:
             properties += f",line={item.line}"
@@ -335,6 +346,15 @@ def print_github(report: Report, argv_target: Optional[str]) -> None:
         else:
             message += blocked if refused else f"; run `{fix}`"
         print(f"::error {properties}::{github_escape(message)}")
+    rest = annotated[GITHUB_ERRORS:]
+    if rest:
+        named = ", ".join(
+            item.file + (f":{item.line}" if item.line else "") + f" {item.scope} ({item.state})" for item in rest
+        )
+        more = (
+            f"{plural(len(rest), 'more item')} to act on, not annotated (GitHub shows {GITHUB_ERRORS} errors a step): "
+        )
+        print(f"::notice title={PROG}::{github_escape(more + named)}")
     for note in report.notes:
         print(f"::notice title={PROG}::{github_escape(note)}")
     print(summary(report))

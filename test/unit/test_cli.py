@@ -18,13 +18,16 @@ from typing import Optional
 import pytest
 from rule_test_support import (
     COMMON_TEMPLATE,
+    DRAFT_FORWARD,
     EAGER,
     FLASHINFER,
     FLASHINFER_MLA,
     GRAPH,
     INIT,
+    WORKER_V2,
     Tree,
     backend_module,
+    worker_module,
     write_bystanders,
 )
 from sglang_draft_layout import api, cli
@@ -188,16 +191,31 @@ def test_json_schema(tree, capsys):
     )
 
 
+def annotations_of(out: str) -> tuple[list[str], list[str]]:
+    """The ``::error`` and the ``::notice`` lines of ``--format github``'s output."""
+    lines = out.splitlines()
+    return [line for line in lines if line.startswith("::error ")], [
+        line for line in lines if line.startswith("::notice ")
+    ]
+
+
 def test_github_annotations(tree, capsys):
+    """One ``::error`` per item to act on, at most 10 (GitHub drops a step's 11th on), the rest
+    named in one ``::notice``."""
     code, out, _ = run(capsys, "check", "--format", "github", str(tree.root))
     sites = api.check(tree.root).to_do
-    annotations = [line for line in out.splitlines() if line.startswith("::")]
-    assert code == 1 and len(annotations) == len(sites)
-    for line, site in zip(annotations, sites):
+    errors, notices = annotations_of(out)
+    assert code == 1 and len(sites) > cli.GITHUB_ERRORS == 10 and len(errors) == 10
+    for line, site in zip(errors, sites):
         assert line.startswith(
             f"::error file=sglang/{site.file.removeprefix('sglang/')},line={site.line}," "title=sglang-draft-layout::"
         )
         assert f"{site.scope} ({site.site}): to patch; upstream {site.upstream}; run `sglang-draft-layout apply" in line
+    rest = sites[10:]
+    assert notices == [
+        f"::notice title=sglang-draft-layout::{len(rest)} more items to act on, not annotated (GitHub shows 10 "
+        "errors a step): " + ", ".join(f"{site.file}:{site.line} {site.scope} (to patch)" for site in rest)
+    ]
     assert out.splitlines()[-2:] == [cli.summary(api.check(tree.root)), f"next: sglang-draft-layout apply {tree.root}"]
 
 
@@ -457,8 +475,9 @@ def test_stderr_is_wrapped_to_the_terminal(refused, capsys, monkeypatch):
 def test_github_annotations_on_a_refused_tree_name_the_refusal(refused, capsys):
     code, out, _ = run(capsys, "check", "--format", "github", str(refused.root))
     report = api.check(refused.root)
-    annotations = [line for line in out.splitlines() if line.startswith("::error ")]
-    assert code == 2 and len(annotations) == len(report.to_do) + len(report.errors)
+    annotations, notices = annotations_of(out)
+    acted_on = [item for item in report.items if item.needs_action or item.error]
+    assert code == 2 and len(acted_on) > 10 and len(annotations) == 10 and len(notices) == 1
     assert not [line for line in annotations if "run `" in line]
     where = ", ".join(f"{item.file}:{item.line}" for item in report.errors)
     for line in annotations:
@@ -471,6 +490,28 @@ def test_github_annotations_on_a_refused_tree_name_the_refusal(refused, capsys):
             )
     assert out.splitlines()[-1].startswith(f"next: {where}: keep the fork's code")
     assert out.splitlines()[-1].endswith(f"; then run `sglang-draft-layout check {refused.root}`")
+
+
+def test_github_annotates_the_refusals_first_however_many_sites_come_before_them(tree, capsys):
+    """The site that blocks ``apply`` is the first ``::error`` line, even where the report lists
+    more than 10 items to act on before it (the V2 worker, listed last); the others past the 10th
+    are named in the one notice."""
+    foreign = DRAFT_FORWARD.replace("permute((2, 0, 1))", "permute((1, 0, 2))")
+    tree.write(WORKER_V2, worker_module("EagleDraftWorker", foreign))
+    report = api.check(tree.root)
+    acted_on = [item for item in report.items if item.needs_action or item.error]
+    [refusal] = report.errors
+    assert acted_on.index(refusal) >= 10  # a report-ordered cut at 10 would hide it
+    out = run(capsys, "check", "--format", "github", str(tree.root))[1]
+    errors, [notice] = annotations_of(out)
+    assert len(errors) == 10 and errors[0].startswith(
+        f"::error file=sglang/srt/speculative/eagle_worker_v2.py,line={refusal.line},"
+    )
+    assert "no rule knows this form" in errors[0] and not any("no rule knows this form" in e for e in errors[1:])
+    shown = cli.github_annotated(report)
+    assert shown[0] == refusal and set(shown) == set(acted_on)
+    assert notice.startswith(f"::notice title=sglang-draft-layout::{len(acted_on) - 10} more items to act on, ")
+    assert all(f"{item.file}:{item.line} {item.scope} (to patch)" in notice for item in shown[10:])
 
 
 def test_clean_tree_is_two_lines(tree, capsys):
