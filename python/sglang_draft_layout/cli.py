@@ -1,9 +1,10 @@
 """sglang-draft-layout check | diff | apply | demo: print the reports of ``api``.
 
-Text output fits the terminal (``COLUMNS`` wins), stdout and stderr alike: a short header,
-one line per item that needs action or that the fork decided (``-v``: every item), one
-summary line, and the one next step. Colour only on a terminal, never with ``NO_COLOR``.
-Commands printed for the user to run, and error lines, are wrapped, never cut.
+Text output fits the terminal (``COLUMNS`` wins): a short header, one line per item that needs
+action or that the fork decided (``-v``: every item), one summary line, and the one next step.
+Colour only on a terminal, never with ``NO_COLOR``. Commands printed for the user to run are
+wrapped, never cut. Error and warning lines on stderr are wrapped to its terminal only when it
+is one; otherwise (a CI log, a pipe to ``grep``) each is one line, as black and ruff print them.
 """
 
 from __future__ import annotations
@@ -120,8 +121,10 @@ def terminal_width(stream: Optional[TextIO] = None) -> int:
 
 
 def stderr() -> Printer:
-    """Errors and warnings, wrapped to stderr's terminal like the rest of the output."""
-    return Printer(sys.stderr, terminal_width(sys.stderr), False)
+    """Errors and warnings: wrapped to stderr's terminal when it is one (``COLUMNS`` wins there);
+    otherwise one line each, never wrapped, so that a CI log and ``grep`` get whole lines."""
+    on_terminal = getattr(sys.stderr, "isatty", lambda: False)()
+    return Printer(sys.stderr, terminal_width(sys.stderr) if on_terminal else sys.maxsize, False)
 
 
 def plural(count: int, kind: str) -> str:
@@ -298,7 +301,7 @@ def error_line(report: Report, item: Item) -> str:
 
 
 def print_errors(report: Report, suffix: str = "") -> None:
-    """One ``error:`` line per site no rule knows, on stderr, wrapped to its terminal."""
+    """One ``error:`` line per site no rule knows, on stderr (wrapped to its terminal only, ``stderr``)."""
     err = stderr()
     for item in report.errors:
         err.wrapped(f"error: {error_line(report, item)}{suffix}")

@@ -461,15 +461,54 @@ def test_apply_on_a_refused_tree_names_every_site_as_check_does(refused, capsys)
         api.apply(refused.root)
 
 
-def test_stderr_is_wrapped_to_the_terminal(refused, capsys, monkeypatch):
+def test_stderr_is_wrapped_to_the_terminal_only(refused, capsys, monkeypatch):
+    """On a terminal (``COLUMNS`` wins) each error is wrapped, a `quoted` span whole; off one (a CI
+    log, a pipe, a file) each error is one line however wide ``COLUMNS`` says the screen is."""
     monkeypatch.setenv("COLUMNS", "70")
+    unwrapped = run(capsys, "check", str(refused.root))[2]
+    assert len(unwrapped.splitlines()) == len(api.check(refused.root).errors) == 2
+    assert all(line.startswith("error: ") and len(line) > 70 for line in unwrapped.splitlines())
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     err = run(capsys, "check", str(refused.root))[2]
     for line in err.splitlines():  # wider only where one word (a path, a `--keep ...` to copy) is wider
         assert len(line) <= 70 or " " not in re.sub(r"`[^`]*`", "word", line.strip()), line
     assert len(err.splitlines()) > 2 * 2
     assert "`# sglang-draft-layout: keep`" in err  # the comment to copy is never broken
-    monkeypatch.setenv("COLUMNS", "1000")
-    assert joined(err) == run(capsys, "check", str(refused.root))[2].splitlines()
+    assert joined(err) == unwrapped.splitlines()
+
+
+def _stderr_of(argv: list[str], env: dict[str, str], terminal: bool) -> str:
+    """What the CLI printed on stderr, that being a pseudo-terminal or a pipe."""
+    if not terminal:
+        command = [sys.executable, "-m", "sglang_draft_layout", *argv]
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120).stderr
+    primary, secondary = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sglang_draft_layout", *argv], stdout=subprocess.DEVNULL, stderr=secondary, env=env
+    )
+    os.close(secondary)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    process.wait(timeout=120)
+    os.close(primary)
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_errors_on_a_real_terminal_are_wrapped_and_in_a_pipe_are_one_line_each(refused):
+    env = dict(os.environ, COLUMNS="80", PYTHONPATH=os.pathsep.join(sys.path))
+    piped = _stderr_of(["check", str(refused.root)], env, terminal=False).splitlines()
+    # one line per error (the separate process judges the mimic's draft paths too: more errors)
+    assert len(piped) >= 2 and all(line.startswith("error: ") and len(line) > 80 for line in piped)
+    on_terminal = _stderr_of(["check", str(refused.root)], env, terminal=True)
+    assert len(on_terminal.splitlines()) > len(piped) and joined(on_terminal) == piped
+    assert all(len(line) <= 80 or " " not in re.sub(r"`[^`]*`", "w", line.strip()) for line in on_terminal.splitlines())
 
 
 def test_github_annotations_on_a_refused_tree_name_the_refusal(refused, capsys):
