@@ -150,11 +150,14 @@ def summary(report: Report) -> str:
     return "; ".join(parts + absent) if report.items else "no sites"
 
 
-def where(target: Target, cwd: Optional[Path] = None) -> str:
-    """The target root as the user would name it: relative when it holds or is under the working folder."""
+def where(target: Target, cwd: Optional[Path] = None, above: bool = False) -> str:
+    """The target root as the user would name it: ``.`` when it is the working folder, relative
+    when it is below it, else absolute: from a subfolder of the tree its root is named whole, not
+    ``../../..``, which says nothing of which tree (``above``: relative there too, for a command
+    to run from the working folder, e.g. ``git -C ../../.. add``)."""
     cwd = (cwd or Path.cwd()).resolve()
     root = target.root
-    if root == cwd or root in cwd.parents or cwd in root.parents:
+    if root == cwd or cwd in root.parents or (above and root in cwd.parents):
         return os.path.relpath(root, cwd)
     return str(root)
 
@@ -392,7 +395,7 @@ def print_apply(report: Report, verbosity: int, out: Printer) -> None:
     out.line(f"wrote {plural(len(report.files), 'file')}" + (f" ({len(new)} new)" if new else ""))
     if in_git_checkout(report.target.root):
         out.line("next: review, then stage exactly the files written, and commit")
-        root = where(report.target)
+        root = where(report.target, above=True)
         git = "git add" if root == "." else f"git -C {shlex.quote(root)} add"
         out.command(" ".join([git, *(shlex.quote(f.path) for f in report.files)]))
 
@@ -527,10 +530,14 @@ def parser() -> argparse.ArgumentParser:
         default="text",
         help="json: docs/json.md's schema; github: workflow annotations (::error file=...,line=...)",
     )
+    diff_exits = (
+        "write nothing; exit 0 (with --exit-code: 1 when there is a patch), 2 with nothing printed when a "
+        "site no rule knows refuses the tree (or on bad input)"
+    )
     diff = commands.add_parser(
         "diff",
-        help="print the patch as a git diff (paths from the tree's root); write " "nothing; exit 0",
-        description="Print the patch; write nothing.",
+        help=f"print the patch as a git diff (paths from the tree's root); {diff_exits}",
+        description=f"Print the patch as a git diff; {diff_exits}.",
     )
     _add_target(diff)
     diff.add_argument(

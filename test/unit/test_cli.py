@@ -232,6 +232,15 @@ def test_diff_exits_0_and_exit_code_gives_1_like_git(tree, capsys):
     assert run(capsys, "diff", "--exit-code", str(tree.root))[:2] == (0, "")
 
 
+def test_diff_on_a_refused_tree_exits_2_printing_no_patch(refused, capsys):
+    """As ``diff --help`` says: nothing on stdout (no partial patch to apply), the errors on stderr."""
+    code, out, err = run(capsys, "diff", str(refused.root))
+    assert (code, out) == (2, "") and err.count("error: ") == len(api.check(refused.root).errors) == 2
+    assert run(capsys, "diff", "--exit-code", str(refused.root))[:2] == (2, "")
+    diff_help = cli.parser()._subparsers._group_actions[0].choices["diff"].format_help()
+    assert "2 with nothing printed when a site no rule knows" in " ".join(diff_help.split())
+
+
 def test_apply_lists_files_and_the_fixing_hook_flag(tree, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     monkeypatch.chdir(tree.root)
@@ -284,11 +293,12 @@ def test_apply_prints_the_git_add_of_every_file_it_wrote(tmp_path, capsys, monke
     patched = [line.split()[1] for line in lines if line.startswith("patched ")]
     assert code == 0 and len(new) == 2 and all(path.startswith("test/registered/") for path in new)
     assert len(patched) == 4 and f"wrote {len(patched) + 2} files (2 new)" in lines
-    assert lines[0] == "SGLang 0.5.12 (_version.py), at ../../.."
+    lead = "SGLang 0.5.12 (_version.py), at "  # the root above: absolute (cut from the left to fit), not ../../..
+    assert lines[0] == lead + cli.fit_left(str(root), 80 - len(lead)) and lines[0].endswith(f"/{root.name}")
     assert max(map(len, lines)) <= 80
     at = lines.index("next: review, then stage exactly the files written, and commit")
     command = " ".join(line.strip().rstrip("\\").strip() for line in lines[at + 1 :])
-    assert command == f"git -C ../../.. add {' '.join(patched + new)}"
+    assert command == f"git -C ../../.. add {' '.join(patched + new)}"  # a command to run from here: short
     subprocess.run(command.split(), check=True)
     assert sorted(git(root, "diff", "--cached", "--name-only").split()) == sorted(patched + new)
     assert git(root, "diff", "--name-only") == ""  # nothing written is left unstaged
@@ -332,6 +342,12 @@ def test_header_states_the_release_from_the_forks_own_files(tmp_path, capsys, mo
 
 
 def test_found_upward_from_a_subfolder(tree, capsys, monkeypatch):
+    monkeypatch.chdir(tree.package / "srt" / "layers" / "attention")
+    assert run(capsys, "check", ".")[1].splitlines()[0] == f"SGLang 0.5.12 (_version.py), at {tree.root}"
+    monkeypatch.chdir(tree.root.parent)  # the root below the working folder: as the user would name it
+    assert (
+        run(capsys, "check", tree.root.name)[1].splitlines()[0] == f"SGLang 0.5.12 (_version.py), at {tree.root.name}"
+    )
     monkeypatch.chdir(tree.package / "srt" / "layers" / "attention")
     data = report_json(capsys, "check", ".")
     assert data["target"]["root"] == str(tree.root) and data["exit_code"] == 1

@@ -95,3 +95,14 @@ def test_every_option_the_readme_names_exists():
     }
     assert named - server_flags <= known, named - server_flags - known
     assert {"--format", "--exit-code", "--exit-non-zero-on-fix", "--no-tests", "-v", "-q"} <= known
+
+
+def test_the_package_description_names_the_releases_the_readme_does():
+    """pyproject's description: the releases the tool patches (the README's first line says them),
+    and that later ones are left as they are; not one family of them."""
+    import tomllib
+
+    description = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["description"]
+    patched = re.search(r"\b(\d+\.\d+\.\d+) to (\d+\.\d+\.\d+)\b", description).groups()
+    assert patched == ("0.4.8", "0.5.12") and patched == re.search(r"(\d\.\d\.\d+) to (\d\.\d\.\d+)", README).groups()
+    assert "0.5.13 and later are left as they are" in description
