@@ -33,16 +33,28 @@ def test_first_two_commands_install_demo_and_run_the_tests():
 
 
 def pre_commit_snippet() -> str:
-    """The README's ``.pre-commit-config.yaml`` entry (test/fork_ci/test_precommit_hook.py runs it)."""
-    snippet = README[README.index("```yaml\n- repo:") + len("```yaml\n") :]
+    """The README's ``.pre-commit-config.yaml`` (test/fork_ci/test_precommit_hook.py runs it)."""
+    snippet = README[README.index("```yaml\nrepos:\n") + len("```yaml\n") :]
     return snippet[: snippet.index("```")]
+
+
+def test_pre_commit_snippet_is_a_whole_config_in_yaml():
+    """Pasted at column 0 into an empty file, or its entry under a ``repos:`` that indents its list."""
+    import yaml
+
+    config = yaml.safe_load(pre_commit_snippet())
+    assert list(config) == ["repos"] and [sorted(entry) for entry in config["repos"]] == [["hooks", "repo", "rev"]]
+    entry = pre_commit_snippet().split("\n", 1)[1]
+    assert yaml.safe_load("repos:\n  - repo: https://example.com/other\n    rev: v1\n    hooks: []\n" + entry)["repos"][
+        1
+    ] == (config["repos"][0])
 
 
 def test_pre_commit_snippet_names_real_hooks_and_a_commit_not_a_tag():
     hooks = set(re.findall(r"^- id: (\S+)$", (REPO / ".pre-commit-hooks.yaml").read_text(), re.MULTILINE))
     snippet = pre_commit_snippet()
     assert set(re.findall(r"id: ([\w-]+)", snippet)) == hooks == {"sglang-draft-layout", "sglang-draft-layout-apply"}
-    assert re.search(r"^  rev: <a commit hash of it, from git rev-parse HEAD in your clone>$", snippet, re.MULTILINE)
+    assert re.search(r"^    rev: <a commit hash of it, from git rev-parse HEAD in your clone>$", snippet, re.MULTILINE)
     assert "@v" not in README and "rev: v" not in README  # no tag is kept in this repository
 
 
