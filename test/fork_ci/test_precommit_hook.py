@@ -155,7 +155,7 @@ def filled(snippet: str, repo: Path, rev: str, hook: str) -> str:
     return "".join(f"{line}\n" for line in lines)
 
 
-def test_readme_snippet_is_a_complete_valid_config():
+def test_readme_snippet_is_a_complete_valid_config(tmp_path):
     """Pasted as it is, the snippet is a whole `.pre-commit-config.yaml` (YAML, and pre-commit's schema)."""
     from pre_commit.clientlib import load_config
 
@@ -163,13 +163,9 @@ def test_readme_snippet_is_a_complete_valid_config():
     config = yaml.safe_load(snippet)
     [entry] = config["repos"]
     assert set(entry) == {"repo", "rev", "hooks"} and [hook["id"] for hook in entry["hooks"]] == [HOOK]
-    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"precommit-config-{os.getpid()}.yaml"
-    path.write_text(filled(snippet, REPO, "0" * 40, FIXING_HOOK))
-    try:
-        loaded = load_config(str(path))
-    finally:
-        path.unlink()
-    assert [hook["id"] for hook in loaded["repos"][0]["hooks"]] == [FIXING_HOOK]
+    path = tmp_path / ".pre-commit-config.yaml"
+    path.write_text(filled(snippet, REPO, "5d1f0c2ab" + "e" * 31, FIXING_HOOK))  # a commit's 40 hex digits
+    assert [hook["id"] for hook in load_config(str(path))["repos"][0]["hooks"]] == [FIXING_HOOK]
 
 
 def test_readme_snippet_runs_as_written_from_a_fresh_clone(fork, clone, tmp_path):
