@@ -1,27 +1,89 @@
-"""README.md stays true to the code: its first two commands (the install-and-demo and the test
-run .ci/run calls), the pre-commit snippet's hook ids and rev (a commit; the snippet itself runs in
-test/fork_ci/test_precommit_hook.py), the Python API snippet (run on a refused tree and on one to
-patch), and every option it names."""
+"""README.md stays true to the code: at most 150 lines in the order a maintainer reads them, its
+first two commands (the install-and-demo and the test run .ci/run calls), the exit codes it gives,
+the summary and site count it quotes for 0.5.12 (the tool's own, on the release), the pre-commit
+snippet's hook ids and rev (a commit; the snippet itself runs in
+test/fork_ci/test_precommit_hook.py), and every option it names; docs/reference.md's Python API
+snippet (run on a refused tree and on one to patch) and options too."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import pytest
 from rule_test_support import COMMON_TEMPLATE, EAGER, FLASHINFER, GRAPH, INIT, backend_module, write_bystanders
 from sglang_draft_layout import api, cli
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
+REFERENCE = (REPO / "docs" / "reference.md").read_text()
 
 
-def commands() -> list[str]:
-    """The README's indented command lines (4 spaces, outside fenced blocks), in order."""
-    return [
-        line.strip()
-        for line in README.splitlines()
-        if line.startswith("    ") and line.strip() and not line.startswith("     ")
+def commands(text: str = README) -> list[str]:
+    """The indented command lines (4 spaces, outside fenced blocks), in order."""
+    found, fenced = [], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("    ") and line.strip() and not line.startswith("     "):
+            found.append(line.strip())
+    return found
+
+
+def test_readme_is_short_and_in_the_order_a_maintainer_reads():
+    assert len(README.splitlines()) <= 150
+    sections = [line[3:] for line in README.splitlines() if line.startswith("## ")]
+    assert sections == [
+        "What it fixes",
+        "Do I need it?",
+        "Install and run",
+        "Keeping a fork patched",
+        "Upgrading to upstream 0.5.13 or later",
+        "Reverting",
+        "Limits",
+        "More",
     ]
+    fixes = README[README.index("## What it fixes") : README.index("## Do I need it?")]
+    assert "```diff\n" in fixes and len(fixes.split("```diff\n")[1].split("```")[0].splitlines()) <= 10
+    assert commands()[2:5] == [
+        "sglang-draft-layout check .                         # each site to patch, a summary, the next command",
+        "sglang-draft-layout diff . > ../draft-layout.patch  # the patch as a git diff; writes nothing",
+        "sglang-draft-layout apply .                         # every file or none; prints the `git add` to run",
+    ]
+
+
+@pytest.mark.releases
+def test_the_before_and_after_is_a_real_site_as_apply_writes_it(tmp_path):
+    """The README's diff is lines of 0.5.12's FlashInfer CUDA-graph row and of the patch of it."""
+    from support.sglang_release import require_release, scratch_tree
+
+    require_release("0.5.12")
+    fixes = README[README.index("```diff\n") + len("```diff\n") :]
+    shown = fixes[: fixes.index("```")].splitlines()
+    patch = api.diff(scratch_tree("0.5.12", tmp_path)).patch.splitlines()
+    assert any(patch[start : start + len(shown)] == shown for start in range(len(patch))), shown
+    assert "-            (self.speculative_num_steps, max_bs * self.max_context_len)," in shown
+
+
+@pytest.mark.releases
+def test_the_summary_and_site_count_it_quotes_are_the_tools_on_0_5_12():
+    from support.sglang_release import pristine_tree, require_release
+
+    require_release("0.5.12")
+    report = api.check(pristine_tree("0.5.12"))
+    assert f"`{cli.summary(report)}`" in README
+    sites = sum(item.state != "not in this release" for item in report.items if item.kind == api.CALL_SITE)
+    assert re.search(r"On 0\.5\.12 that is 3 helpers inserted and (\d+) call sites", README).group(1) == str(sites)
+
+
+def test_the_exit_codes_it_gives_are_the_commands():
+    """check 0/1/2, diff 0 (1 with --exit-code), 2 printing nothing on a refused tree, apply 0/2
+    (test_cli.py runs each); the help says the same for diff."""
+    said = " ".join(README[README.index("`check` exits 0") :].split("\n\n")[0].split())
+    assert said.startswith("`check` exits 0 when nothing is left, 1 when something is, 2 when a site is in a form")
+    assert "`diff` exits 0 (1 with `--exit-code` when there is a patch), or 2 with nothing printed" in said
+    assert "`apply` exits 0, or 2 writing nothing." in said
+    assert "writes nothing; exit 0" + "\n" not in README
 
 
 def test_first_two_commands_install_demo_and_run_the_tests():
@@ -59,14 +121,14 @@ def test_pre_commit_snippet_names_real_hooks_and_a_commit_not_a_tag():
 
 
 def python_snippet() -> str:
-    """The README's Python API example."""
-    snippet = README[README.index("```python\n") + len("```python\n") :]
+    """docs/reference.md's Python API example."""
+    snippet = REFERENCE[REFERENCE.index("```python\n") + len("```python\n") :]
     return snippet[: snippet.index("```")]
 
 
 def run_snippet(root: Path, capsys) -> str:
     capsys.readouterr()
-    exec(compile(python_snippet().replace('"path/to/sglang-fork"', repr(str(root))), "README.md", "exec"), {})
+    exec(compile(python_snippet().replace('"path/to/sglang-fork"', repr(str(root))), "docs/reference.md", "exec"), {})
     return capsys.readouterr().out
 
 
@@ -95,7 +157,8 @@ def test_api_snippet_patches_a_tree_to_patch(sglang_tree, capsys):
 def test_every_option_the_readme_names_exists():
     subparsers = cli.parser()._subparsers._group_actions[0].choices
     known = {option for sub in subparsers.values() for action in sub._actions for option in action.option_strings}
-    named = set(re.findall(r"`(--[a-z-]+)", README)) | set(re.findall(r"`(-[vq])`", README))
+    text = README + REFERENCE
+    named = set(re.findall(r"`(--[a-z-]+)", text)) | set(re.findall(r"`(-[vq])`", text))
     server_flags = {
         "--speculative-num-steps",
         "--speculative-eagle-topk",
