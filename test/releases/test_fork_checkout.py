@@ -187,7 +187,7 @@ def test_an_up_to_date_fork_has_nothing_to_write(pristine, tmp_path, capsys):
     assert run_cli(root, "diff", "--exit-code", ".").returncode == 0
 
     assert cli.main(["check", "--tests", str(root)]) == 1
-    assert "1 to write" in capsys.readouterr().out
+    assert "; 1 test to write" in capsys.readouterr().out
     assert cli.main(["apply", "--tests", str(root)]) == 0
     assert (root / CPU_TEST).is_file() and capsys.readouterr()
     assert cli.main(["check", "--format", "json", str(root)]) == 0
