@@ -46,6 +46,6 @@ def warm_python(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def whole_lines(monkeypatch):
-    """A terminal wider than any line a test makes, so that the CLI wraps none (its output,
-    stdout and stderr, fits ``COLUMNS``): tests of the width set their own."""
+    """A terminal wider than any line a test makes, so that the CLI wraps none of its output (which
+    fits ``COLUMNS``; stderr is wrapped only on a terminal): tests of the width set their own."""
     monkeypatch.setenv("COLUMNS", "100000")

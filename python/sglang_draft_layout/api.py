@@ -148,6 +148,14 @@ class Report:
         """How many items are in each state (in the order first listed)."""
         return dict(Counter(item.state for item in self.items))
 
+    def counts(self) -> dict[str, dict[str, int]]:
+        """How many items of each kind are in each state (kinds and states in the order first
+        listed): helpers and call sites counted apart, so each kind's states add up to its count."""
+        counts: dict[str, Counter] = {}
+        for item in self.items:
+            counts.setdefault(item.kind, Counter())[item.state] += 1
+        return {kind: dict(states) for kind, states in counts.items()}
+
     def to_json(self) -> dict[str, Any]:
         """The report as docs/json.md describes it (``schema_version`` SCHEMA_VERSION)."""
         target = self.target
@@ -164,7 +172,12 @@ class Report:
                 "git_describe": target.git_describe,
             },
             "exit_code": self.exit_code,
-            "summary": {"total": len(self.items), "kinds": self.kinds(), "states": self.states()},
+            "summary": {
+                "total": len(self.items),
+                "kinds": self.kinds(),
+                "states": self.states(),
+                "by_kind": self.counts(),
+            },
             "sites": [item.to_json() for item in self.items],
             "files": [{"path": f.path, "new": f.new} for f in self.files],
             "notes": list(self.notes),

@@ -1,9 +1,10 @@
 """sglang-draft-layout check | diff | apply | demo: print the reports of ``api``.
 
-Text output fits the terminal (``COLUMNS`` wins), stdout and stderr alike: a short header,
-one line per item that needs action or that the fork decided (``-v``: every item), one
-summary line, and the one next step. Colour only on a terminal, never with ``NO_COLOR``.
-Commands printed for the user to run, and error lines, are wrapped, never cut.
+Text output fits the terminal (``COLUMNS`` wins): a short header, one line per item that needs
+action or that the fork decided (``-v``: every item), one summary line, and the one next step.
+Colour only on a terminal, never with ``NO_COLOR``. Commands printed for the user to run are
+wrapped, never cut. Error and warning lines on stderr are wrapped to its terminal only when it
+is one; otherwise (a CI log, a pipe to ``grep``) each is one line, as black and ruff print them.
 """
 
 from __future__ import annotations
@@ -120,8 +121,10 @@ def terminal_width(stream: Optional[TextIO] = None) -> int:
 
 
 def stderr() -> Printer:
-    """Errors and warnings, wrapped to stderr's terminal like the rest of the output."""
-    return Printer(sys.stderr, terminal_width(sys.stderr), False)
+    """Errors and warnings: wrapped to stderr's terminal when it is one (``COLUMNS`` wins there);
+    otherwise one line each, never wrapped, so that a CI log and ``grep`` get whole lines."""
+    on_terminal = getattr(sys.stderr, "isatty", lambda: False)()
+    return Printer(sys.stderr, terminal_width(sys.stderr) if on_terminal else sys.maxsize, False)
 
 
 def plural(count: int, kind: str) -> str:
@@ -129,18 +132,32 @@ def plural(count: int, kind: str) -> str:
 
 
 def summary(report: Report) -> str:
-    """``3 helpers, 17 call sites, 2 tests: 2 patched, 18 to patch, 2 to write``: one count for
-    every command, each item counted once in its kind and once in its state."""
-    kinds = ", ".join(plural(count, kind) for kind, count in report.kinds().items())
-    states = ", ".join(f"{count} {state}" for state, count in report.states().items())
-    return f"{kinds}: {states}" if report.items else "no sites"
+    """``3 helpers to patch; 17 call sites: 16 to patch, 1 kept by the fork; 1 test to write; 3 call
+    sites not in this release``: each kind counted apart, with the states of its items (which add up
+    to its count), and the sites the tree does not have (rules for other releases) counted last,
+    apart from the sites it has."""
+    parts, absent = [], []
+    for kind, states in report.counts().items():
+        missing = states.pop(State.ABSENT.value, 0)
+        count = sum(states.values())
+        if len(states) == 1:
+            [state] = states
+            parts.append(f"{plural(count, kind)} {state}")
+        elif states:
+            parts.append(f"{plural(count, kind)}: " + ", ".join(f"{n} {state}" for state, n in states.items()))
+        if missing:
+            absent.append(f"{plural(missing, kind)} {State.ABSENT.value}")
+    return "; ".join(parts + absent) if report.items else "no sites"
 
 
-def where(target: Target, cwd: Optional[Path] = None) -> str:
-    """The target root as the user would name it: relative when it holds or is under the working folder."""
+def where(target: Target, cwd: Optional[Path] = None, above: bool = False) -> str:
+    """The target root as the user would name it: ``.`` when it is the working folder, relative
+    when it is below it, else absolute: from a subfolder of the tree its root is named whole, not
+    ``../../..``, which says nothing of which tree (``above``: relative there too, for a command
+    to run from the working folder, e.g. ``git -C ../../.. add``)."""
     cwd = (cwd or Path.cwd()).resolve()
     root = target.root
-    if root == cwd or root in cwd.parents or cwd in root.parents:
+    if root == cwd or cwd in root.parents or (above and root in cwd.parents):
         return os.path.relpath(root, cwd)
     return str(root)
 
@@ -287,7 +304,7 @@ def error_line(report: Report, item: Item) -> str:
 
 
 def print_errors(report: Report, suffix: str = "") -> None:
-    """One ``error:`` line per site no rule knows, on stderr, wrapped to its terminal."""
+    """One ``error:`` line per site no rule knows, on stderr (wrapped to its terminal only, ``stderr``)."""
     err = stderr()
     for item in report.errors:
         err.wrapped(f"error: {error_line(report, item)}{suffix}")
@@ -299,18 +316,29 @@ def github_escape(text: str, property_value: bool = False) -> str:
     return text.replace(":", "%3A").replace(",", "%2C") if property_value else text
 
 
+#: GitHub shows at most 10 error annotations a step (and 10 notices); the rest of a step's are dropped
+GITHUB_ERRORS = 10
+
+
+def github_annotated(report: Report) -> list[Item]:
+    """The items ``--format github`` annotates, in its order: the sites no rule knows (which block
+    ``apply``) first, then the rest to act on, each group as listed."""
+    return sorted((item for item in report.items if item.needs_action or item.error), key=lambda item: not item.error)
+
+
 def print_github(report: Report, argv_target: Optional[str]) -> None:
-    """One ``::error`` workflow annotation per item to act on (on a refused tree: saying why
-    ``apply`` refuses it, not to run it), then the summary and next step."""
+    """One ``::error`` workflow annotation per item to act on (on a refused tree: the refusals
+    first, and the others saying why ``apply`` refuses the tree, not to run it), at most
+    ``GITHUB_ERRORS`` of them (GitHub drops the rest), the others named in one ``::notice``;
+    then the summary and next step."""
     fix = command_line("apply", report, argv_target)
     refused = [item.file + (f":{item.line}" if item.line else "") for item in report.errors]
     blocked = (
         f"; `{fix}` refuses the tree until the {plural(len(refused), 'site')} no rule knows "
         f"({', '.join(refused)}) are kept or rewritten"
     )
-    for item in report.items:
-        if not (item.needs_action or item.error):
-            continue
+    annotated = github_annotated(report)
+    for item in annotated[:GITHUB_ERRORS]:
         properties = f"file={github_escape(item.file, True)}"
         if item.line:
             properties += f",line={item.line}"
@@ -324,6 +352,15 @@ def print_github(report: Report, argv_target: Optional[str]) -> None:
         else:
             message += blocked if refused else f"; run `{fix}`"
         print(f"::error {properties}::{github_escape(message)}")
+    rest = annotated[GITHUB_ERRORS:]
+    if rest:
+        named = ", ".join(
+            item.file + (f":{item.line}" if item.line else "") + f" {item.scope} ({item.state})" for item in rest
+        )
+        more = (
+            f"{plural(len(rest), 'more item')} to act on, not annotated (GitHub shows {GITHUB_ERRORS} errors a step): "
+        )
+        print(f"::notice title={PROG}::{github_escape(more + named)}")
     for note in report.notes:
         print(f"::notice title={PROG}::{github_escape(note)}")
     print(summary(report))
@@ -358,7 +395,7 @@ def print_apply(report: Report, verbosity: int, out: Printer) -> None:
     out.line(f"wrote {plural(len(report.files), 'file')}" + (f" ({len(new)} new)" if new else ""))
     if in_git_checkout(report.target.root):
         out.line("next: review, then stage exactly the files written, and commit")
-        root = where(report.target)
+        root = where(report.target, above=True)
         git = "git add" if root == "." else f"git -C {shlex.quote(root)} add"
         out.command(" ".join([git, *(shlex.quote(f.path) for f in report.files)]))
 
@@ -493,10 +530,14 @@ def parser() -> argparse.ArgumentParser:
         default="text",
         help="json: docs/json.md's schema; github: workflow annotations (::error file=...,line=...)",
     )
+    diff_exits = (
+        "write nothing; exit 0 (with --exit-code: 1 when there is a patch), 2 with nothing printed when a "
+        "site no rule knows refuses the tree (or on bad input)"
+    )
     diff = commands.add_parser(
         "diff",
-        help="print the patch as a git diff (paths from the tree's root); write " "nothing; exit 0",
-        description="Print the patch; write nothing.",
+        help=f"print the patch as a git diff (paths from the tree's root); {diff_exits}",
+        description=f"Print the patch as a git diff; {diff_exits}.",
     )
     _add_target(diff)
     diff.add_argument(

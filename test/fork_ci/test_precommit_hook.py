@@ -1,10 +1,15 @@
-"""The pre-commit hook (.pre-commit-hooks.yaml): valid by pre-commit's own schema, and run by
-`pre-commit try-repo` (a venv with this repository pip-installed) on a scratch fork: red before
-`apply`, green after. The README's snippet runs as written, from a fresh clone of this repository
-(its URL: the clone's path; its rev: `git rev-parse HEAD` of the clone), with each hook it names."""
+"""The pre-commit hook (.pre-commit-hooks.yaml): valid by pre-commit's own schema, run only on
+commits touching a file `check` reads (its `files`, no `always_run`), and run by `pre-commit
+try-repo` (a venv with this repository pip-installed) on a scratch fork: red before `apply`, green
+after. The README's snippet is a complete `.pre-commit-config.yaml` (valid YAML, valid by
+pre-commit's schema) and runs as written, from a fresh clone of this repository (its URL: the
+clone's path; its rev: `git rev-parse HEAD` of the clone), with each hook it names; a commit
+touching no draft file skips it."""
 
 from __future__ import annotations
 
+import builtins
+import io
 import os
 import re
 import subprocess
@@ -12,8 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from sglang_draft_layout import cli
+from sglang_draft_layout import api, cli
 from sglang_draft_layout.releases import cache_dir
 
 pytestmark = pytest.mark.releases
@@ -22,15 +28,87 @@ HOOK = "sglang-draft-layout"
 FIXING_HOOK = "sglang-draft-layout-apply"
 
 
-def test_manifest_is_valid():
+def manifest() -> dict[str, dict]:
     from pre_commit.clientlib import load_manifest
 
-    hooks = {hook["id"]: hook for hook in load_manifest(str(REPO / ".pre-commit-hooks.yaml"))}
+    return {hook["id"]: hook for hook in load_manifest(str(REPO / ".pre-commit-hooks.yaml"))}
+
+
+def test_manifest_is_valid():
+    hooks = manifest()
     assert set(hooks) == {HOOK, FIXING_HOOK}
     for hook in hooks.values():
-        assert (hook["language"], hook["pass_filenames"], hook["always_run"]) == ("python", False, True)
+        assert (hook["language"], hook["pass_filenames"], hook["always_run"]) == ("python", False, False)
+    assert hooks[HOOK]["files"] == hooks[FIXING_HOOK]["files"] != ""
+    assert "always_run" not in (REPO / ".pre-commit-hooks.yaml").read_text().replace("no `always_run`", "")
     assert hooks[HOOK]["entry"] == "sglang-draft-layout check ."
     assert hooks[FIXING_HOOK]["entry"] == "sglang-draft-layout apply --exit-non-zero-on-fix ."
+
+
+def test_files_are_the_draft_folders_and_the_fork_tests_only():
+    """A commit touching none of these paths (the fork root's) runs neither hook."""
+    files = re.compile(manifest()[HOOK]["files"])
+    for path in (
+        "python/sglang/srt/layers/attention/flashinfer_backend.py",
+        "python/sglang/srt/layers/attention/dsv4/compressor.py",
+        "python/sglang/srt/speculative/eagle_worker_v2.py",
+        "python/sglang/test/ci/ci_register.py",
+        "test/registered/unit/speculative/test_draft_layout.py",
+        "test/registered/spec/eagle/test_draft_layout_exact.py",
+        "test/run_suite.py",
+        "sglang/srt/speculative/spec_utils.py",  # a repository holding the package at its root
+    ):
+        assert files.search(path), path
+    for path in (
+        "README.md",
+        "python/pyproject.toml",
+        "python/sglang/srt/managers/scheduler.py",
+        "python/sglang/srt/server_args.py",
+        "python/sglang/srt/layers/attention/README.md",
+        "test/registered/unit/speculative/test_other.py",
+        "test/srt/test_eagle_infer.py",
+        "docs/advanced_features/speculative_decoding.md",
+        "vendor/python/sglang/srt/speculative/spec_utils.py",
+    ):
+        assert not files.search(path), path
+
+
+def test_files_cover_every_file_check_reads_in_the_draft_folders_and_the_fork_tests(fork, monkeypatch):
+    """What `check` reads on a patched fork with its written tests: every file of the draft folders
+    and of test/ matches ``files``; what it reads elsewhere are modules of the package the draft
+    paths import (run by the judgement) and the header's release files, which no verdict is read from."""
+    assert api.apply(fork, gpu_test=True).exit_code == 0
+    read: set[str] = set()
+
+    def traced(function):
+        def reading(self, *args, **kwargs):
+            path = Path(self).resolve()
+            if fork in path.parents:
+                read.add(path.relative_to(fork).as_posix())
+            return function(self, *args, **kwargs)
+
+        return reading
+
+    opened = builtins.open
+
+    def tracing_open(file, *args, **kwargs):
+        if isinstance(file, (str, os.PathLike)):
+            traced(lambda *_a, **_k: None)(file)
+        return opened(file, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", traced(Path.read_text))
+    monkeypatch.setattr(Path, "read_bytes", traced(Path.read_bytes))
+    monkeypatch.setattr(builtins, "open", tracing_open)
+    monkeypatch.setattr(io, "open", tracing_open)
+    report = api.check(fork, gpu_test=True)
+    assert report.exit_code == 0 and report.kinds()["test"] == 2
+    files = re.compile(manifest()[HOOK]["files"])
+    draft = ("python/sglang/srt/layers/attention/", "python/sglang/srt/speculative/", "test/")
+    assert {item.file for item in report.items if item.line or item.kind == api.TEST} <= read
+    assert [path for path in read if path.startswith(draft) and not files.search(path)] == []
+    assert "test/run_suite.py" in read
+    elsewhere = {path for path in read if not files.search(path)}
+    assert all(path.startswith("python/sglang/") or path == "python/pyproject.toml" for path in elsewhere), elsewhere
 
 
 def pre_commit(fork: Path, *args: str) -> subprocess.CompletedProcess:
@@ -45,9 +123,9 @@ def try_repo(fork: Path, hook: str = HOOK, repo: Path = REPO) -> subprocess.Comp
 
 
 def readme_snippet() -> str:
-    """The README's ``.pre-commit-config.yaml`` entry, as written."""
+    """The README's ``.pre-commit-config.yaml``, as written."""
     readme = (REPO / "README.md").read_text()
-    snippet = readme[readme.index("```yaml\n- repo:") + len("```yaml\n") :]
+    snippet = readme[readme.index("```yaml\nrepos:\n") + len("```yaml\n") :]
     return snippet[: snippet.index("```")]
 
 
@@ -64,8 +142,8 @@ def clone(tmp_path_factory) -> tuple[Path, str]:
 
 def filled(snippet: str, repo: Path, rev: str, hook: str) -> str:
     """The snippet with its two values filled in as the README says, ``hook`` the one not commented out."""
-    snippet = re.sub(r"^- repo: <.*>$", f"- repo: {repo}", snippet, count=1, flags=re.MULTILINE)
-    snippet = re.sub(r"^  rev: <.*>$", f"  rev: {rev}", snippet, count=1, flags=re.MULTILINE)
+    snippet = re.sub(r"^(\s*- repo: )<.*>$", rf"\g<1>{repo}", snippet, count=1, flags=re.MULTILINE)
+    snippet = re.sub(r"^(\s*rev: )<.*>$", rf"\g<1>{rev}", snippet, count=1, flags=re.MULTILINE)
     assert "<" not in snippet, snippet  # no placeholder is left
     lines = []
     for line in snippet.splitlines():
@@ -74,12 +152,26 @@ def filled(snippet: str, repo: Path, rev: str, hook: str) -> str:
             indent = line[: len(line) - len(line.lstrip())]
             line = indent + ("" if stripped.split()[2] == hook else "# ") + stripped
         lines.append(line)
-    return "repos:\n" + "".join(f"  {line}\n" for line in lines)
+    return "".join(f"{line}\n" for line in lines)
+
+
+def test_readme_snippet_is_a_complete_valid_config(tmp_path):
+    """Pasted as it is, the snippet is a whole `.pre-commit-config.yaml` (YAML, and pre-commit's schema)."""
+    from pre_commit.clientlib import load_config
+
+    snippet = readme_snippet()
+    config = yaml.safe_load(snippet)
+    [entry] = config["repos"]
+    assert set(entry) == {"repo", "rev", "hooks"} and [hook["id"] for hook in entry["hooks"]] == [HOOK]
+    path = tmp_path / ".pre-commit-config.yaml"
+    path.write_text(filled(snippet, REPO, "5d1f0c2ab" + "e" * 31, FIXING_HOOK))  # a commit's 40 hex digits
+    assert [hook["id"] for hook in load_config(str(path))["repos"][0]["hooks"]] == [FIXING_HOOK]
 
 
 def test_readme_snippet_runs_as_written_from_a_fresh_clone(fork, clone, tmp_path):
     """Each hook the README's snippet names (with the args it gives), from the clone at its commit:
-    `pre-commit run` with the snippet as the fork's config, and `pre-commit try-repo <clone> <hook>`."""
+    `pre-commit run` with the snippet as the fork's config, and `pre-commit try-repo <clone> <hook>`;
+    a commit touching no draft file skips it."""
     path, rev = clone
     snippet = readme_snippet()
     hooks = re.findall(r"id: ([\w-]+)", snippet)
@@ -88,6 +180,9 @@ def test_readme_snippet_runs_as_written_from_a_fresh_clone(fork, clone, tmp_path
         checkout = tmp_path / hook
         subprocess.run(["git", "clone", "-q", str(fork), str(checkout)], check=True)
         (checkout / ".pre-commit-config.yaml").write_text(filled(snippet, path, rev, hook))
+        (checkout / "NOTES.md").write_text("a change to no draft file\n")
+        skipped = pre_commit(checkout, "run", "--files", "NOTES.md", "python/sglang/srt/managers/scheduler.py")
+        assert skipped.returncode == 0 and "(no files to check)Skipped" in skipped.stdout, skipped.stdout
         first = pre_commit(checkout, "run", "--all-files")
         assert first.returncode == 1 and "Failed" in first.stdout, first.stdout + first.stderr
         tried = try_repo(checkout, hook, repo=path)

@@ -1,10 +1,10 @@
 """A patched 0.5.12 fork merging upstream 0.5.13 with `git merge`, resolved as README's "Upgrading
-to upstream 0.5.13 or later" says.
+to upstream 0.5.13 or later" says (docs/sites.md, "Upgrading a patched fork", gives this merge in full).
 
 The repository is built from the release wheels: 0.5.12's files committed as upstream (tag
 v0.5.12), upstream's next commit holding 0.5.13's files (tag v0.5.13), and a fork branch from
 v0.5.12 with the fork's own edits, patched by `apply` and committed. After `git merge v0.5.13`
-the conflicts are README's list; resolved to upstream's side (whole files where the fork changed
+the conflicts are docs/sites.md's list; resolved to upstream's side (whole files where the fork changed
 nothing else, else hunk by hunk), the fork's own DeepSeek-V4 split (in the multi-step caller, or in
 the per-step backend's callee), which now splits a second time, taken out by `apply` (and its split
 method with it), and the written test moved by `apply` to
@@ -35,7 +35,7 @@ DSV4 = PACKAGE + fork_edits.DSV4
 WORKER_V2 = PACKAGE + fork_edits.WORKER_V2
 KEEP = "  # sglang-draft-layout: keep"
 RUNNER = Path(__file__).with_name("run_on_cpu.py")
-#: README's conflicts of a patched fork: (git status code, path), the same in the real merge
+#: docs/sites.md's conflicts of a patched fork (one fork's merge): (git status code, path), the same in the real merge
 CONFLICTS = {
     ("UU", PACKAGE + "srt/layers/attention/flashinfer_backend.py"),
     ("UU", PACKAGE + "srt/layers/attention/flashinfer_mla_backend.py"),

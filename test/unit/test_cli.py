@@ -18,13 +18,16 @@ from typing import Optional
 import pytest
 from rule_test_support import (
     COMMON_TEMPLATE,
+    DRAFT_FORWARD,
     EAGER,
     FLASHINFER,
     FLASHINFER_MLA,
     GRAPH,
     INIT,
+    WORKER_V2,
     Tree,
     backend_module,
+    worker_module,
     write_bystanders,
 )
 from sglang_draft_layout import api, cli
@@ -113,20 +116,38 @@ def test_one_count_in_check_apply_and_after(tree, capsys):
     to_patch = before["summary"]["states"]["to patch"]
     assert applied["summary"]["states"]["patched now"] == to_patch
     assert after["summary"]["states"]["patched"] == to_patch + before["summary"]["states"].get("patched", 0)
-    states = ", ".join(f"{count} {state}" for state, count in after["summary"]["states"].items())
-    assert (
-        run(capsys, "check", str(tree.root))[1].splitlines()[-1]
-        == f"3 helpers, {kinds['call site']} call sites: {states}"
+    absent = after["summary"]["by_kind"]["call site"]["not in this release"]
+    assert after["summary"]["by_kind"] == {
+        "helper": {"patched": 3},
+        "call site": {"patched": kinds["call site"] - absent, "not in this release": absent},
+    }
+    assert run(capsys, "check", str(tree.root))[1].splitlines()[-1] == (
+        f"3 helpers patched; {kinds['call site'] - absent} call sites patched; "
+        f"{absent} call sites not in this release"
     )
 
 
-def test_summary_wording_is_the_report_counts(tree):
+def test_summary_counts_each_kind_apart_and_each_kinds_states_add_up(tree):
+    """Helpers and call sites counted apart, each kind's states adding up to its count; the sites a
+    release does not have (the rules of other releases) counted last, apart from those it has."""
     report = api.check(tree.root)
-    kinds, states = report.kinds(), report.states()
-    text = cli.summary(report)
-    for kind, count in kinds.items():
-        assert f"{count} {kind if count == 1 else kind + 's'}" in text
-    assert text.endswith(", ".join(f"{count} {state}" for state, count in states.items()))
+    by_kind = report.counts()
+    assert {kind: sum(states.values()) for kind, states in by_kind.items()} == report.kinds()
+    sites = by_kind["call site"]
+    absent = sites["not in this release"]
+    assert absent and set(sites) == {"to patch", "not in this release"}
+    assert cli.summary(report) == (
+        f"3 helpers to patch; {sites['to patch']} call sites to patch; {absent} call sites not in this release"
+    )
+    kept = cli.summary(
+        api.check(tree.root, keep=(f"srt/layers/attention/flashinfer_mla_backend.py:{MLA_CLASS}.common_template",))
+    )
+    # each kind's states add up to its count (the keep names a method of two sites)
+    assert f"; {sites['to patch']} call sites: {sites['to patch'] - 2} to patch, 2 kept by the fork; " in kept
+    for part in kept.split("; "):
+        count, rest = part.split(" ", 1)
+        if ": " in rest:
+            assert int(count) == sum(int(each.split(" ", 1)[0]) for each in rest.split(": ", 1)[1].split(", "))
 
 
 def test_json_schema(tree, capsys):
@@ -170,16 +191,31 @@ def test_json_schema(tree, capsys):
     )
 
 
+def annotations_of(out: str) -> tuple[list[str], list[str]]:
+    """The ``::error`` and the ``::notice`` lines of ``--format github``'s output."""
+    lines = out.splitlines()
+    return [line for line in lines if line.startswith("::error ")], [
+        line for line in lines if line.startswith("::notice ")
+    ]
+
+
 def test_github_annotations(tree, capsys):
+    """One ``::error`` per item to act on, at most 10 (GitHub drops a step's 11th on), the rest
+    named in one ``::notice``."""
     code, out, _ = run(capsys, "check", "--format", "github", str(tree.root))
     sites = api.check(tree.root).to_do
-    annotations = [line for line in out.splitlines() if line.startswith("::")]
-    assert code == 1 and len(annotations) == len(sites)
-    for line, site in zip(annotations, sites):
+    errors, notices = annotations_of(out)
+    assert code == 1 and len(sites) > cli.GITHUB_ERRORS == 10 and len(errors) == 10
+    for line, site in zip(errors, sites):
         assert line.startswith(
             f"::error file=sglang/{site.file.removeprefix('sglang/')},line={site.line}," "title=sglang-draft-layout::"
         )
         assert f"{site.scope} ({site.site}): to patch; upstream {site.upstream}; run `sglang-draft-layout apply" in line
+    rest = sites[10:]
+    assert notices == [
+        f"::notice title=sglang-draft-layout::{len(rest)} more items to act on, not annotated (GitHub shows 10 "
+        "errors a step): " + ", ".join(f"{site.file}:{site.line} {site.scope} (to patch)" for site in rest)
+    ]
     assert out.splitlines()[-2:] == [cli.summary(api.check(tree.root)), f"next: sglang-draft-layout apply {tree.root}"]
 
 
@@ -194,6 +230,15 @@ def test_diff_exits_0_and_exit_code_gives_1_like_git(tree, capsys):
     assert run(capsys, "diff", "--exit-code", str(tree.root))[:2] == (1, patch)
     assert run(capsys, "apply", "-q", str(tree.root))[0] == 0
     assert run(capsys, "diff", "--exit-code", str(tree.root))[:2] == (0, "")
+
+
+def test_diff_on_a_refused_tree_exits_2_printing_no_patch(refused, capsys):
+    """As ``diff --help`` says: nothing on stdout (no partial patch to apply), the errors on stderr."""
+    code, out, err = run(capsys, "diff", str(refused.root))
+    assert (code, out) == (2, "") and err.count("error: ") == len(api.check(refused.root).errors) == 2
+    assert run(capsys, "diff", "--exit-code", str(refused.root))[:2] == (2, "")
+    diff_help = cli.parser()._subparsers._group_actions[0].choices["diff"].format_help()
+    assert "2 with nothing printed when a site no rule knows" in " ".join(diff_help.split())
 
 
 def test_apply_lists_files_and_the_fixing_hook_flag(tree, capsys, monkeypatch):
@@ -248,11 +293,12 @@ def test_apply_prints_the_git_add_of_every_file_it_wrote(tmp_path, capsys, monke
     patched = [line.split()[1] for line in lines if line.startswith("patched ")]
     assert code == 0 and len(new) == 2 and all(path.startswith("test/registered/") for path in new)
     assert len(patched) == 4 and f"wrote {len(patched) + 2} files (2 new)" in lines
-    assert lines[0] == "SGLang 0.5.12 (_version.py), at ../../.."
+    lead = "SGLang 0.5.12 (_version.py), at "  # the root above: absolute (cut from the left to fit), not ../../..
+    assert lines[0] == lead + cli.fit_left(str(root), 80 - len(lead)) and lines[0].endswith(f"/{root.name}")
     assert max(map(len, lines)) <= 80
     at = lines.index("next: review, then stage exactly the files written, and commit")
     command = " ".join(line.strip().rstrip("\\").strip() for line in lines[at + 1 :])
-    assert command == f"git -C ../../.. add {' '.join(patched + new)}"
+    assert command == f"git -C ../../.. add {' '.join(patched + new)}"  # a command to run from here: short
     subprocess.run(command.split(), check=True)
     assert sorted(git(root, "diff", "--cached", "--name-only").split()) == sorted(patched + new)
     assert git(root, "diff", "--name-only") == ""  # nothing written is left unstaged
@@ -296,6 +342,12 @@ def test_header_states_the_release_from_the_forks_own_files(tmp_path, capsys, mo
 
 
 def test_found_upward_from_a_subfolder(tree, capsys, monkeypatch):
+    monkeypatch.chdir(tree.package / "srt" / "layers" / "attention")
+    assert run(capsys, "check", ".")[1].splitlines()[0] == f"SGLang 0.5.12 (_version.py), at {tree.root}"
+    monkeypatch.chdir(tree.root.parent)  # the root below the working folder: as the user would name it
+    assert (
+        run(capsys, "check", tree.root.name)[1].splitlines()[0] == f"SGLang 0.5.12 (_version.py), at {tree.root.name}"
+    )
     monkeypatch.chdir(tree.package / "srt" / "layers" / "attention")
     data = report_json(capsys, "check", ".")
     assert data["target"]["root"] == str(tree.root) and data["exit_code"] == 1
@@ -425,22 +477,62 @@ def test_apply_on_a_refused_tree_names_every_site_as_check_does(refused, capsys)
         api.apply(refused.root)
 
 
-def test_stderr_is_wrapped_to_the_terminal(refused, capsys, monkeypatch):
+def test_stderr_is_wrapped_to_the_terminal_only(refused, capsys, monkeypatch):
+    """On a terminal (``COLUMNS`` wins) each error is wrapped, a `quoted` span whole; off one (a CI
+    log, a pipe, a file) each error is one line however wide ``COLUMNS`` says the screen is."""
     monkeypatch.setenv("COLUMNS", "70")
+    unwrapped = run(capsys, "check", str(refused.root))[2]
+    assert len(unwrapped.splitlines()) == len(api.check(refused.root).errors) == 2
+    assert all(line.startswith("error: ") and len(line) > 70 for line in unwrapped.splitlines())
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     err = run(capsys, "check", str(refused.root))[2]
     for line in err.splitlines():  # wider only where one word (a path, a `--keep ...` to copy) is wider
         assert len(line) <= 70 or " " not in re.sub(r"`[^`]*`", "word", line.strip()), line
     assert len(err.splitlines()) > 2 * 2
     assert "`# sglang-draft-layout: keep`" in err  # the comment to copy is never broken
-    monkeypatch.setenv("COLUMNS", "1000")
-    assert joined(err) == run(capsys, "check", str(refused.root))[2].splitlines()
+    assert joined(err) == unwrapped.splitlines()
+
+
+def _stderr_of(argv: list[str], env: dict[str, str], terminal: bool) -> str:
+    """What the CLI printed on stderr, that being a pseudo-terminal or a pipe."""
+    if not terminal:
+        command = [sys.executable, "-m", "sglang_draft_layout", *argv]
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120).stderr
+    primary, secondary = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sglang_draft_layout", *argv], stdout=subprocess.DEVNULL, stderr=secondary, env=env
+    )
+    os.close(secondary)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    process.wait(timeout=120)
+    os.close(primary)
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_errors_on_a_real_terminal_are_wrapped_and_in_a_pipe_are_one_line_each(refused):
+    env = dict(os.environ, COLUMNS="80", PYTHONPATH=os.pathsep.join(sys.path))
+    piped = _stderr_of(["check", str(refused.root)], env, terminal=False).splitlines()
+    # one line per error (the separate process judges the mimic's draft paths too: more errors)
+    assert len(piped) >= 2 and all(line.startswith("error: ") and len(line) > 80 for line in piped)
+    on_terminal = _stderr_of(["check", str(refused.root)], env, terminal=True)
+    assert len(on_terminal.splitlines()) > len(piped) and joined(on_terminal) == piped
+    assert all(len(line) <= 80 or " " not in re.sub(r"`[^`]*`", "w", line.strip()) for line in on_terminal.splitlines())
 
 
 def test_github_annotations_on_a_refused_tree_name_the_refusal(refused, capsys):
     code, out, _ = run(capsys, "check", "--format", "github", str(refused.root))
     report = api.check(refused.root)
-    annotations = [line for line in out.splitlines() if line.startswith("::error ")]
-    assert code == 2 and len(annotations) == len(report.to_do) + len(report.errors)
+    annotations, notices = annotations_of(out)
+    acted_on = [item for item in report.items if item.needs_action or item.error]
+    assert code == 2 and len(acted_on) > 10 and len(annotations) == 10 and len(notices) == 1
     assert not [line for line in annotations if "run `" in line]
     where = ", ".join(f"{item.file}:{item.line}" for item in report.errors)
     for line in annotations:
@@ -453,6 +545,28 @@ def test_github_annotations_on_a_refused_tree_name_the_refusal(refused, capsys):
             )
     assert out.splitlines()[-1].startswith(f"next: {where}: keep the fork's code")
     assert out.splitlines()[-1].endswith(f"; then run `sglang-draft-layout check {refused.root}`")
+
+
+def test_github_annotates_the_refusals_first_however_many_sites_come_before_them(tree, capsys):
+    """The site that blocks ``apply`` is the first ``::error`` line, even where the report lists
+    more than 10 items to act on before it (the V2 worker, listed last); the others past the 10th
+    are named in the one notice."""
+    foreign = DRAFT_FORWARD.replace("permute((2, 0, 1))", "permute((1, 0, 2))")
+    tree.write(WORKER_V2, worker_module("EagleDraftWorker", foreign))
+    report = api.check(tree.root)
+    acted_on = [item for item in report.items if item.needs_action or item.error]
+    [refusal] = report.errors
+    assert acted_on.index(refusal) >= 10  # a report-ordered cut at 10 would hide it
+    out = run(capsys, "check", "--format", "github", str(tree.root))[1]
+    errors, [notice] = annotations_of(out)
+    assert len(errors) == 10 and errors[0].startswith(
+        f"::error file=sglang/srt/speculative/eagle_worker_v2.py,line={refusal.line},"
+    )
+    assert "no rule knows this form" in errors[0] and not any("no rule knows this form" in e for e in errors[1:])
+    shown = cli.github_annotated(report)
+    assert shown[0] == refusal and set(shown) == set(acted_on)
+    assert notice.startswith(f"::notice title=sglang-draft-layout::{len(acted_on) - 10} more items to act on, ")
+    assert all(f"{item.file}:{item.line} {item.scope} (to patch)" in notice for item in shown[10:])
 
 
 def test_clean_tree_is_two_lines(tree, capsys):
