@@ -60,6 +60,23 @@ def split_after(source: Source, code: str, cls: str, phase: str = EAGER) -> Spli
     return _read(source, verdict_of(source.package, FACADE, _texts(source, code), source.path, cls), phase)
 
 
+def _defining(source: Source, cls: str, name: str) -> tuple[str, Optional[ast.AST]]:
+    """(the class of ``source`` defining ``cls.name``, its method) along ``cls``'s bases in the same file, as Python
+    looks it up (a mixin's ``init_forward_metadata``); (``cls``, None) where none of them does."""
+    todo, seen = [cls], set()
+    while todo:
+        current = todo.pop(0)
+        node = source.cls(current)
+        if node is None or current in seen:
+            continue
+        seen.add(current)
+        method = source.method(current, name)
+        if method is not None:
+            return current, method
+        todo += [base.id for base in node.bases if isinstance(base, ast.Name)]
+    return cls, None
+
+
 def _read(source: Source, verdict: Optional[Verdict], phase: str = EAGER) -> Split:
     """Who splits in ``phase``, read off ``verdict`` (the path's, None: no path runs it)."""
     if verdict is None:
@@ -74,9 +91,11 @@ def _read(source: Source, verdict: Optional[Verdict], phase: str = EAGER) -> Spl
     driver, file = verdict.driven_by or verdict.path, source.path
     if verdict.driven_by is not None and phase == EAGER:  # the worker inits each step with its row
         name, file = "draft_forward", driver.module
-    caller, line = f"{driver.cls}.{name}", None
     holder = source.others.get(file, source) if file != source.path else source
-    method = holder.method(driver.cls, name) if not verdict.path.alone or driver is not verdict.path else None
+    owner, method = driver.cls, None
+    if not verdict.path.alone or driver is not verdict.path:
+        owner, method = _defining(holder, driver.cls, name)
+    caller, line = f"{owner}.{name}", None
     if isinstance(method, ast.FunctionDef):  # where it sets each step's row, else its def line
         sets = [a.lineno for a in ast.walk(method) if isinstance(a, ast.Assign)
                 and any(isinstance(t, ast.Attribute) and t.attr == "out_cache_loc" for t in a.targets)]  # fmt: skip
