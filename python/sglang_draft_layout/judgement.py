@@ -14,6 +14,9 @@ from typing import Collection, Mapping, Optional
 
 from .harness.invariant import Verdict, judge_tree
 from .harness.paths import STEPS, DraftPath
+
+#: the in-graph phase of a per-step path, and the method it runs (``harness.paths._run_steps``)
+IN_GRAPH_PHASE, IN_GRAPH_METHOD = "in graph", "init_forward_metadata_in_graph"
 from .harness.tensors import FACADE
 from .rules.base import Finding, Rule, State
 
@@ -76,6 +79,11 @@ def refusals(after: Mapping[DraftPath, Verdict], findings: Collection[Finding]) 
         if own & kept or not own & sited or path.module in unrecognised:
             continue
         unseen = not verdict.judged and not verdict.problems and bool(own & rewritten) and path.kind != STEPS
+        unseen = unseen or path.kind == STEPS and IN_GRAPH_PHASE not in verdict.baked and any(
+            (f.rule.file, f.rule.scope.split(".")[0]) in own and f.rule.scope.endswith(f".{IN_GRAPH_METHOD}")
+            for f in findings
+            if f.state is State.TO_PATCH
+        )  # a rewritten in-graph method no probe reaches
         if verdict.upstream or not (verdict.problems or verdict.cannot or unseen):
             continue
         why = describe(verdict) if not unseen else "the rewritten code never runs on the probes"
