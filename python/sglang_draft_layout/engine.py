@@ -428,7 +428,7 @@ def _plan(
         )
     changes = [FileChange.of(path, text, new) for path, _relative, text, _rules, new in rendered]
     after = _judged_after(target, findings, sources, texts, changes, created, render_changes)
-    judged = judgement.judged(after if after is not None else before, findings)
+    kept = judgement.kept(after if after is not None else before, findings)
     refused = judgement.refusals(after, findings) if after is not None else []
     if refused:  # a refused tree is not written: what its rules find in it after rendering is moot
         changes = []
@@ -443,7 +443,7 @@ def _plan(
         )
     up_to_date = not any(f.state in (State.TO_PATCH, State.UNRECOGNISED) for f in findings)
     generated, notes = (
-        fork_tests.generated_files(target, test_options, up_to_date, judged) if test_options else ([], [])
+        fork_tests.generated_files(target, test_options, up_to_date, kept) if test_options else ([], [])
     )
     if render_changes:
         changes += [_generated_change(g) for g in generated if g.state is not fork_tests.FileState.PRESENT]

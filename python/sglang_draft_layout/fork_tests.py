@@ -153,19 +153,19 @@ def _absolute(module: str, package: str) -> str:
     return ".".join([*base, module.lstrip(".")]).rstrip(".")
 
 
-#: the line of a template that the draft paths the tool judged replace (``with_judged``)
-JUDGED_MARKER = "JUDGED = ()  # sglang-draft-layout: the paths judged\n"
+#: the line of a template that the draft paths the fork keeps replace (``with_kept``)
+KEPT_MARKER = "KEPT = ()  # sglang-draft-layout: the paths the fork keeps\n"
 
 
-def render(template: str, judged: Sequence[str] = ()) -> str:
-    """The text of the file that template module ``fork_templates.<template>`` describes, with ``judged``
-    (``module:Class`` of each draft path the tool judged) in place of its ``JUDGED_MARKER``."""
-    return embed(with_judged(_module_source(f"{__package__}.fork_templates.{template}"), judged), template)
+def render(template: str, kept: Sequence[str] = ()) -> str:
+    """The text of the file that template module ``fork_templates.<template>`` describes, with ``kept``
+    (``module:Class`` of each draft path the fork keeps) in place of its ``KEPT_MARKER``."""
+    return embed(with_kept(_module_source(f"{__package__}.fork_templates.{template}"), kept), template)
 
 
-def with_judged(text: str, judged: Sequence[str]) -> str:
-    listed = "".join(f'    "{entry}",\n' for entry in judged)
-    return text.replace(JUDGED_MARKER, f"JUDGED = (\n{listed})\n" if judged else "JUDGED = ()\n")
+def with_kept(text: str, kept: Sequence[str]) -> str:
+    listed = "".join(f'    "{entry}",\n' for entry in kept)
+    return text.replace(KEPT_MARKER, f"KEPT = (\n{listed})\n" if kept else "KEPT = ()\n")
 
 
 def embed(text: str, template: str) -> str:
@@ -302,12 +302,12 @@ def _suite(
 
 
 def generated_files(
-    target: Target, options: TestOptions = TestOptions(), up_to_date: bool = False, judged: Sequence[str] = ()
+    target: Target, options: TestOptions = TestOptions(), up_to_date: bool = False, kept_paths: Sequence[str] = ()
 ) -> tuple[list[GeneratedFile], list[str]]:
     """The test files a fork checkout gets, each with its current text, and one line for
     each test not written and why; ([], []) for trees that are not fork checkouts.
     ``up_to_date``: no site is left to patch, so a test not there yet is written only when
-    ``options`` ask for the tests. ``judged``: the draft paths the CPU test runs (``module:Class``).
+    ``options`` ask for the tests. ``kept_paths``: the draft paths the CPU test leaves out (``module:Class``).
 
     Raises TargetError for a suite name the fork's run_suite.py would reject."""
     root = fork_root(target)
@@ -337,6 +337,6 @@ def generated_files(
             continue
         gone = kept is not None and suites is not None and not suites.accepts(BACKENDS[template][0], kept)
         label = f"{what} (suite {suite}" + (f"; was {kept}, not a suite of the fork)" if gone else ")")
-        text = with_suite(render(template, judged), suite, target.line_length)
+        text = with_suite(render(template, kept_paths), suite, target.line_length)
         files.append(GeneratedFile(path, label, text, stored))
     return files, notes

@@ -52,15 +52,11 @@ def _sites(findings: Collection[Finding], states: Collection[State]) -> set[tupl
 JUDGED_STATES = [s for s in State if s not in (State.ABSENT, State.KEPT, State.NOT_AFFECTED)]
 
 
-def judged(verdicts: Mapping[DraftPath, Verdict], findings: Collection[Finding]) -> list[str]:
-    """``module:Class`` of each path through a site's class, none kept, that shows a draft layout: what the
-    written CPU test runs."""
-    kept, sited = _sites(findings, [State.KEPT]), _sites(findings, JUDGED_STATES)
-    own = {path: {(path.module, name) for name in classes(path)} for path in verdicts}
+def kept(verdicts: Mapping[DraftPath, Verdict], findings: Collection[Finding]) -> list[str]:
+    """``module:Class`` of each path through a site's class the fork keeps: what the written CPU test leaves out."""
+    kept_sites = _sites(findings, [State.KEPT])
     return sorted(
-        f"{path.module}:{path.cls}"
-        for path, verdict in verdicts.items()
-        if own[path] & sited and not own[path] & kept and (verdict.judged or verdict.problems)
+        f"{path.module}:{path.cls}" for path in verdicts if {(path.module, name) for name in classes(path)} & kept_sites
     )
 
 

@@ -88,7 +88,7 @@ def test_a_relative_import_of_a_module_not_embedded_needs_the_templates_own():
     text = CPU_TEMPLATE.replace("from sglang.srt.speculative import eagle_utils, spec_utils\n", "")
     with pytest.raises(
         ValueError,
-        match="embedded sglang_draft_layout.harness.invariant needs `from ..speculative import "
+        match="embedded sglang_draft_layout.harness.paths needs `from ..speculative import "
         "eagle_utils` in the template",
     ):
         embed(text, "registered_cpu")

@@ -4,17 +4,17 @@ Written by sglang-draft-layout (``apply``); ``sglang-draft-layout check`` report
 stale when it differs from what the tool would write. Needs nothing but this tree:
 
 * TestDraftLayoutHelpers: the values and asserts of upstream's helpers, the fork's own.
-* TestDraftPaths: each draft path the tool judged when it wrote this file (``JUDGED``:
-  the EAGLE workers' draft_forward, the multi-step kv_indices backends, DeepSeek-V4's
-  per-step backends) is run with this tree's own code and real torch, by the tool's
-  harness embedded below verbatim (``fmt: off``: the tool's line length), and must give
-  upstream's values on every probe: each step writes and bakes its own row of
+* TestDraftPaths: every draft path of this tree (the EAGLE workers' draft_forward, the
+  multi-step kv_indices backends, DeepSeek-V4-like per-step backends), found and run
+  with this tree's own code and real torch by the tool's harness embedded below
+  verbatim (``fmt: off``: the tool's line length), must give upstream's values on every
+  probe where it shows a draft layout: each step writes and bakes its own row of
   out_cache_loc, split once; kv_indices rows are num_seqs * topk * max_context_len wide
   and step i reads draft_kv_indices_used_len(..., i + 1) of row i; FlashInfer's and
   FlashInfer-MLA's common_template refuse rows narrower than they fill.
 
-A path the fork keeps (``# sglang-draft-layout: keep``, or ``apply --keep``) is not in
-``JUDGED``.
+A path the fork keeps (``# sglang-draft-layout: keep``, or ``apply --keep``) is listed in
+``KEPT`` and not judged.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
+import difflib
 import dis
 import functools
 import hashlib
@@ -52,7 +53,7 @@ if MISSING:  # upstream's values below come from them: nothing here runs without
     raise ImportError(f"sglang.srt.speculative has no {', '.join(MISSING)}: run apply")
 
 # fmt: off
-JUDGED = ()  # sglang-draft-layout: the paths judged
+KEPT = ()  # sglang-draft-layout: the paths the fork keeps
 
 # sglang-draft-layout: embed sglang_draft_layout.harness.unknown
 # sglang-draft-layout: embed sglang_draft_layout.harness.world
@@ -90,26 +91,23 @@ class TestDraftLayoutHelpers(CustomTestCase):
 
 class TestDraftPaths(CustomTestCase):
     def test_draft_paths_give_upstreams_values(self):
-        judged = [entry.rsplit(":", 1) for entry in JUDGED]
-        self.assertTrue(judged, "no draft path to judge")
-        tree = Tree(PACKAGE, FACADE)
-        found = {
-            (p.module, p.cls): p
-            for p in draft_paths(tree, sorted({m for m, _ in judged}))
-        }
-        gone = [f"sglang/{m}: {c}" for m, c in judged if (m, c) not in found]
-        self.assertFalse(
-            gone, "draft paths no longer found (run check):\n" + "\n".join(gone)
+        modules = sorted(
+            path.relative_to(PACKAGE).as_posix()
+            for folder in GUARDED
+            for path in (PACKAGE / folder).rglob("*.py")
         )
-        problems = []
-        for module, cls in judged:
-            verdict = judge(tree, found[module, cls])
-            if not verdict.upstream:
-                why = (
-                    verdict.cannot
-                    or (verdict.problems or ("no draft layout on the probes",))[0]
-                )
-                problems.append(f"sglang/{module}: {cls}: {why}")
+        verdicts = {
+            f"{path.module}: {path.cls}": verdict
+            for path, verdict in judge_tree(PACKAGE, FACADE, {}, modules).items()
+            if f"{path.module}:{path.cls}" not in KEPT
+        }
+        shown = [name for name, verdict in verdicts.items() if verdict.judged]
+        self.assertTrue(shown, "no draft path shows a draft layout on the probes")
+        problems = [
+            f"sglang/{name}: {verdict.problems[0]}"
+            for name, verdict in verdicts.items()
+            if verdict.problems
+        ]
         self.assertFalse(
             problems, "not upstream's draft layout:\n" + "\n".join(problems)
         )

@@ -204,14 +204,20 @@ def judge(tree: Tree, path: DraftPath, by_worker: Optional[DraftPath] = None) ->
 
 
 def _layout_lines(tree: Tree, path: DraftPath) -> Lines:
-    """The layout statements of the path's classes and their bases in the tree, to be traced (``coverage``)."""
+    """The layout statements a rewrite wrote (``Tree.rewritten``) in the path's classes and their bases in the
+    tree, to be traced (``coverage``): the rewrite is judged on every line of layout it wrote."""
     namespace, statements, seen = tree.module(path.module), [], set()
     for name in (path.cls, *path.per_step):
         for cls in getattr(namespace.get(name), "__mro__", ()):
             relative = tree.names.get(cls.__module__)
             if relative is not None and (relative, cls.__name__) not in seen:
                 seen.add((relative, cls.__name__))
-                statements += layout_statements(tree.filename(relative), tree.syntax(relative), [cls.__name__])
+                written = tree.rewritten(relative)
+                statements += [
+                    s
+                    for s in layout_statements(tree.filename(relative), tree.syntax(relative), [cls.__name__])
+                    if written.intersection(range(s.first, s.last + 1))
+                ]
     return Lines(statements)
 
 

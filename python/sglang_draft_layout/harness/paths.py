@@ -21,6 +21,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Optional
 
+from ..speculative import eagle_utils
 from .unknown import TAG, TREE_FILES, Known, NeedsValue, Run, Unknown, note, refused_by_decision
 from .world import KERNEL, Tree
 
@@ -488,9 +489,7 @@ def _run_steps(run: Run, torch: Any, driven: Any, batch: Any, probe: Probe) -> N
 def _run_steps_by_worker(run: Run, torch: Any, driven: Any, batch: Any, probe: Probe) -> None:
     """Each step's eager init as a draft worker that inits the step's backend itself runs it, after the multi-step
     init: with the batch holding the step's row (``out_cache_loc[i]`` of its split: a fork's ``draft_forward``)."""
-    from ..speculative.eagle_utils import per_step_draft_out_cache_loc
-
-    rows = per_step_draft_out_cache_loc(batch.out_cache_loc, probe.num_seqs, probe.topk, probe.steps)
+    rows = eagle_utils.per_step_draft_out_cache_loc(batch.out_cache_loc, probe.num_seqs, probe.topk, probe.steps)
     note("phase", "eager")
     backends = list(enumerate(driven)) if isinstance(driven, list) else per_step_backends(driven)
     for step, backend in backends:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import difflib
 import sys
 import types
 from pathlib import Path
@@ -69,6 +70,17 @@ class Tree:
             path = self.package / relative
             self.texts[relative] = path.read_text(encoding="utf-8") if path.is_file() else None
         return self.texts.get(relative)
+
+    def rewritten(self, relative: str) -> set[int]:
+        """The lines of the text standing in for ``relative`` that differ from its file (none: no text given)."""
+        text, path = self.text(relative), self.package / relative if self.package is not None else None
+        if text is None or path is None or not path.is_file():
+            return set()
+        old, new = path.read_text(encoding="utf-8").splitlines(), text.splitlines()
+        if old == new:
+            return set()
+        opcodes = difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
+        return {n + 1 for tag, _i1, _i2, j1, j2 in opcodes if tag != "equal" for n in range(j1, j2)}
 
     def syntax(self, relative: str) -> Optional[ast.Module]:
         if relative not in self.parsed:
