@@ -149,6 +149,8 @@ def test_copied_backend_is_flagged_then_patched_lint_clean(scratch, capsys):
 
 
 def test_subclass_overriding_graph_state_is_flagged_then_patched(scratch, capsys):
+    """(b) The subclass runs FlashInfer's common_template on the rows its own init_cuda_graph_state sizes: a
+    draft path of its own (narrow CUDA-graph rows, the bug), patched to upstream's width."""
     root = scratch("0.5.12")
     fork = root / "sglang" / FORK_FILE
     fork.write_text(subclass_module(root))
@@ -156,8 +158,13 @@ def test_subclass_overriding_graph_state_is_flagged_then_patched(scratch, capsys
     assert cli.main(["check", "--no-tests", "--format", "json", str(root)]) == 1
     [flagged] = rows(capsys, "ForkDraftBackend")
     assert (flagged["class_method"], flagged["state"]) == ("ForkDraftBackend.init_cuda_graph_state", "to patch")
+    assert flagged["detail"] == "found by structure: use draft_kv_indices_buffer_width"
+    assert flagged["judged"] and not flagged["judged"].startswith("upstream's values")  # the narrow rows
     assert cli.main(["apply", "--no-tests", str(root)]) == 0
-    assert cli.main(["check", "--no-tests", str(root)]) == 0
+    capsys.readouterr()
+    assert cli.main(["check", "--no-tests", "--format", "json", str(root)]) == 0
+    [patched_site] = rows(capsys, "ForkDraftBackend")
+    assert patched_site["state"] == "patched" and patched_site["judged"].startswith("upstream's values on ")
     after = fork.read_text()
     assert "(self.speculative_num_steps, kv_indices_width)" in after
     assert_lint_clean(after)
