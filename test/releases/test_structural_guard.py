@@ -88,10 +88,33 @@ def method_source(path: Path, cls_name: str, method: str) -> str:
 
 
 def copied_backend(root: Path) -> str:
-    """(a) flashinfer_backend.py's imports and its draft backend class, renamed, as a fork's new file."""
+    """(a) flashinfer_backend.py's imports and its draft backend class, renamed, as a fork's new file: what the
+    class uses of the module's own definitions (FlashInferAttnBackend, ...) imported from it, as a fork's file
+    would (it runs as Python runs it)."""
     text = (root / FLASHINFER).read_text()
     header = text[: text.index("\nclass ") + 1]  # through the two blank lines before the first class
-    body, _cls = class_source(root / FLASHINFER, UPSTREAM_CLASS)
+    body, cls = class_source(root / FLASHINFER, UPSTREAM_CLASS)
+    used = {node.id for node in ast.walk(cls) if isinstance(node, ast.Name)}
+    own = sorted(
+        name
+        for node in ast.parse(text).body
+        if node.lineno > header.count("\n")
+        for name in (
+            [node.name] if isinstance(node, (ast.ClassDef, ast.FunctionDef)) else
+            [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
+        )
+        if name in used and name != UPSTREAM_CLASS
+    )  # fmt: skip
+    assert "FlashInferAttnBackend" in own
+    module = FLASHINFER.removesuffix(".py").replace("/", ".")
+    after = min(  # isort's place for it: before the first `from sglang...` import sorting after it
+        n.lineno
+        for n in ast.parse(header).body
+        if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("sglang.") and n.module > module
+    )
+    lines = header.splitlines(keepends=True)
+    imported = f"from {module} import (\n" + "".join(f"    {name},\n" for name in own) + ")\n"
+    header = "".join(lines[: after - 1]) + imported + "".join(lines[after - 1 :])
     return header + body.replace(f"class {UPSTREAM_CLASS}:", "class ForkMultiStepDraftBackend:", 1)
 
 
@@ -123,6 +146,8 @@ def test_real_releases_hold_only_known_classes(pristine, patched, version):
 
 
 def test_copied_backend_is_flagged_then_patched_lint_clean(scratch, capsys):
+    """(a) The copy runs as Python runs it (it imports FlashInferAttnBackend, ...): its three sites are to
+    patch, and the patched copy gives upstream's rows and slice ends on the probes."""
     root = scratch("0.5.12")
     fork = root / "sglang" / FORK_FILE
     fork.write_text(copied_backend(root))
@@ -141,11 +166,33 @@ def test_copied_backend_is_flagged_then_patched_lint_clean(scratch, capsys):
     }
 
     assert cli.main(["apply", str(root)]) == 0
-    assert cli.main(["check", "--no-tests", str(root)]) == 0
+    capsys.readouterr()
+    assert cli.main(["check", "--no-tests", "--format", "json", str(root)]) == 0
+    after = rows(capsys, "ForkMultiStepDraftBackend")
+    assert len(after) == 3 and {site["state"] for site in after} == {"patched"}
+    assert all(site["judged"].startswith("upstream's values on ") for site in after)
     patched_text = fork.read_text()
     assert "draft_kv_indices_buffer_width(\n            max_bs, self.topk, self.max_context_len\n" in patched_text
     assert "draft_kv_indices_used_len(seq_lens_sum, self.topk, bs, i + 1)" in patched_text
     assert_lint_clean(patched_text)
+
+
+def test_copied_backend_missing_the_modules_definitions_is_refused_naming_the_error(scratch, capsys):
+    """The copy without the import of flashinfer_backend's own definitions raises NameError when Python runs it:
+    its draft path cannot be judged, so apply refuses in one line naming the path, the probe and the exception,
+    and writes nothing."""
+    root = scratch("0.5.12")
+    fork = root / "sglang" / FORK_FILE
+    text = copied_backend(root)
+    start = text.index("from sglang.srt.layers.attention.flashinfer_backend import (\n")
+    fork.write_text(text[:start] + text[text.index(")\n", start) + 2 :])
+    before = tree_digest(root)
+    assert cli.main(["apply", str(root)]) == 2
+    [error] = capsys.readouterr().err.splitlines()
+    assert f"{fork}: ForkMultiStepDraftBackend.<kv_indices rows>: draft path, run on the probes: " in error
+    assert "bs 1, topk 1, 2 steps: NameError at srt/layers/attention/fork_draft_backend.py:" in error
+    assert "name 'FlashInferAttnBackend' is not defined" in error and error.endswith("nothing written")
+    assert tree_digest(root) == before
 
 
 def test_subclass_overriding_graph_state_is_flagged_then_patched(scratch, capsys):
