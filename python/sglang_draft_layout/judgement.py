@@ -82,7 +82,7 @@ def refusals(after: Mapping[DraftPath, Verdict], findings: Collection[Finding]) 
         )  # a rewritten in-graph method no probe reaches
         if verdict.upstream or not (verdict.problems or verdict.cannot or unseen):
             continue
-        why = describe(verdict) if not unseen else "the rewritten code never runs on the probes"
+        why = describe(verdict) if verdict.cannot or not unseen else "the rewritten code never runs on the probes"
         rule = Rule(f"path:{path.module}:{path.cls}", path.module, f"{path.cls}.<{path.kind}>", PATH_SITE, "", _no_find,
                     counts_as_site=False)  # fmt: skip
         refused.append(rule.report(State.UNRECOGNISED, detail=f"after the rewrite, {why}"))

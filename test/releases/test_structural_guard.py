@@ -5,10 +5,12 @@ false positive). Forks, built here by editing the real 0.5.12 tree: (a) the Flas
 backend copied into a new file under a new name, (b) a subclass overriding
 init_cuda_graph_state with 0.5.12's width, (c) a form no rule knows, (d) a class that
 delegates per step, (e) a patched tree whose width local is reverted to 0.5.12's product,
-(f) the DeepSeek-V4 pair copied under new names: never split per step (refused unless kept on the
-per-step backend, not on the caller), split in the caller (patched once; also spelt through a bound
-3-d view and movedim), split by the EAGLE worker's rows (split once), split in both (refused,
-unless kept on the per-step backend; the written CPU test's split-once check agrees).
+(f) the DeepSeek-V4 pair copied under new names (issue 39: judged by running it against upstream's
+invariant): never split per step (the bug: patched as DeepSeek-V4 is, unless kept on the per-step
+backend, not on the caller), split in the caller (left as written: handled by the fork's caller, its
+split correct by hand; also spelt through a bound 3-d view and movedim), split by the EAGLE worker's
+rows (handled by that caller, split once), split in both after merging upstream (the fork's split taken
+out; refused when kept on the caller; the written CPU test's split-once check agrees).
 """
 
 from __future__ import annotations
@@ -88,10 +90,33 @@ def method_source(path: Path, cls_name: str, method: str) -> str:
 
 
 def copied_backend(root: Path) -> str:
-    """(a) flashinfer_backend.py's imports and its draft backend class, renamed, as a fork's new file."""
+    """(a) flashinfer_backend.py's imports and its draft backend class, renamed, as a fork's new file: what the
+    class uses of the module's own definitions (FlashInferAttnBackend, ...) imported from it, as a fork's file
+    would (it runs as Python runs it)."""
     text = (root / FLASHINFER).read_text()
     header = text[: text.index("\nclass ") + 1]  # through the two blank lines before the first class
-    body, _cls = class_source(root / FLASHINFER, UPSTREAM_CLASS)
+    body, cls = class_source(root / FLASHINFER, UPSTREAM_CLASS)
+    used = {node.id for node in ast.walk(cls) if isinstance(node, ast.Name)}
+    own = sorted(
+        name
+        for node in ast.parse(text).body
+        if node.lineno > header.count("\n")
+        for name in (
+            [node.name] if isinstance(node, (ast.ClassDef, ast.FunctionDef)) else
+            [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
+        )
+        if name in used and name != UPSTREAM_CLASS
+    )  # fmt: skip
+    assert "FlashInferAttnBackend" in own
+    module = FLASHINFER.removesuffix(".py").replace("/", ".")
+    after = min(  # isort's place for it: before the first `from sglang...` import sorting after it
+        n.lineno
+        for n in ast.parse(header).body
+        if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("sglang.") and n.module > module
+    )
+    lines = header.splitlines(keepends=True)
+    imported = f"from {module} import (\n" + "".join(f"    {name},\n" for name in own) + ")\n"
+    header = "".join(lines[: after - 1]) + imported + "".join(lines[after - 1 :])
     return header + body.replace(f"class {UPSTREAM_CLASS}:", "class ForkMultiStepDraftBackend:", 1)
 
 
@@ -123,6 +148,8 @@ def test_real_releases_hold_only_known_classes(pristine, patched, version):
 
 
 def test_copied_backend_is_flagged_then_patched_lint_clean(scratch, capsys):
+    """(a) The copy runs as Python runs it (it imports FlashInferAttnBackend, ...): its three sites are to
+    patch, and the patched copy gives upstream's rows and slice ends on the probes."""
     root = scratch("0.5.12")
     fork = root / "sglang" / FORK_FILE
     fork.write_text(copied_backend(root))
@@ -141,14 +168,38 @@ def test_copied_backend_is_flagged_then_patched_lint_clean(scratch, capsys):
     }
 
     assert cli.main(["apply", str(root)]) == 0
-    assert cli.main(["check", "--no-tests", str(root)]) == 0
+    capsys.readouterr()
+    assert cli.main(["check", "--no-tests", "--format", "json", str(root)]) == 0
+    after = rows(capsys, "ForkMultiStepDraftBackend")
+    assert len(after) == 3 and {site["state"] for site in after} == {"patched"}
+    assert all(site["judged"].startswith("upstream's values on ") for site in after)
     patched_text = fork.read_text()
     assert "draft_kv_indices_buffer_width(\n            max_bs, self.topk, self.max_context_len\n" in patched_text
     assert "draft_kv_indices_used_len(seq_lens_sum, self.topk, bs, i + 1)" in patched_text
     assert_lint_clean(patched_text)
 
 
+def test_copied_backend_missing_the_modules_definitions_is_refused_naming_the_error(scratch, capsys):
+    """The copy without the import of flashinfer_backend's own definitions raises NameError when Python runs it:
+    its draft path cannot be judged, so apply refuses in one line naming the path, the probe and the exception,
+    and writes nothing."""
+    root = scratch("0.5.12")
+    fork = root / "sglang" / FORK_FILE
+    text = copied_backend(root)
+    start = text.index("from sglang.srt.layers.attention.flashinfer_backend import (\n")
+    fork.write_text(text[:start] + text[text.index(")\n", start) + 2 :])
+    before = tree_digest(root)
+    assert cli.main(["apply", str(root)]) == 2
+    [error] = capsys.readouterr().err.splitlines()
+    assert f"{fork}: ForkMultiStepDraftBackend.<kv_indices rows>: draft path, run on the probes: " in error
+    assert "bs 1, topk 1, 2 steps: NameError at srt/layers/attention/fork_draft_backend.py:" in error
+    assert "name 'FlashInferAttnBackend' is not defined" in error and error.endswith("nothing written")
+    assert tree_digest(root) == before
+
+
 def test_subclass_overriding_graph_state_is_flagged_then_patched(scratch, capsys):
+    """(b) The subclass runs FlashInfer's common_template on the rows its own init_cuda_graph_state sizes: a
+    draft path of its own (narrow CUDA-graph rows, the bug), patched to upstream's width."""
     root = scratch("0.5.12")
     fork = root / "sglang" / FORK_FILE
     fork.write_text(subclass_module(root))
@@ -156,8 +207,13 @@ def test_subclass_overriding_graph_state_is_flagged_then_patched(scratch, capsys
     assert cli.main(["check", "--no-tests", "--format", "json", str(root)]) == 1
     [flagged] = rows(capsys, "ForkDraftBackend")
     assert (flagged["class_method"], flagged["state"]) == ("ForkDraftBackend.init_cuda_graph_state", "to patch")
+    assert flagged["detail"] == "found by structure: use draft_kv_indices_buffer_width"
+    assert flagged["judged"] and not flagged["judged"].startswith("upstream's values")  # the narrow rows
     assert cli.main(["apply", "--no-tests", str(root)]) == 0
-    assert cli.main(["check", "--no-tests", str(root)]) == 0
+    capsys.readouterr()
+    assert cli.main(["check", "--no-tests", "--format", "json", str(root)]) == 0
+    [patched_site] = rows(capsys, "ForkDraftBackend")
+    assert patched_site["state"] == "patched" and patched_site["judged"].startswith("upstream's values on ")
     after = fork.read_text()
     assert "(self.speculative_num_steps, kv_indices_width)" in after
     assert_lint_clean(after)
@@ -265,6 +321,11 @@ def copied_v4_pair(root: Path, caller_split: bool, bound_view: bool = False) -> 
     return header + body.rstrip("\n") + "\n"
 
 
+def v4_sites(capsys) -> list[dict]:
+    """The sites of the copied pair's classes in the JSON report just printed (check --format json)."""
+    return [site for site in json.loads(capsys.readouterr().out)["sites"] if site["class_method"].startswith("ForkV4")]
+
+
 def assert_as_clean_as(before: str, after: str) -> None:
     """No lint finding the fork's text did not have (deepseek_v4_backend.py's imports already fail isort)."""
     for name in LINTERS:
@@ -272,24 +333,25 @@ def assert_as_clean_as(before: str, after: str) -> None:
     assert not lint_changes("black", after)
 
 
-def test_copied_v4_pair_that_never_splits_is_refused_unless_kept(scratch, capsys):
-    """Kept on the per-step backend's site (--keep or the comment on its def line): kept; the
-    caller's keep comment keeps its own layout only, and the caller is no site for --keep."""
+def test_copied_v4_pair_that_never_splits_is_patched_like_deepseek_v4_unless_kept(scratch, capsys):
+    """A DeepSeek-V4 port in a file of its own whose decode hands the whole buffer has the bug: it is patched as
+    DeepSeek-V4 is (upstream's slice in the per-step backend), not refused (issue 39), and the tree then splits
+    once. Kept on the per-step backend's site (--keep or the comment on its def line): left as written; the
+    caller's keep comment keeps its own layout only (the site stays to patch), and the caller is no site for
+    --keep."""
     root = scratch("0.5.12")
     fork = root / "sglang" / V4_FILE
     forked = copied_v4_pair(root, caller_split=False)
     fork.write_text(forked)
-    assert_as_clean_as(fork.read_text(), fork.read_text())
-    before = tree_digest(root)
-    assert cli.main(["apply", str(root)]) == 2
-    [error] = capsys.readouterr().err.splitlines()
-    assert (
-        "ForkV4AttnBackend.init_forward_metadata: per-step out_cache_loc split once (structural guard): "
-        "bakes the whole out_cache_loc ForkV4MultiStepBackend.init_forward_metadata hands it" in error
-    )
-    assert tree_digest(root) == before
+    assert cli.main(["check", "--no-tests", "--format", "json", str(root)]) == 1
+    [guard] = [site for site in v4_sites(capsys) if site["site"].endswith("split once (structural guard)")]
+    assert (guard["class_method"], guard["state"]) == ("ForkV4AttnBackend.init_forward_metadata", "to patch")
+    assert guard["detail"] == "found by structure: use per_step_draft_out_cache_loc"
+    assert "raises AssertionError at srt/layers/attention/fork_v4_backend.py:" in guard["judged"]  # upstream 26239
     keep = f"{V4_FILE}:ForkV4AttnBackend.init_forward_metadata"
     assert cli.main(["apply", "--keep", keep, str(root)]) == 0
+    assert fork.read_text() == forked
+    capsys.readouterr()
     assert cli.main(["check", "--keep", keep, str(root)]) == 0
     assert "kept by the fork" in capsys.readouterr().out
     caller = f"{V4_FILE}:ForkV4MultiStepBackend.init_forward_metadata"
@@ -297,8 +359,25 @@ def test_copied_v4_pair_that_never_splits_is_refused_unless_kept(scratch, capsys
     assert f"--keep {caller}: no site of " in capsys.readouterr().err
     for cls, kept in (("ForkV4MultiStepBackend", False), ("ForkV4AttnBackend", True)):
         fork.write_text(keep_def(forked, cls, "init_forward_metadata"))
-        assert cli.main(["check", str(root)]) == (0 if kept else 2), cls
-        assert ("kept by the fork" in capsys.readouterr().out) is kept
+        assert cli.main(["check", "--no-tests", str(root)]) == (0 if kept else 1), cls
+        out = capsys.readouterr().out
+        assert ("kept by the fork" in out, "to patch  ForkV4AttnBackend.init_forward_metadata" in out) == (
+            kept,
+            not kept,
+        ), cls
+
+    fork.write_text(forked)  # no longer kept: patched, split once, lint no worse than the fork's
+    assert cli.main(["apply", str(root)]) == 0
+    after = fork.read_text()
+    assert after.count("per_step_draft_out_cache_loc(") == 1
+    assert "                out_cache_loc=out_cache_loc,\n" in after
+    assert "                )[self.speculative_step_id]\n" in after
+    capsys.readouterr()
+    assert cli.main(["check", "--no-tests", "--format", "json", str(root)]) == 0
+    [guard] = [site for site in v4_sites(capsys) if site["site"].endswith("split once (structural guard)")]
+    assert guard["state"] == "patched" and guard["judged"].startswith("upstream's values on ")
+    assert not_split_once(root / "sglang") == []  # the written test: split once, by the per-step backend
+    assert_as_clean_as(forked, after)
 
 
 def keep_def(text: str, cls: str, method: str) -> str:
@@ -310,74 +389,108 @@ def keep_def(text: str, cls: str, method: str) -> str:
 
 
 @pytest.mark.parametrize("bound_view", [False, True], ids=["permute chain", "bound view, movedim"])
-def test_copied_v4_pair_splitting_in_the_caller_is_patched_once(scratch, capsys, bound_view):
+def test_copied_v4_pair_splitting_in_the_caller_is_left_split_once(scratch, capsys, bound_view):
+    """The caller hands each step upstream's row with a split of its own: the per-step backend is handled by the
+    fork's caller (named at the line setting the step's row), the caller's split is correct, by hand (its values
+    are upstream's), and apply leaves the file as written: split once (issue 39)."""
     root = scratch("0.5.12")
     fork = root / "sglang" / V4_FILE
     fork.write_text(copied_v4_pair(root, caller_split=True, bound_view=bound_view))
     forked = fork.read_text()
-    assert_as_clean_as(forked, forked)
-    assert cli.main(["check", "--no-tests", "--format", "json", str(root)]) == 1
-    sites = json.loads(capsys.readouterr().out)["sites"]
-    assert any(
-        site["class_method"] == "ForkV4AttnBackend.init_forward_metadata"
-        and site["state"] == "patched"
-        and site["site"].endswith("split once (structural guard)")
-        for site in sites
+    row_line = forked.splitlines().index("                    forward_batch.out_cache_loc = step_out_cache_loc[i]") + 1
+    assert cli.main(["check", "--no-tests", "--format", "json", str(root)]) == 1  # the release's own sites
+    sites = {site["class_method"]: site for site in v4_sites(capsys)}
+    assert set(sites) == {
+        "ForkV4AttnBackend.init_forward_metadata",
+        "ForkV4MultiStepBackend._split_out_cache_loc_per_step",
+    }
+    guard, split = (
+        sites["ForkV4AttnBackend.init_forward_metadata"],
+        sites["ForkV4MultiStepBackend._split_out_cache_loc_per_step"],
     )
-    assert any(
-        site["class_method"] == "ForkV4MultiStepBackend._split_out_cache_loc_per_step" and site["state"] == "to patch"
-        for site in sites
+    assert guard["site"].endswith("split once (structural guard)")
+    assert (guard["state"], guard["detail"]) == (
+        "handled by the fork's caller",
+        f"ForkV4MultiStepBackend.init_forward_metadata at srt/layers/attention/fork_v4_backend.py:{row_line}",
     )
+    assert split["state"] == "correct, by hand" and split["detail"].endswith(": left as it is")
     assert cli.main(["apply", "--no-tests", str(root)]) == 0
+    assert fork.read_text() == forked
     assert cli.main(["check", "--no-tests", str(root)]) == 0
-    after = fork.read_text()
-    assert after.count("per_step_draft_out_cache_loc(") == 1
-    assert "        return per_step_draft_out_cache_loc(\n            out_cache_loc,\n            num_reqs,\n" in after
-    assert ".movedim(" not in after and "rows = " not in after
-    assert_as_clean_as(forked, after)
+    assert not_split_once(root / "sglang") == []
 
 
 def test_copied_v4_pair_driven_by_the_workers_rows_is_split_once(scratch, capsys):
-    """The V2 worker inits each step with its row (fork_edits.dsv4_worker_split): on the copied pair's
-    path too, that is the one split, for `check` (the guard row patched) and the written test alike."""
+    """The V2 worker inits each step with its row (fork_edits.dsv4_worker_split): on the copied pair's path too,
+    that is the one split: the guard row is handled by the fork's caller (the worker, at the line setting the
+    step's row), the copy is left as written, and the tree splits once for `check` and the written test alike."""
     from support import fork_edits
 
     root = scratch("0.5.12")
     fork_edits.dsv4_worker_split(root)
     fork = root / "sglang" / V4_FILE
     fork.write_text(copied_v4_pair(root, caller_split=False))
+    forked = fork.read_text()
     capsys.readouterr()
     assert cli.main(["check", "--no-tests", "--format", "json", str(root)]) == 1  # the release's sites to patch
-    [guard] = [
-        site
-        for site in json.loads(capsys.readouterr().out)["sites"]
-        if site["site"].endswith("split once (structural guard)")
-    ]
-    assert (guard["class_method"], guard["state"]) == ("ForkV4AttnBackend.init_forward_metadata", "patched")
+    [guard] = [site for site in v4_sites(capsys) if site["site"].endswith("split once (structural guard)")]
+    assert (guard["class_method"], guard["state"]) == (
+        "ForkV4AttnBackend.init_forward_metadata",
+        "handled by the fork's caller",
+    )
+    assert guard["detail"].startswith("EagleDraftWorker.draft_forward at srt/speculative/eagle_worker_v2.py:")
     assert not_split_once(root / "sglang") == []  # the written test: split once, by the worker
+    assert cli.main(["apply", "--no-tests", str(root)]) == 0
+    assert fork.read_text() == forked
+    assert cli.main(["check", "--no-tests", str(root)]) == 0
+    assert not_split_once(root / "sglang") == []
 
 
-def test_copied_v4_pair_splitting_twice_is_refused(patched, tmp_path, capsys):
+def test_copied_v4_pair_splitting_twice_has_the_forks_split_taken_out(patched, tmp_path, capsys):
+    """A fork whose caller splits, after merging upstream (its DeepSeek-V4 copy splits per step already): the
+    fork's extra split can be taken out, so it is (upstream's kept) and the tree splits once (issue 39). Kept on
+    the caller: refused (twice); kept on the per-step backend: the caller's split to patch, and the written CPU
+    test's split-once check leaves the kept path alone."""
     import shutil
 
     root = tmp_path / "fork"
     shutil.copytree(patched("0.5.12"), root)  # its DeepSeek-V4 backend splits per step already
-    (root / "sglang" / V4_FILE).write_text(copied_v4_pair(root, caller_split=True))
-    capsys.readouterr()
-    assert cli.main(["check", "--no-tests", str(root)]) == 2
-    errors = capsys.readouterr().err
-    assert (
-        "ForkV4AttnBackend.init_forward_metadata: per-step out_cache_loc split once (structural guard): "
-        "splits the per-step out_cache_loc, and so does its caller ForkV4MultiStepBackend.init_forward_metadata "
-        "(line " in errors
-        and "): twice; keep one of them" in errors
-    )
     fork = root / "sglang" / V4_FILE
+    fork.write_text(copied_v4_pair(root, caller_split=True))
     forked = fork.read_text()
+    assert not_split_once(root / "sglang") == [("ForkV4AttnBackend", "twice")]
+    capsys.readouterr()
+    assert cli.main(["check", "--no-tests", "--format", "json", str(root)]) == 1
+    sites = v4_sites(capsys)
+    [guard] = [site for site in sites if site["site"].endswith("split once (structural guard)")]
+    assert (guard["class_method"], guard["state"]) == ("ForkV4AttnBackend.init_forward_metadata", "to patch")
+    assert guard["detail"] == (
+        "ForkV4MultiStepBackend.init_forward_metadata splits it again after upstream's split in "
+        "ForkV4AttnBackend.init_forward_metadata: the fork's split taken out, upstream's kept"
+    )
+    [helper] = [
+        site for site in sites if site["class_method"] == "ForkV4MultiStepBackend._split_out_cache_loc_per_step"
+    ]
+    assert (helper["state"], helper["detail"]) == ("not affected", "taken out with the split it belongs to")
+    assert cli.main(["apply", "--no-tests", str(root)]) == 0
+    after = fork.read_text()
+    assert "_split_out_cache_loc_per_step" not in after and after.count("per_step_draft_out_cache_loc(") == 1
+    assert (
+        "    def init_forward_metadata(self, forward_batch: ForwardBatch):\n"
+        "        for i in range(self.speculative_num_steps - 1):\n"
+        "            self.attn_backends[i].init_forward_metadata(forward_batch)\n" in after
+    )
+    assert cli.main(["check", "--no-tests", str(root)]) == 0
+    assert not_split_once(root / "sglang") == []
+
     for cls, kept in (("ForkV4MultiStepBackend", False), ("ForkV4AttnBackend", True)):
         fork.write_text(keep_def(forked, cls, "init_forward_metadata"))
+        capsys.readouterr()
         assert cli.main(["check", "--no-tests", str(root)]) == (
             1 if kept else 2
         ), cls  # kept: the caller's split to patch
-        assert ("splits the per-step out_cache_loc, and so does its caller" in capsys.readouterr().err) is not kept
+        err = capsys.readouterr().err
+        assert ("splits the per-step out_cache_loc twice: here (in init_forward_metadata) and in its caller "
+                "ForkV4MultiStepBackend.init_forward_metadata (line " in err) is not kept, cls  # fmt: skip
+        assert ("); keep one of them" in err) is not kept, cls
         assert (not_split_once(root / "sglang") == []) is kept, cls  # the written CPU test's split-once check

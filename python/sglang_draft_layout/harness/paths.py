@@ -130,9 +130,38 @@ def _drives(block: str, built: list[str]) -> bool:
     )
 
 
+_BASES = re.compile(r"^class (\w+)\(([^)]*)\)", re.MULTILINE)
+#: what a subclass's own text shows where it sizes or cuts kv_indices rows itself (a width, a used length)
+_OWN_ROWS = re.compile(r"max_context_len|draft_kv_indices_|seq_lens_sum\s*\*")
+
+
+def _row_subclasses(tree: Tree, modules: list[str], launching: set[str]) -> list[DraftPath]:
+    """A ROWS path for each class under srt/layers/attention deriving (by its bases' names, through any depth)
+    from a class that launches the kernel, and sizing or cutting rows in its own text (``_OWN_ROWS``): a fork's
+    subclass overriding ``init_cuda_graph_state`` runs its base's ``common_template`` on the rows it sizes."""
+    bases, blocks = {}, {}
+    for relative in modules:
+        text = tree.text(relative)
+        if not relative.startswith(ATTENTION) or not text or "speculative_num_steps" not in text:
+            continue
+        for match in _BASES.finditer(text):
+            names = {part.strip().rpartition(".")[2] for part in match.group(2).split(",")}
+            bases[(relative, match.group(1))] = names
+        blocks.update({(relative, name): body for name, body in _class_blocks(text)})
+    derived, grew = set(launching), True
+    while grew:
+        new = {name for (_m, name), names in bases.items() if names & derived} - derived
+        derived, grew = derived | new, bool(new)
+    return [
+        DraftPath(ROWS, relative, name)
+        for (relative, name), names in bases.items()
+        if name not in launching and names & derived and _OWN_ROWS.search(blocks.get((relative, name), ""))
+    ]
+
+
 def draft_paths(tree: Tree, modules: Iterable[str]) -> list[DraftPath]:
     """The paths of ``modules``, found by what their classes' text names."""
-    found = []
+    modules, found = list(modules), []
     for relative in modules:
         text = tree.text(relative)
         if not text or "speculative_num_steps" not in text:
@@ -159,7 +188,7 @@ def draft_paths(tree: Tree, modules: Iterable[str]) -> list[DraftPath]:
                 found.append(DraftPath(STEPS, relative, name, per_step=per_step))
         if not drivers:
             found += [DraftPath(STEPS, relative, name, True, (name,)) for name in bakers]
-    return found
+    return found + _row_subclasses(tree, modules, {path.cls for path in found if path.kind == ROWS})
 
 
 # -- a run -----------------------------------------------------------------------------------------
