@@ -293,12 +293,13 @@ def _bake(torch: Any, run: Run, value: Any) -> None:
 
 
 def _stored(torch: Any, value: Any, batch: Any, depth: int = 0, name: str = "") -> Iterable[tuple]:
-    """The draft write targets a per-step backend keeps (``is_write_target`` names: its attributes, their fields,
-    lists and dicts)."""
+    """The draft write targets a per-step backend keeps (its attributes, their fields, lists and dicts): a tensor
+    of draft slots under a write target's name (``is_write_target``), or of one dimension (2-D tables of earlier
+    steps' slots are what a step reads)."""
     if depth > 3 or value is batch or isinstance(value, (Unknown, type, types.ModuleType, types.FunctionType)):
         return
-    held = _draft(torch, value) if is_write_target(name) else None
-    if held is not None:
+    held = _draft(torch, value)
+    if held is not None and (is_write_target(name) or len(held[1]) == 1):
         yield held
     elif isinstance(value, (list, tuple)):
         for item in value[:16]:
