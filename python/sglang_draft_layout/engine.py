@@ -442,9 +442,7 @@ def _plan(
             "(check lists each site's file and Class.method)"
         )
     up_to_date = not any(f.state in (State.TO_PATCH, State.UNRECOGNISED) for f in findings)
-    generated, notes = (
-        fork_tests.generated_files(target, test_options, up_to_date, kept) if test_options else ([], [])
-    )
+    generated, notes = fork_tests.generated_files(target, test_options, up_to_date, kept) if test_options else ([], [])
     if render_changes:
         changes += [_generated_change(g) for g in generated if g.state is not fork_tests.FileState.PRESENT]
         notes += [  # who splits changes: said in one line

@@ -75,10 +75,15 @@ def refusals(after: Mapping[DraftPath, Verdict], findings: Collection[Finding]) 
         if own & kept or not own & sited or path.module in unrecognised:
             continue
         unseen = not verdict.judged and not verdict.problems and bool(own & rewritten) and path.kind != STEPS
-        unseen = unseen or path.kind == STEPS and IN_GRAPH_PHASE not in verdict.baked and any(
-            (f.rule.file, f.rule.scope.split(".")[0]) in own and f.rule.scope.endswith(f".{IN_GRAPH_METHOD}")
-            for f in findings
-            if f.state is State.TO_PATCH
+        unseen = (
+            unseen
+            or path.kind == STEPS
+            and IN_GRAPH_PHASE not in verdict.baked
+            and any(
+                (f.rule.file, f.rule.scope.split(".")[0]) in own and f.rule.scope.endswith(f".{IN_GRAPH_METHOD}")
+                for f in findings
+                if f.state is State.TO_PATCH
+            )
         )  # a rewritten in-graph method no probe reaches
         if verdict.upstream or not (verdict.problems or verdict.cannot or unseen):
             continue

@@ -381,8 +381,10 @@ def per_step_backends(instance: Any) -> list[tuple[int, Any]]:
         if not isinstance(value, (list, tuple)):
             continue
         for index, backend in enumerate(value):
-            if not hasattr(backend, "__dict__") or isinstance(backend, Unknown) or not hasattr(
-                type(backend), "init_forward_metadata"
+            if (
+                not hasattr(backend, "__dict__")
+                or isinstance(backend, Unknown)
+                or not hasattr(type(backend), "init_forward_metadata")
             ):
                 continue
             step = backend.__dict__.get("speculative_step_id")

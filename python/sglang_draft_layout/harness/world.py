@@ -58,6 +58,7 @@ class Tree:
 
     def __init__(self, package: Optional[Path], torch: Any, texts: Optional[Mapping[str, str]] = None) -> None:
         self.package, self.torch, self.texts, self.parsed = package, torch, dict(texts or {}), {}
+        self.given = frozenset(self.texts)  # the texts standing in for files (``rewritten``)
         self.namespaces: dict[str, dict] = {}
         self.names: dict[str, str] = {}  # module name -> its path under the package
         self._assigned: dict[type, frozenset[str]] = {}
@@ -73,10 +74,10 @@ class Tree:
 
     def rewritten(self, relative: str) -> set[int]:
         """The lines of the text standing in for ``relative`` that differ from its file (none: no text given)."""
-        text, path = self.text(relative), self.package / relative if self.package is not None else None
-        if text is None or path is None or not path.is_file():
+        text, path = self.texts.get(relative), self.package / relative if self.package is not None else None
+        if relative not in self.given or text is None or path is None or not path.is_file():
             return set()
-        old, new = path.read_text(encoding="utf-8").splitlines(), text.splitlines()
+        old, new = path.read_bytes().decode("utf-8", "replace").splitlines(), text.splitlines()
         if old == new:
             return set()
         opcodes = difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
