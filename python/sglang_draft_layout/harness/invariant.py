@@ -215,7 +215,11 @@ def _layout_lines(tree: Tree, path: DraftPath) -> Lines:
                 written = tree.rewritten(relative)
                 statements += [
                     s
-                    for s in layout_statements(tree.filename(relative), tree.syntax(relative), [cls.__name__])
+                    for s in (
+                        layout_statements(tree.filename(relative), tree.syntax(relative), [cls.__name__])
+                        if written
+                        else ()
+                    )
                     if written.intersection(range(s.first, s.last + 1))
                 ]
     return Lines(statements)

@@ -87,7 +87,7 @@ class Tree:
         if relative not in self.parsed:
             text = self.text(relative)
             # the file's own name: a SyntaxError names it, as Python's would (the tool reports it)
-            self.parsed[relative] = ast.parse(text, self.filename(relative)) if text is not None else None
+            self.parsed[relative] = _parsed(text, self.filename(relative)) if text is not None else None
         return self.parsed[relative]
 
     def relative(self, dotted: str) -> Optional[str]:
@@ -117,7 +117,7 @@ class Tree:
         outer, Run.current = Run.current, None
         sys.modules[module.__name__] = module  # for what runs at import (dataclasses reads it), then gone
         try:
-            exec(compile(tree, filename, "exec", dont_inherit=True), namespace)
+            exec(_compiled(self.text(relative), filename), namespace)
         except Exception as error:
             self.errors[relative] = f"{type(error).__name__}: {error}"
             self._statement_by_statement(tree, filename, namespace)
@@ -187,6 +187,32 @@ class Tree:
         relative = self.names.get(getattr(cls, "__module__", ""))
         body = self.syntax(relative).body if relative else []
         return next((s for s in reversed(body) if isinstance(s, ast.ClassDef) and s.name == cls.__name__), None)
+
+
+#: (file name, text) -> its tree and its code, for every Tree of the process (a check judges the tree before and
+#: after the rewrite: the files it does not rewrite are parsed and compiled once); the oldest let go past _KEPT
+_PARSED: dict[tuple[str, str], ast.Module] = {}
+_CODE: dict[tuple[str, str], types.CodeType] = {}
+_KEPT = 128
+
+
+def _remember(memo: dict, key: tuple[str, str], make: Any) -> Any:
+    if key not in memo:
+        if len(memo) >= _KEPT:
+            del memo[next(iter(memo))]
+        memo[key] = make()
+    return memo[key]
+
+
+def _parsed(text: str, filename: str) -> ast.Module:
+    """The tree of ``text``, parsed once per process (callers read it, never change it)."""
+    return _remember(_PARSED, (filename, text), lambda: ast.parse(text, filename))
+
+
+def _compiled(text: str, filename: str) -> types.CodeType:
+    return _remember(
+        _CODE, (filename, text), lambda: compile(_parsed(text, filename), filename, "exec", dont_inherit=True)
+    )
 
 
 def _bound_names(stmt: ast.stmt) -> list[str]:
