@@ -190,15 +190,15 @@ class Tree:
 
 
 #: (file name, text) -> its tree and its code, for every Tree of the process (a check judges the tree before and
-#: after the rewrite: the files it does not rewrite are parsed and compiled once); the oldest let go past _KEPT
+#: after the rewrite: the files it does not rewrite are parsed and compiled once); the oldest let go past _TEXTS_KEPT
 _PARSED: dict[tuple[str, str], ast.Module] = {}
 _CODE: dict[tuple[str, str], types.CodeType] = {}
-_KEPT = 128
+_TEXTS_KEPT = 128
 
 
 def _remember(memo: dict, key: tuple[str, str], make: Any) -> Any:
     if key not in memo:
-        if len(memo) >= _KEPT:
+        if len(memo) >= _TEXTS_KEPT:
             del memo[next(iter(memo))]
         memo[key] = make()
     return memo[key]
