@@ -498,23 +498,7 @@ def _stderr_of(argv: list[str], env: dict[str, str], terminal: bool) -> str:
     if not terminal:
         command = [sys.executable, "-m", "sglang_draft_layout", *argv]
         return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120).stderr
-    primary, secondary = pty.openpty()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "sglang_draft_layout", *argv], stdout=subprocess.DEVNULL, stderr=secondary, env=env
-    )
-    os.close(secondary)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(primary, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    process.wait(timeout=120)
-    os.close(primary)
-    return b"".join(chunks).decode().replace("\r\n", "\n")
+    return _on_a_terminal(argv, env, stream="stderr").replace("\r\n", "\n")
 
 
 def test_errors_on_a_real_terminal_are_wrapped_and_in_a_pipe_are_one_line_each(refused):
@@ -590,12 +574,11 @@ def test_colour_only_on_a_terminal_and_never_with_no_color():
     assert cli.color_wanted(Terminal(False), {}) is False
 
 
-def _on_a_terminal(argv: list[str], env: dict[str, str]) -> str:
-    """Run the CLI with its stdout on a pseudo-terminal; what it printed."""
+def _on_a_terminal(argv: list[str], env: dict[str, str], stream: str = "stdout") -> str:
+    """Run the CLI with its ``stream`` (stdout or stderr) on a pseudo-terminal, the other discarded; what it printed."""
     primary, secondary = pty.openpty()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "sglang_draft_layout", *argv], stdout=secondary, stderr=subprocess.DEVNULL, env=env
-    )
+    streams = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, stream: secondary}
+    process = subprocess.Popen([sys.executable, "-m", "sglang_draft_layout", *argv], env=env, **streams)
     os.close(secondary)
     chunks = []
     while True:
@@ -606,7 +589,7 @@ def _on_a_terminal(argv: list[str], env: dict[str, str]) -> str:
         if not chunk:
             break
         chunks.append(chunk)
-    process.wait(timeout=60)
+    process.wait(timeout=120)
     os.close(primary)
     return b"".join(chunks).decode()
 
