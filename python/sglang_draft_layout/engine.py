@@ -581,7 +581,7 @@ def refusal_hint(keeps: Sequence[str], lines: str = "that line") -> str:
     if not keeps:
         return rewrite
     flags = ", ".join(f"`--keep {keep}`" for keep in keeps)
-    return f"keep the fork's code (`{KEEP_PRAGMA}` on {lines}, or {flags}) or {rewrite}"
+    return f"keep the fork's code (`{KEEP_PRAGMA}` at the end of {lines} or alone on the line before it, or {flags}) or {rewrite}"
 
 
 @contextlib.contextmanager

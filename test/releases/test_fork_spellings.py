@@ -324,7 +324,7 @@ def test_unrecognised_own_fix_blocks_apply_and_says_how_to_keep_it(scratch, caps
     strided_fork(root)
     error = apply_refused(root, capsys)
     assert error.endswith(
-        f"; keep the fork's code (`{KEEP}` on that line, or `--keep {DSV4}:"
+        f"; keep the fork's code (`{KEEP}` at the end of that line or alone on the line before it, or `--keep {DSV4}:"
         "DeepseekV4AttnBackend.init_forward_metadata`) or rewrite it to a form docs/sites.md lists;"
         " nothing written"
     )
@@ -420,3 +420,26 @@ def test_upstreams_own_handoff_in_a_method_is_split_once(pristine, version):
     [cls] = [c for c in ast.parse(text).body if getattr(c, "name", "") == "DeepseekV4AttnBackend"]
     assert {"init_forward_metadata", "_build_forward_metadata"} <= {m.name for m in baking_methods(cls)}
     assert written_test_problems(root) == []
+
+
+def test_a_keep_comment_alone_above_a_def_keeps_the_site_and_black_leaves_it(scratch, capsys):
+    """Issue 40: the keep comment on its own line above the method (black 24.10.0 leaves it there, where a
+    comment at the end of the def line can push it past 88 columns) keeps the site for check and apply;
+    the same comment on the line above another method keeps nothing of this one."""
+    import black
+
+    root = scratch("0.5.12")
+    path = root / "sglang" / fork_edits.FLASHINFER
+    text = path.read_text()
+    graph_state = fork_edits.FLASHINFER_GRAPH_STATE.splitlines(keepends=True)[0]
+    kept = text.replace(graph_state, "    # sglang-draft-layout: keep\n" + graph_state, 1)
+    assert kept != text and black.format_str(kept, mode=black.Mode()) == kept
+    path.write_text(kept)
+    state = {f.rule.scope: f.state for f in engine.plan(resolve(str(root)), render_changes=False).findings
+             if f.rule.file == fork_edits.FLASHINFER}  # fmt: skip
+    assert state["FlashInferMultiStepDraftBackend.init_cuda_graph_state"] is State.KEPT
+    assert state["FlashInferMultiStepDraftBackend.init_forward_metadata"] is State.TO_PATCH
+    assert cli.main(["apply", "--no-tests", str(root)]) == 0
+    assert fork_edits.FLASHINFER_GRAPH_STATE in path.read_text()  # the kept narrow row, as written
+    assert cli.main(["check", "--no-tests", str(root)]) == 0
+    assert "kept by the fork" in capsys.readouterr().out

@@ -136,7 +136,8 @@ class Tree:
 def keep_hint(relative: str, scope: str) -> str:
     """What a refusal adds: keep the site as the fork wrote it (how), or rewrite it."""
     return (
-        f"; keep the fork's code (`# sglang-draft-layout: keep` on that line, or `--keep {relative}:{scope}`) "
+        f"; keep the fork's code (`# sglang-draft-layout: keep` at the end of that line or alone on the line before it, "
+        f"or `--keep {relative}:{scope}`) "
         "or rewrite it to a form docs/sites.md lists"
     )
 

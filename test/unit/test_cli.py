@@ -415,7 +415,7 @@ def refused(tree: Tree) -> Tree:
 
 
 KEEP_ADVICE = re.compile(
-    r"keep the fork's code \(`# sglang-draft-layout: keep` on (that|each|this) line, or "
+    r"keep the fork's code \(`# sglang-draft-layout: keep` at the end of (that|each|this) line or alone on the line before it, or "
     r"`--keep srt/layers/attention/flashinfer_backend.py:FlashInferMultiStepDraftBackend\."
     r"common_template`\) or rewrite it to a form docs/sites.md lists"
 )

@@ -61,15 +61,28 @@ def baking_methods(cls: ast.ClassDef, start: str = "init_forward_metadata") -> l
     return seen if bakes and "speculative_step_id" in ast.unparse(cls) else []
 
 
+def comment_above(lines: Sequence[str], start: int) -> bool:
+    """The keep comment alone on the line just above line ``start`` (a form black leaves where it is)."""
+    return 1 < start <= len(lines) + 1 and lines[start - 2].strip().startswith(KEEP)
+
+
+def first_line(node: ast.stmt) -> int:
+    """The first line of a statement, its decorators included."""
+    return min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+
+
 def keeps_path(lines: Sequence[str], path: Sequence[ast.FunctionDef]) -> bool:
     """The keep comment on a def line of the path's methods (``baking_methods``) or on a statement of
-    theirs handing ``out_cache_loc=`` on (a compound statement: its header): the fork keeps that per-step
+    theirs handing ``out_cache_loc=`` on (a compound statement: its header), or alone on the line above either: the fork keeps that per-step
     backend's split as it wrote it. A keep on a caller keeps that caller's own layout only, never a double
     split."""
-    numbers = [n for m in path for n in range(m.lineno, m.body[0].lineno)]
+    numbers, starts = [n for m in path for n in range(m.lineno, m.body[0].lineno)], [first_line(m) for m in path]
     for statement in [s for m in path for s in nodes(m, ast.stmt)]:
         body = getattr(statement, "body", None)
         last = body[0].lineno - 1 if body else statement.end_lineno or statement.lineno
         if any(k.arg == "out_cache_loc" and k.lineno <= last for k in nodes(statement, ast.keyword)):
             numbers += range(statement.lineno, last + 1)
-    return any(KEEP in lines[n - 1] for n in numbers if 0 < n <= len(lines))
+            starts.append(statement.lineno)
+    return any(KEEP in lines[n - 1] for n in numbers if 0 < n <= len(lines)) or any(
+        comment_above(lines, start) for start in starts
+    )
