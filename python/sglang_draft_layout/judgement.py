@@ -14,11 +14,10 @@ from typing import Collection, Mapping, Optional
 
 from .harness.invariant import Verdict, judge_tree
 from .harness.paths import STEPS, DraftPath
-
-#: the in-graph phase of a per-step path, and the method it runs (``harness.paths._run_steps``)
-IN_GRAPH_PHASE, IN_GRAPH_METHOD = "in graph", "init_forward_metadata_in_graph"
 from .harness.tensors import FACADE
+from .layout_patterns.baking import IN_GRAPH as IN_GRAPH_METHOD
 from .rules.base import Finding, Rule, State
+from .rules.who_splits import IN_GRAPH as IN_GRAPH_PHASE
 
 
 def verdicts(package: Optional[Path], texts: Mapping[str, str], modules: Collection[str]) -> dict[DraftPath, Verdict]:

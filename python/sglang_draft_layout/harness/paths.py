@@ -135,19 +135,16 @@ _BASES = re.compile(r"^class (\w+)\(([^)]*)\)", re.MULTILINE)
 _OWN_ROWS = re.compile(r"max_context_len|draft_kv_indices_|seq_lens_sum\s*\*")
 
 
-def _row_subclasses(tree: Tree, modules: list[str], launching: set[str]) -> list[DraftPath]:
-    """A ROWS path for each class under srt/layers/attention deriving (by its bases' names, through any depth)
-    from a class that launches the kernel, and sizing or cutting rows in its own text (``_OWN_ROWS``): a fork's
-    subclass overriding ``init_cuda_graph_state`` runs its base's ``common_template`` on the rows it sizes."""
-    bases, blocks = {}, {}
-    for relative in modules:
-        text = tree.text(relative)
-        if not relative.startswith(ATTENTION) or not text or "speculative_num_steps" not in text:
-            continue
-        for match in _BASES.finditer(text):
-            names = {part.strip().rpartition(".")[2] for part in match.group(2).split(",")}
-            bases[(relative, match.group(1))] = names
-        blocks.update({(relative, name): body for name, body in _class_blocks(text)})
+def _row_subclasses(blocks: dict[tuple[str, str], str], launching: set[str]) -> list[DraftPath]:
+    """A ROWS path for each class of ``blocks`` ((module, class) -> its text, under srt/layers/attention) deriving
+    (by its bases' names, through any depth) from a class that launches the kernel, and sizing or cutting rows in
+    its own text (``_OWN_ROWS``): a fork's subclass overriding ``init_cuda_graph_state`` runs its base's
+    ``common_template`` on the rows it sizes."""
+    bases = {}
+    for (relative, name), block in blocks.items():
+        match = _BASES.match(block)
+        if match is not None:
+            bases[(relative, name)] = {part.strip().rpartition(".")[2] for part in match.group(2).split(",")}
     derived, grew = set(launching), True
     while grew:
         new = {name for (_m, name), names in bases.items() if names & derived} - derived
@@ -155,13 +152,13 @@ def _row_subclasses(tree: Tree, modules: list[str], launching: set[str]) -> list
     return [
         DraftPath(ROWS, relative, name)
         for (relative, name), names in bases.items()
-        if name not in launching and names & derived and _OWN_ROWS.search(blocks.get((relative, name), ""))
+        if name not in launching and names & derived and _OWN_ROWS.search(blocks[(relative, name)])
     ]
 
 
 def draft_paths(tree: Tree, modules: Iterable[str]) -> list[DraftPath]:
     """The paths of ``modules``, found by what their classes' text names."""
-    modules, found = list(modules), []
+    found, blocks = [], {}  # blocks: (module, class) -> text, of the attention modules
     for relative in modules:
         text = tree.text(relative)
         if not text or "speculative_num_steps" not in text:
@@ -172,6 +169,7 @@ def draft_paths(tree: Tree, modules: Iterable[str]) -> list[DraftPath]:
                 name in WORKERS or "out_cache_loc" in body and ("permute" in body or "per_step_draft_out_cache_loc" in body))]  # fmt: skip
         if not relative.startswith(ATTENTION):
             continue
+        blocks.update({(relative, name): body for name, body in classes})
         found += [DraftPath(ROWS, relative, name) for name, body in classes if KERNEL in body]
         classes_text = dict(classes)
         reading = [name for name, body in classes if "out_cache_loc" in body]
@@ -188,7 +186,7 @@ def draft_paths(tree: Tree, modules: Iterable[str]) -> list[DraftPath]:
                 found.append(DraftPath(STEPS, relative, name, per_step=per_step))
         if not drivers:
             found += [DraftPath(STEPS, relative, name, True, (name,)) for name in bakers]
-    return found + _row_subclasses(tree, modules, {path.cls for path in found if path.kind == ROWS})
+    return found + _row_subclasses(blocks, {path.cls for path in found if path.kind == ROWS})
 
 
 # -- a run -----------------------------------------------------------------------------------------

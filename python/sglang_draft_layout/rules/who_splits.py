@@ -3,8 +3,8 @@
 The DeepSeek-V4 rules ask this of the tree as it is (``split_of``) to choose their edit: the multi-step
 caller already hands each step its row (CALLER: nothing to add), the per-step code splits it (PER_STEP),
 nobody does (NEVER: upstream's slice added), both do (TWICE: a fork that merged upstream), no probe sees a
-step bake its write target in the phase (NONE), or the runs show something else (WRONG, ``why`` says what). ``split_after`` asks it of a rewrite in memory (which of
-a fork's splits to take out). The written edit is judged again with the whole tree (``judgement``).
+step bake its write target in the phase (NONE), or the runs show something else (WRONG, ``why`` says
+what). ``split_after`` asks it of a rewrite in memory (which of a fork's splits to take out). The written edit is judged again with the whole tree (``judgement``).
 """
 
 from __future__ import annotations
