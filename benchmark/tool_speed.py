@@ -31,6 +31,8 @@ for the cli runs. On an idle 2-core machine ``--part cli`` takes about 3 minutes
     python benchmark/tool_speed.py --part cli --json cli.json                 # all five releases
     python benchmark/tool_speed.py --part inproc,breakdown --json inproc.json
     python benchmark/tool_speed.py --part none --from-json cli.json inproc.json --plot tool_speed.png
+    # issue 39's yardstick: check and apply (cold: an empty verdict cache; warm) against the parse floor
+    python benchmark/tool_speed.py --part floor --releases 0.5.12,0.5.23
     # another engine (e.g. an older commit's python/ folder) against this one, interleaved:
     python benchmark/tool_speed.py --part ab --baseline /tmp/base/python --releases 0.5.8,0.5.12
 """
@@ -289,6 +291,60 @@ def cli_part(pristine: dict[str, Path], work: Path, reps: int) -> dict:
     return results
 
 
+#: a fresh Python parsing the target files: every .py under the draft folders that names speculative_num_steps
+FLOOR = """import ast, sys
+from pathlib import Path
+package = Path(sys.argv[1]) / "sglang"
+for folder in ("srt/layers/attention", "srt/speculative"):
+    for path in sorted((package / folder).rglob("*.py")):
+        text = path.read_text()
+        if "speculative_num_steps" in text:
+            ast.parse(text)
+"""
+
+
+def floor_part(pristine: dict[str, Path], work: Path, reps: int) -> dict:
+    """Issue 39's yardstick, side by side: per rep (the floor first on even reps, last on odd ones) a fresh
+    Python parsing the target files (FLOOR), ``check`` with an empty verdict cache (cold) and again with the
+    one it filled (warm), ``apply`` on a fresh tree with an empty cache (cold) and on a fresh copy after a
+    ``check`` of it (warm: the verdicts of the tree as it is are kept); each a fresh
+    ``python -m sglang_draft_layout`` process. Wall seconds; the ratio to the floor is taken rep by rep."""
+    results: dict = {}
+    for version, tree0 in pristine.items():
+        runs: dict[str, list[float]] = {
+            k: [] for k in ("floor", "check cold", "check warm", "apply cold", "apply warm")
+        }
+
+        def tool(command: str, tree: Path, cache: Path, expected: int) -> float:
+            env = {**os.environ, "SGLANG_DRAFT_LAYOUT_CACHE": str(cache)}
+            wall, _cpu, rc = timed_process([sys.executable, "-m", "sglang_draft_layout", command, str(tree)], env)
+            assert rc == expected, f"{command} {version}: exit {rc}, expected {expected}"
+            return wall
+
+        warm_up = [sys.executable, "-m", "sglang_draft_layout", "check", str(tree0)]
+        expected = timed_process(warm_up, {**os.environ, "SGLANG_DRAFT_LAYOUT_CACHE": tempfile.mkdtemp(dir=work)})[2]
+        assert expected in (0, 1), f"check {version}: exit {expected}"
+        for rep in range(reps):
+            if rep % 2 == 0:
+                runs["floor"].append(timed_process([sys.executable, "-c", FLOOR, str(tree0)])[0])
+            cache = Path(tempfile.mkdtemp(dir=work))
+            tree = fresh_copy(tree0, work)
+            runs["check cold"].append(tool("check", tree, cache, expected))
+            runs["check warm"].append(tool("check", tree, cache, expected))
+            runs["apply warm"].append(tool("apply", tree, cache, 0))
+            runs["apply cold"].append(tool("apply", fresh_copy(tree0, work), Path(tempfile.mkdtemp(dir=work)), 0))
+            if rep % 2 == 1:
+                runs["floor"].append(timed_process([sys.executable, "-c", FLOOR, str(tree0)])[0])
+        results[version] = {key: {"wall": statistics.median(walls), "walls": walls} for key, walls in runs.items()} | {
+            f"{key} / floor": statistics.median(w / f for w, f in zip(runs[key], runs["floor"]))
+            for key in runs
+            if key != "floor"
+        }
+        print(f"  floor {version}: " + ", ".join(f"{k} {v['wall']:.2f}s" for k, v in results[version].items()
+              if isinstance(v, dict)), flush=True)  # fmt: skip
+    return results
+
+
 def ab_part(pristine: dict[str, Path], work: Path, reps: int, baseline: Path) -> dict:
     """The console script with the engine under --baseline (on PYTHONPATH) against this
     checkout's, interleaved (alternating which goes first) so both see the same load."""
@@ -424,6 +480,23 @@ def report(data: dict) -> str:
             )
         out += [
             "As the user runs it: fresh `sglang-draft-layout check|apply TREE` process (wall s; cpu = user+sys, warm)",
+            table(rows),
+            "",
+        ]
+    if "floor" in data:
+        keys = ("check cold", "check warm", "apply cold", "apply warm")
+        rows = [["release", "floor s", *(f"{k} s (x floor)" for k in keys)]]
+        for version, r in data["floor"].items():
+            rows.append(
+                [
+                    version,
+                    f"{r['floor']['wall']:.3f}",
+                    *(f"{r[k]['wall']:.3f} ({r[k + ' / floor']:.2f}x)" for k in keys),
+                ]
+            )
+        out += [
+            "Against the parse floor (fresh processes, wall s, median; ratio: median of rep-by-rep ratios; "
+            "issue 39's goals: check <= 2x, apply <= 3x)",
             table(rows),
             "",
         ]
@@ -612,7 +685,8 @@ def main() -> None:
     parser.add_argument(
         "--part",
         default="cli",
-        help="any of cli, inproc, breakdown, ab, comma-separated, or none "
+        help="any of cli, inproc, breakdown, ab, floor (check and apply against a fresh Python parsing the "
+        "same files: --part floor --releases 0.5.12,0.5.23), comma-separated, or none "
         "(only merge --from-json); default cli. cli and inproc,breakdown take about 3 minutes "
         "each on an idle 2-core machine: run them as two commands",
     )
@@ -651,7 +725,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="tool-speed-") as scratch:
             work = Path(scratch)
             needed = set(versions) | ({args.breakdown_release} if "breakdown" in parts else set())
-            pristine = {v: unpack(v, work) for v in RELEASES if v in needed}
+            pristine = {v: unpack(v, work) for v in [*RELEASES, *versions] if v in needed}
             if "cli" in parts:
                 data["launcher"] = launcher_overhead(pristine[versions[-1]], args.reps)
                 data["cli"] = cli_part({v: pristine[v] for v in versions}, work, args.reps)
@@ -660,6 +734,8 @@ def main() -> None:
                     raise SystemExit("--part ab needs --baseline DIR (a folder holding another sglang_draft_layout)")
                 data["baseline"] = str(args.baseline)
                 data["ab"] = ab_part({v: pristine[v] for v in versions}, work, args.reps, args.baseline)
+            if "floor" in parts:
+                data["floor"] = floor_part({v: pristine[v] for v in versions}, work, args.reps)
             if "inproc" in parts:
                 data["inproc"] = inproc_part({v: pristine[v] for v in versions}, work, args.reps)
             if "breakdown" in parts:

@@ -8,12 +8,12 @@ import difflib
 import fcntl
 import hashlib
 import tempfile
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Collection, Iterator, Optional, Sequence
 
-from . import fork_tests, judgement, transaction
+from . import fork_tests, judgement, transaction, verdict_cache
 from .imports import add_imports
 from .layout_patterns.ast_walk import parsing_once
 from .layout_patterns.keep import KEEP_PRAGMA, has_keep_pragma
@@ -41,6 +41,8 @@ class Refused(PatchError):
 
 def _has_keep_pragma(source: Source, rule: Rule, line: Optional[int]) -> bool:
     """KEEP_PRAGMA on the def line(s) of the rule's method or on the statement the finding names."""
+    if KEEP_PRAGMA[2:] not in source.code:  # no comment of it anywhere in the file
+        return False
     method = source.method(*rule.scope.split(".")) if rule.scope != MODULE_SCOPE else None
     return has_keep_pragma(source.lines, method, line, source.tree)
 
@@ -174,8 +176,12 @@ def _own_lines(finding: Finding, source: Optional[Source]) -> Finding:
     touched = [node for edit in finding.edits for node in (edit.node, *edit.absorb) if isinstance(node, ast.stmt)]
     if not touched:
         return finding
-    starts = [s.lineno for s in ast.walk(source.tree) if isinstance(s, ast.stmt)]
-    shared = sorted(node.lineno for node in touched if starts.count(node.lineno) > 1)
+    scope = finding.rule.scope
+    within = source.method(*scope.split(".")) if scope != MODULE_SCOPE else None
+    if within is None or any(not within.lineno <= n.lineno <= within.end_lineno for n in touched):
+        within = source.tree  # a statement sharing a line lies in the block holding the site's statements
+    starts = Counter(s.lineno for s in ast.walk(within) if isinstance(s, ast.stmt))
+    shared = sorted(node.lineno for node in touched if starts[node.lineno] > 1)
     return (
         replace(finding, state=State.UNRECOGNISED, line=shared[0], detail=SHARED_LINE, edits=()) if shared else finding
     )
@@ -235,9 +241,13 @@ def _compiles(path: Path, new: str) -> None:
     try:
         compile(new, str(path), "exec")
     except SyntaxError as error:
-        raise PatchError(
-            f"{path}:{error.lineno}: rewriting made invalid Python ({error.msg}; a rule bug); nothing written"
-        ) from None
+        raise _invalid_rewrite(path, error) from None
+
+
+def _invalid_rewrite(path: object, error: SyntaxError) -> PatchError:
+    return PatchError(
+        f"{path}:{error.lineno}: rewriting made invalid Python ({error.msg}; a rule bug); nothing written"
+    )
 
 
 def _rules_by_file(rules: Sequence[Rule]) -> dict[str, list[Rule]]:
@@ -353,7 +363,7 @@ def plan(
         test_options = (
             None if tests is False else fork_tests.TestOptions(cpu_suite, cuda_suite, gpu_test, tests is True)
         )
-        with parsing_once():
+        with parsing_once(), verdict_cache.in_use():
             try:
                 return _plan(target, rules, render_changes, test_options, keep, gate)
             except SyntaxError as error:  # a file of the tree the harness read (``_parse`` reads the rules' files)
@@ -487,11 +497,14 @@ def _judged_after(
             )
             for relative in {f.rule.file for f in to_patch}
         }
-    for relative, text in new.items():  # the harness reads it: an invalid text is the rewrite's, not the tree's
-        _compiles(target.package / relative, text)
     after = {**texts, **new}
     modules = [relative for relative in after if relative.startswith(GUARDED_FOLDERS)]
-    return judgement.verdicts(target.package, after, modules)
+    try:
+        return judgement.verdicts(target.package, after, modules)
+    except SyntaxError as error:  # in a text the harness read in place of its file: the rewrite's, not the tree's
+        if error.filename in {str(target.package / relative) for relative in new}:
+            raise _invalid_rewrite(error.filename, error) from None
+        raise
 
 
 def _as_a_program(source: Source, findings: Sequence[Finding]) -> str:

@@ -242,6 +242,8 @@ def _capacity(tree: Tree, path: DraftPath, probe: Probe, up: Upstream) -> list[s
 #: (package, the texts judged, the modules) -> each path's verdict; the oldest of ``_KEPT`` let go
 _JUDGED: dict[tuple, dict[DraftPath, Verdict]] = {}
 _KEPT = 64
+#: where verdicts outlive the process (the tool's ``verdict_cache``; None: judged in every process)
+store: Any = None
 
 
 def judge_tree(
@@ -249,16 +251,21 @@ def judge_tree(
 ) -> dict[DraftPath, Verdict]:
     """Each draft path of ``modules`` (under the package; ``texts`` stand in for files) and its verdict, on
     ``torch`` (``Tree``), judged once per process for the same texts."""
-    key = (str(package), tuple(sorted((m, hashlib.sha1(t.encode()).hexdigest()) for m, t in texts.items())),
-           tuple(sorted(modules)))  # fmt: skip
+    given = tuple(sorted((m, hashlib.sha1(t.encode()).hexdigest()) for m, t in texts.items()))
+    key = (str(package), getattr(torch, "__name__", type(torch).__qualname__), given, tuple(sorted(modules)))
     if key not in _JUDGED:
         if len(_JUDGED) >= _KEPT:
             del _JUDGED[next(iter(_JUDGED))]
-        tree = Tree(package, torch, texts)
-        paths = draft_paths(tree, sorted(modules))
-        workers = {path: judge(tree, path) for path in paths if path.kind == WORKER}
-        by_worker = next((p for p, v in workers.items() if v.inits_steps), None)  # it inits each step: its rows
-        _JUDGED[key] = {path: workers.get(path) or judge(tree, path, by_worker) for path in paths}
+        found = store.load(key, package) if store else None
+        if found is None:
+            tree = Tree(package, torch, texts)
+            paths = draft_paths(tree, sorted(modules))
+            workers = {path: judge(tree, path) for path in paths if path.kind == WORKER}
+            by_worker = next((p for p, v in workers.items() if v.inits_steps), None)  # it inits each step: its rows
+            found = {path: workers.get(path) or judge(tree, path, by_worker) for path in paths}
+            if store:
+                store.save(key, package, found, tree.texts)
+        _JUDGED[key] = found
     return _JUDGED[key]
 
 

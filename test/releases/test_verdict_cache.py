@@ -1,0 +1,71 @@
+"""The harness's verdicts kept on disk (``verdict_cache``): read back only while every file they came from
+hashes the same, on the real 0.5.12 tree."""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+
+import pytest
+
+from sglang_draft_layout import engine, verdict_cache
+from sglang_draft_layout.harness import invariant, paths
+from sglang_draft_layout.target import resolve
+
+pytestmark = pytest.mark.releases
+
+
+@pytest.fixture
+def runs(monkeypatch, tmp_path):
+    """runs(tree) -> (the plan's findings, how many times the harness has looked for draft paths), the
+    process's own memo cleared before each plan; the tool's cache in a folder of this test's. ``runs.given``:
+    the files each look had a text in place of."""
+    monkeypatch.setenv("SGLANG_DRAFT_LAYOUT_CACHE", str(tmp_path / "cache"))
+    counted = []
+    real = invariant.draft_paths
+    monkeypatch.setattr(
+        invariant, "draft_paths", lambda tree, modules: counted.append(tree.given) or real(tree, modules)
+    )
+
+    def plan(tree):
+        invariant._JUDGED.clear()
+        found = engine.plan(resolve(str(tree)), render_changes=False)
+        return [(f.rule.file, f.rule.scope, f.state, f.detail) for f in found.findings], len(counted)
+
+    plan.given = counted
+    return plan
+
+
+def test_a_second_check_reads_the_verdicts_and_a_copy_of_the_tree_shares_them(scratch, runs, tmp_path):
+    tree = scratch("0.5.12")
+    first, judged = runs(tree)
+    assert judged == 2  # the tree as it is, and rewritten in memory
+    assert runs(tree) == (first, judged)  # nothing run again
+    copy = tmp_path / "elsewhere"
+    shutil.copytree(tree, copy)
+    assert runs(copy) == (first, judged)
+
+
+def test_a_file_the_paths_read_from_disk_changed_is_judged_again(scratch, runs, tmp_path):
+    tree = scratch("0.5.12")
+    base = "srt/layers/attention/base_attn_backend.py"
+    _first, judged = runs(tree)
+    entries = [pickle.loads(p.read_bytes())[0] for p in (tmp_path / "cache" / "verdicts").iterdir()]
+    assert all(base in read for read in entries) and not any(base in given for given in runs.given)
+    (tree / "sglang" / base).write_text((tree / "sglang" / base).read_text() + "\n# a fork's comment\n")
+    assert runs(tree)[1] == judged + 2
+
+
+def test_an_unwritable_cache_is_no_cache(scratch, runs, tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("SGLANG_DRAFT_LAYOUT_CACHE", str(blocker))  # its "verdicts" folder cannot be made
+    tree = scratch("0.5.12")
+    first, judged = runs(tree)
+    assert runs(tree) == (first, judged + 2)
+
+
+def test_the_store_is_the_tools_only_while_a_plan_runs(tmp_path):
+    with verdict_cache.in_use(tmp_path):
+        assert isinstance(invariant.store, verdict_cache.DiskStore)
+    assert invariant.store is None and paths.draft_paths is invariant.draft_paths
