@@ -30,3 +30,19 @@ make_patched_copy() {
     echo "[setup] check $t: $(tail -2 "$WORK/check.txt" | tr '\n' ' ')"
   done
 }
+
+#   unpack_fork_tree TARBALL DEST
+# A real fork's package (benchmark/gpu/pack_fork_tree.sh: FORK.txt and sglang/) into DEST/sglang,
+# once (a .forked marker keeps a warm machine from redoing it); DEST then stands where the
+# sitepack's sglang/ stood: first on PYTHONPATH, before the site, whose sglang/ it hides whole
+# (a regular package is taken from the first path entry holding it). Prints FORK.txt.
+unpack_fork_tree() {
+  local tarball=$1 dest=$2
+  if [ ! -f "$dest/.forked" ]; then
+    rm -rf "$dest" && mkdir -p "$dest" || return 1
+    xz -dc -T0 "$tarball" | tar -x -C "$dest" || return 1
+    [ -f "$dest/sglang/__init__.py" ] || { echo "[setup] $tarball holds no sglang/__init__.py"; return 1; }
+    echo "$tarball" > "$dest/.forked"
+  fi
+  sed 's/^/[setup] fork /' "$dest/FORK.txt" 2>/dev/null
+}

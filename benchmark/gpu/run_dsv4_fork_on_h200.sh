@@ -10,6 +10,10 @@
 # patched copy is made by the project's own `apply` (patch_copy.sh); on such a fork it must rewrite
 # the caller's split to the helper and add no second split in the per-step backend (a second split
 # made the server die at startup with `out_cache_loc.shape[0]=1 != batch_size * topk * num_steps`).
+# A real fork instead: FORK_TREE=.gpu/forks/NAME.tar.xz (benchmark/gpu/pack_fork_tree.sh: the fork's
+# python/sglang at one commit, carried in .gpu/forks) is unpacked to $GPU_WORK/fork-NAME/unpatched and
+# stands in place of the sitepack's sglang/ (first on PYTHONPATH; the rest of the site, sgl-kernel,
+# flashinfer, tvm-ffi, tilelang ..., stays 0.5.12's); FORK_EDIT is then not used.
 # Default configurations: dsv4_nocg_k1s4_{unpatched,patched} and dsv4_nocg_nonspec (4 steps, eager).
 # Needs the packs of run_deepseek_on_h200.sh's dsv4 sets (.gpu/sitepack, .gpu/dsv4a, .gpu/dsv4b,
 # .gpu/lib, .whl); a cold machine takes two calls, the first `run_deepseek_on_h200.sh --unpack-only`
@@ -25,6 +29,10 @@ WORK=${GPU_WORK:-/tmp/sgl_dl}
 SITE=$WORK/site
 EDIT=${FORK_EDIT:-dsv4-caller-split}
 FORK=$WORK/fork-$EDIT
+if [ -n "${FORK_TREE:-}" ]; then
+  EDIT=""
+  FORK=$WORK/fork-$(basename "$FORK_TREE" .tar.xz)
+fi
 MODELS=$WORK/dsv4_models_mixed
 mkdir -p "$OUT"
 [ $# -eq 0 ] && set -- dsv4_nocg_k1s4_unpatched dsv4_nocg_k1s4_patched dsv4_nocg_nonspec
@@ -34,13 +42,18 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PAR
   OUT=$OUT/unpack bash benchmark/gpu/run_deepseek_on_h200.sh --unpack-only | tail -3 || exit 1
   [ -f "$MODELS/prompts.json" ] || (PYTHONPATH=$SITE python3 benchmark/gpu/make_dsv4_models.py "$MODELS" \
       --layout mixed 2>&1 | grep -v Warning | tail -3) &
-  if [ ! -f "$FORK/unpatched/.forked" ]; then
-    rm -rf "$FORK" && mkdir -p "$FORK/unpatched" && cp -a "$SITE/sglang" "$FORK/unpatched/sglang" || exit 1
-    find "$FORK/unpatched/sglang" -name __pycache__ -prune -exec rm -rf {} +
-    python3 test/support/fork_edits.py "$EDIT" "$FORK/unpatched" || exit 1
-    touch "$FORK/unpatched/.forked"
+  if [ -n "${FORK_TREE:-}" ]; then
+    unpack_fork_tree "$FORK_TREE" "$FORK/unpatched" || exit 1
+    echo "[setup] fork tree $FORK_TREE in $FORK/unpatched"
+  else
+    if [ ! -f "$FORK/unpatched/.forked" ]; then
+      rm -rf "$FORK" && mkdir -p "$FORK/unpatched" && cp -a "$SITE/sglang" "$FORK/unpatched/sglang" || exit 1
+      find "$FORK/unpatched/sglang" -name __pycache__ -prune -exec rm -rf {} +
+      python3 test/support/fork_edits.py "$EDIT" "$FORK/unpatched" || exit 1
+      touch "$FORK/unpatched/.forked"
+    fi
+    echo "[setup] fork $EDIT in $FORK/unpatched"
   fi
-  echo "[setup] fork $EDIT in $FORK/unpatched"
   DLSRC=$REPO/python
   [ -d .gpu/dl_head/python/sglang_draft_layout ] && DLSRC=$REPO/.gpu/dl_head/python
   echo "[setup] sglang_draft_layout from $DLSRC $(cat .gpu/dl_head/COMMIT 2>/dev/null)"

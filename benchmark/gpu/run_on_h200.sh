@@ -16,6 +16,10 @@
 #  3. Print sglang.__file__ and whether spec_utils has the helper, for each PYTHONPATH.
 #  4. Build the tiny models (benchmark/gpu/make_models.py) into $GPU_WORK/models.
 #  5. benchmark/gpu/serve_checks.py: the servers, requests and checks.
+# A real fork instead of 0.5.12's own sglang/: FORK_TREE=.gpu/forks/NAME.tar.xz (pack_fork_tree.sh,
+# carried in .gpu/forks) is unpacked to $GPU_WORK/fork-NAME/unpatched, which then stands in place of
+# the site's sglang/ (first on PYTHONPATH; the rest of the site stays 0.5.12's), and step 2 patches a
+# copy of it ($GPU_WORK/fork-NAME/patched) instead of the site's.
 # Output: $OUT (default benchmark/results/gpu-<UTC time>): setup.txt, patch.txt (apply and check
 # output), results.json, summary.md, trace.txt, logs.tar.gz.   Environment knobs: GPU_WORK (/tmp/sgl_dl), OUT, DEADLINE_S,
 # STRESS (2), MEM_FRACTION (0.08), EXTRA_ARGS (appended to every server), MODEL_SHAPE (tiny | 8b:
@@ -29,6 +33,8 @@ OUT=${OUT:-$REPO/benchmark/results/gpu-$(date -u +%Y%m%dT%H%M%SZ)}
 WORK=${GPU_WORK:-/tmp/sgl_dl}
 SHAPE=${MODEL_SHAPE:-tiny}
 MODELS=$WORK/models; [ "$SHAPE" = tiny ] || MODELS=$WORK/models$SHAPE
+FORK=""
+[ -n "${FORK_TREE:-}" ] && FORK=$WORK/fork-$(basename "$FORK_TREE" .tar.xz)
 mkdir -p "$OUT" "$WORK"
 T0=$(date +%s.%N)
 el() { python3 -c "print(round($(date +%s.%N)-$T0,1))"; }
@@ -61,13 +67,21 @@ setup() {
   done
   # 2. the patched copy, made by the project's own apply
   PATCHED=$WORK/patched
+  UNPATCHED=$SITE
+  if [ -n "$FORK" ]; then
+    unpack_fork_tree "$FORK_TREE" "$FORK/unpatched" || return 1
+    UNPATCHED=$FORK/unpatched PATCHED=$FORK/patched
+    echo "[setup] fork tree $FORK_TREE in $UNPATCHED, in place of $SITE/sglang"
+  fi
   # from a `git archive HEAD python` snapshot in .gpu/dl_head when carried (uncommitted edits stay home)
   DLSRC=$REPO/python
   [ -d .gpu/dl_head/python/sglang_draft_layout ] && DLSRC=$REPO/.gpu/dl_head/python
   echo "[setup] sglang_draft_layout from $DLSRC $(cat .gpu/dl_head/COMMIT 2>/dev/null)"
-  make_patched_copy "$SITE" "$PATCHED" "$DLSRC" || return 1
+  make_patched_copy "$UNPATCHED" "$PATCHED" "$DLSRC" || return 1
   # 3. which sglang each PYTHONPATH gives
-  for pp in "$SITE" "$PATCHED:$SITE"; do
+  pps="$SITE $PATCHED:$SITE"
+  [ -n "$FORK" ] && pps="$UNPATCHED:$SITE $PATCHED:$UNPATCHED:$SITE"
+  for pp in $pps; do
     PYTHONPATH=$pp${PYTHONPATH:+:$PYTHONPATH} python3 -c "
 import sglang, sglang.srt.speculative.spec_utils as su, sglang.srt.speculative.eagle_utils as eu
 print('[setup] PYTHONPATH=$pp -> sglang', sglang.__version__, sglang.__file__,
@@ -101,7 +115,13 @@ for lib in .gpu/lib .gpu/recipe/lib; do
 done
 [ "${1:-}" = "--setup-only" ] && exit 0
 
-python3 benchmark/gpu/serve_checks.py --models "$MODELS" --site "$SITE" --patched "$WORK/patched" \
+UNPATCHED=$SITE PATCHED=$WORK/patched
+if [ -n "$FORK" ]; then
+  # a fork's tree hides the site's sglang/ only: the site itself stays on every server's PYTHONPATH
+  UNPATCHED=$FORK/unpatched PATCHED=$FORK/patched
+  export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
+fi
+python3 benchmark/gpu/serve_checks.py --models "$MODELS" --site "$UNPATCHED" --patched "$PATCHED" \
   --out "$OUT" --logdir "$WORK/logs-$(basename "$OUT")" --stress "${STRESS:-2}" \
   --mem-fraction "${MEM_FRACTION:-0.08}" --deadline-s "${DEADLINE_S:-1000000000}" "$@"
 rc=$?
@@ -109,7 +129,7 @@ L=$WORK/logs-$(basename "$OUT")
 cat "$L"/trace_*.txt 2>/dev/null | awk '{print $2, $3}' | sort | uniq -c > "$OUT/trace.txt"
 for f in "$L"/trace_*.txt; do echo "== $(basename "$f")"; awk '{print $2, $3}' "$f" | sort -u; done >> "$OUT/trace.txt" 2>/dev/null
 # which trees' patched modules were compiled (= imported) by some process
-ls -la --time-style=+%T "$WORK"/patched/sglang/srt/speculative/__pycache__/ "$WORK"/patched/sglang/srt/layers/attention/__pycache__/ 2>/dev/null \
+ls -la --time-style=+%T "$PATCHED"/sglang/srt/speculative/__pycache__/ "$PATCHED"/sglang/srt/layers/attention/__pycache__/ 2>/dev/null \
   | grep -E "spec_utils|eagle_utils|eagle_worker|flashinfer_backend|triton_backend" >> "$OUT/trace.txt"
 tar -czf "$OUT/logs.tar.gz" -C "$L" . 2>/dev/null
 cp "$OUT/results.json" "$WORK/results-$(basename "$OUT").json" 2>/dev/null   # for GPU_RESULTS=... pytest test/gpu
