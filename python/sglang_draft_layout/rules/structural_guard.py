@@ -76,10 +76,11 @@ _FORM_TEXT = re.compile(
     r"|self\.topk\s*(?:\*\s*[\w.]+\s*)?\+\s*(?:\(|[\w.]+\s*\*)|\+\s*(?:[\w.]+\s*\*\s*)?self\.topk"
     rf"|{KERNEL}|{'|'.join(HELPERS)}"
 )
+_MOVES_BUT_PERMUTE = ("movedim", "transpose", "swapaxes", "swapdims")
 #: a move other than permute chained on a call's result (``x.view(...).movedim(-1, 0)``), as a split writes it
-_CHAINED_MOVE = re.compile(r"\)\s*\.(?:movedim|transpose|swapaxes|swapdims)\(")
+_CHAINED_MOVE = re.compile(rf"\)\s*\.(?:{'|'.join(_MOVES_BUT_PERMUTE)})\(")
 #: a move other than permute of a name (``rows.movedim(-1, 0)``): a split when the name is bound to a view
-_NAME_MOVE = re.compile(r"\b(\w+)\.(?:movedim|transpose|swapaxes|swapdims)\(")
+_NAME_MOVE = re.compile(rf"\b(\w+)\.(?:{'|'.join(_MOVES_BUT_PERMUTE)})\(")
 _CHECKED_BACKENDS = {backend.cls for backend in DRAFT_BACKENDS if backend.capacity_check}
 
 
@@ -100,8 +101,9 @@ def may_hold_draft_layout(text: str) -> bool:
     steps = "speculative_num_steps" in text
     caller = steps and ".init_forward_metadata(" in text and ("attn_backends" in text or ".out_cache_loc = " in text)
     per_step = "speculative_step_id" in text and "out_cache_loc=" in text and "def init_forward_metadata" in text
-    moved = steps and ("permute" in text or bool(_CHAINED_MOVE.search(text)) or _moves_a_bound_view(text))
-    return bool(_FORM_TEXT.search(text)) or moved or caller or per_step
+    other_move = any(move in text for move in _MOVES_BUT_PERMUTE)  # before the regular expressions: cheap
+    moved = steps and ("permute" in text or other_move and (_CHAINED_MOVE.search(text) or _moves_a_bound_view(text)))
+    return bool(_FORM_TEXT.search(text) or moved or caller or per_step)
 
 
 def _row_width(rule: Rule, source: Source) -> Finding:
@@ -196,16 +198,21 @@ def _baking_scopes(relative: str, source: Source, named: Collection[str]) -> lis
     """``Class.init_forward_metadata`` (``Class.init_forward_metadata_in_graph``) of each class under
     srt/layers/attention, no rule naming it, that bakes out_cache_loc at init (in the CUDA graph)
     (``proof.baking.baking_methods``, as the written CPU test finds them)."""
-    if not relative.startswith(ATTENTION) or not ("out_cache_loc=" in source.code or SWA_TARGET in source.code):
+    if not relative.startswith(ATTENTION) or not _may_bake(source.code):
         return []
 
     return [
         f"{cls.name}.{start}"
         for cls in source.definitions()
-        if isinstance(cls, ast.ClassDef) and cls.name not in named
+        if isinstance(cls, ast.ClassDef) and cls.name not in named and _may_bake(source.text(cls))
         for start in BAKING_STARTS
         if baking_methods(cls, start)
     ]
+
+
+def _may_bake(text: str) -> bool:
+    """The file's text test (``_baking_scopes``) on one class: what it bakes, it names."""
+    return "out_cache_loc=" in text or SWA_TARGET in text
 
 
 def _guard_rule(template: Rule, relative: str, scope: str, **changes: object) -> Rule:
