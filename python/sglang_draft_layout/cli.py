@@ -10,6 +10,7 @@ is one; otherwise (a CI log, a pipe to ``grep``) each is one line, as black and 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -24,6 +25,7 @@ from typing import Optional, Sequence, TextIO, Union
 
 from . import __version__, api, engine, releases, transaction
 from .api import Item, Report
+from .layout_patterns.ast_walk import parsing_once
 from .rules.base import State
 from .target import Target, TargetError, TreeBelow
 
@@ -599,5 +601,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
 
 
+def console() -> None:
+    """The command as a program (the console script, ``python -m sglang_draft_layout``): ``main``, its parsed
+    trees kept to the end, and the process ended without tearing down what it built (as mypy ends): freeing
+    a tree's syntax trees one by one took a fifth of a check of 0.5.23 whose verdicts were kept."""
+    with parsing_once():
+        code = main()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError):  # the reader left (`| head`)
+                stream.flush()
+        os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

@@ -501,6 +501,21 @@ def _stderr_of(argv: list[str], env: dict[str, str], terminal: bool) -> str:
     return _on_a_terminal(argv, env, stream="stderr").replace("\r\n", "\n")
 
 
+def test_the_program_prints_what_main_prints_and_exits_with_its_code(tree):
+    """``python -m sglang_draft_layout`` (``cli.console``, as the console script) ends the process without
+    tearing it down: its output is flushed first, whole, and a reader that leaves early costs no traceback."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    main = f"import sys; from sglang_draft_layout import cli; sys.exit(cli.main(['check', {str(tree.root)!r}]))"
+    by_main = subprocess.run([sys.executable, "-c", main], capture_output=True, text=True, env=env, timeout=120)
+    command = [sys.executable, "-m", "sglang_draft_layout", "check", str(tree.root)]
+    program = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert (program.returncode, program.stdout, program.stderr) == (by_main.returncode, by_main.stdout, by_main.stderr)
+    assert program.returncode == 2 and program.stdout.count("\n") > 10 and program.stderr.startswith("error: ")
+    reader = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    reader.stdout.close()  # gone before the first line
+    assert reader.wait(timeout=120) == 1 and b"Traceback" not in reader.stderr.read()  # main's BrokenPipeError
+
+
 def test_errors_on_a_real_terminal_are_wrapped_and_in_a_pipe_are_one_line_each(refused):
     env = dict(os.environ, COLUMNS="80", PYTHONPATH=os.pathsep.join(sys.path))
     piped = _stderr_of(["check", str(refused.root)], env, terminal=False).splitlines()
