@@ -17,14 +17,14 @@ import re
 from dataclasses import dataclass, replace
 from typing import Collection, Mapping, Optional, Sequence
 
-from .layout_patterns.keep import keep_comments
+from .layout_patterns.keep import KEEP_PRAGMA, keep_comments
 from .rules.base import MODULE_SCOPE, Finding, Source, State
 
 #: the keep comment in a line, with the spaces before it, up to the next comment or the line's end
 _PRAGMA = re.compile(r"[ \t]*#[ \t]*sglang-draft-layout: keep[^#\n]*")
 _OPENING, _CLOSING = "([{", ")]}"
 #: why ``apply`` leaves a stale keep comment where black would join the lines it ends
-BY_HAND = "delete it by hand, then run black (the lines it ends may join)"
+BY_HAND = "delete it by hand, then run black (it may join the lines around it)"
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def candidates(findings: Sequence[Finding], sources: Mapping[str, Source], line_
     uses: dict[tuple[str, int], list[tuple[Finding, tuple[int, int]]]] = {}
     for finding in findings:
         source = sources.get(finding.rule.file)
-        if source is None or finding.line is None:
+        if source is None or finding.line is None or KEEP_PRAGMA[2:] not in source.code:
             continue
         scope = finding.rule.scope
         method = source.method(*scope.split(".")) if scope != MODULE_SCOPE and scope.count(".") == 1 else None
