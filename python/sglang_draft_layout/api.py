@@ -27,6 +27,7 @@ from . import __version__, engine
 from .engine import Plan
 from .fork_tests import FileState, GeneratedFile
 from .rules.base import MODULE_SCOPE, Finding, State
+from .stale_keeps import StaleKeep
 from .target import Target, TargetError, resolve
 
 __all__ = ["Options", "Item", "WrittenFile", "Report", "check", "diff", "apply", "TargetError", "SCHEMA_VERSION"]
@@ -34,7 +35,7 @@ __all__ = ["Options", "Item", "WrittenFile", "Report", "check", "diff", "apply",
 #: the version of ``Report.to_json``'s layout (docs/json.md); raised on any incompatible change
 SCHEMA_VERSION = 1
 
-HELPER, CALL_SITE, TEST, TEMP_FILE = "helper", "call site", "test", "temp file"
+HELPER, CALL_SITE, TEST, TEMP_FILE, KEEP_COMMENT = "helper", "call site", "test", "temp file", "keep comment"
 #: the past form of a state whose work ``apply`` just did; other ``to <verb>`` states get ``<verb>ed now``
 _DONE = {"to patch": "patched now", "to write": "written now", "stale": "rewritten now", "to remove": "removed now"}
 
@@ -257,12 +258,47 @@ def _leftover_item(leftover: Path, plan: Plan, applied: bool) -> Item:
     )
 
 
+#: a keep comment's state while it is on code that follows upstream (``stale_keeps``), and once ``apply`` removed it
+STALE, REMOVED = "stale", "removed now"
+
+
+def _keep_item(keep: StaleKeep, target: Target, applied: bool) -> Item:
+    """A keep comment that only patched sites honour: ``apply`` removes it (``StaleKeep.by_hand``: leaves it)."""
+    rule = keep.finding.rule
+    needs_action = not keep.by_hand
+    if needs_action:
+        detail = "its site follows upstream: it keeps nothing" + ("" if applied else "; `apply` removes it")
+    else:
+        detail = f"its site follows upstream: it keeps nothing; {keep.by_hand}"
+    return Item(
+        kind=KEEP_COMMENT,
+        file=_relative(target.package / keep.file, target),
+        line=keep.line,
+        scope=rule.site.removeprefix("def ") if rule.scope == MODULE_SCOPE else rule.scope,
+        site=rule.site,
+        state=REMOVED if applied and needs_action else STALE,
+        detail=detail,
+        upstream=rule.upstream,
+        rule=f"keep:{rule.id}",
+        needs_action=needs_action,
+        error=False,
+    )
+
+
 def report(command: str, plan: Plan, options: Options, applied: bool = False) -> Report:
-    """The report of ``plan`` (``applied``: its changes were just written)."""
+    """The report of ``plan`` (``applied``: its changes were just written); a stale keep comment follows the
+    site it is on."""
     target = plan.target
     items = tuple(
         [
-            *(_finding_item(f, target, applied) for f in plan.findings),
+            *(
+                item
+                for f in plan.findings
+                for item in [
+                    _finding_item(f, target, applied),
+                    *(_keep_item(k, target, applied) for k in plan.stale_keeps if k.finding.rule is f.rule),
+                ]
+            ),
             *(_test_item(g, target, applied) for g in plan.generated),
             *(_leftover_item(leftover, plan, applied) for leftover in plan.leftovers),
         ]

@@ -34,7 +34,7 @@ DEMO_RELEASE = "0.5.12"
 #: ANSI colours of a state, by what it means for the user
 _RED, _YELLOW, _GREEN, _BOLD, _RESET = "\033[31m", "\033[33m", "\033[32m", "\033[1m", "\033[0m"
 _UNBROKEN = "\0"  # a space that textwrap does not break at
-_PLURALS = {api.HELPER: "helpers", api.CALL_SITE: "call sites", api.TEST: "tests"}
+_PLURALS = {api.HELPER: "helpers", api.CALL_SITE: "call sites", api.TEST: "tests", api.KEEP_COMMENT: "keep comments"}
 
 
 def package_version() -> str:
@@ -197,8 +197,9 @@ FORK_DECISIONS = (State.KEPT.value, State.BY_CALLER.value)
 
 
 def shown_by_default(item: Item) -> bool:
-    """What ``check`` lists without ``-v``: items to act on, refused, or left as the fork decided."""
-    return item.needs_action or item.error or item.state in FORK_DECISIONS
+    """What ``check`` lists without ``-v``: items to act on, refused, left as the fork decided, or a stale
+    keep comment (one ``apply`` leaves: to delete by hand)."""
+    return item.needs_action or item.error or item.state in FORK_DECISIONS or item.kind == api.KEEP_COMMENT
 
 
 def print_items(out: Printer, items: Sequence[Item], applied: bool = False, verbose: bool = False) -> None:

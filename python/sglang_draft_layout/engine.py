@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copy
 import difflib
 import fcntl
 import gc
@@ -14,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Collection, Iterator, Optional, Sequence
 
-from . import fork_tests, judgement, transaction, verdict_cache
+from . import fork_tests, judgement, stale_keeps, transaction, verdict_cache
 from .imports import add_imports
 from .layout_patterns.ast_walk import parsing_once
 from .layout_patterns.keep import KEEP_PRAGMA, has_keep_pragma
@@ -105,6 +106,7 @@ class Plan:
     leftovers: tuple[Path, ...] = ()  # the tool's own temp files found beside the files it reads
     removed: tuple[Path, ...] = ()  # those ``apply`` removed: each a version of the file beside it
     notes: tuple[str, ...] = ()  # one line for each fork test not written, and why
+    stale_keeps: tuple[stale_keeps.StaleKeep, ...] = ()  # keep comments only patched sites honour
 
     def count(self, state: State) -> int:
         return sum(f.state is state for f in self.findings)
@@ -270,11 +272,8 @@ def _sources(
         path = target.package / relative
         gate.check()
         if path.is_file():
-            whole = any(rule.scope == MODULE_SCOPE for rule in file_rules)
             stored[relative] = StoredText.read(path)
-            sources[relative] = _parse(
-                path, relative, stored[relative].text, None if whole else _read_classes(relative)
-            )
+            sources[relative] = _parse(path, relative, stored[relative].text, _parsed_classes(relative, file_rules))
     for folder in GUARDED_FOLDERS:
         for path in sorted((target.package / folder).rglob("*.py")):
             relative = path.relative_to(target.package).as_posix()
@@ -285,6 +284,13 @@ def _sources(
                     stored[relative] = text
                     sources[relative] = _parse(path, relative, text.text, _read_classes(relative))
     return sources, stored
+
+
+def _parsed_classes(relative: str, rules: Sequence[Rule]) -> Optional[set[str]]:
+    """The classes of a file parsed (``_parse``): None, the whole file, where a rule judges module-level definitions."""
+    return (
+        None if any(rule.file == relative and rule.scope == MODULE_SCOPE for rule in rules) else _read_classes(relative)
+    )
 
 
 def _named_classes(relative: str) -> set[str]:
@@ -385,24 +391,10 @@ def _without_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _plan(
-    target: Target,
-    rules: Sequence[Rule],
-    render_changes: bool,
-    test_options: Optional[fork_tests.TestOptions],
-    keep: Collection[str],
-    gate: transaction.SignalGate,
-) -> Plan:
-    changes: list[FileChange] = []
-    sources, stored = _sources(target, rules, gate)
-    for source in sources.values():
-        source.others = sources  # the callers a rule looks at (``Rule.reads``)
-        source.line_length = target.line_length
-        source.package = target.package
-    guarded = [
-        rule for relative, source in sources.items() for rule in guard_rules(relative, source, _named_classes(relative))
-    ]
-    by_file = _rules_by_file([*rules, *guarded])
+def _findings(
+    target: Target, by_file: dict[str, list[Rule]], sources: dict[str, Source], keep: Collection[str]
+) -> tuple[list[Finding], set[str]]:
+    """Every rule's finding in the files read (``sources``), and the helper modules the patch creates."""
     findings = one_parameter_frame(
         [
             (
@@ -428,6 +420,74 @@ def _plan(
         )
         for f in findings
     ]
+    return findings, created
+
+
+def _stale_keeps(
+    target: Target,
+    by_file: dict[str, list[Rule]],
+    sources: dict[str, Source],
+    findings: Sequence[Finding],
+    keep: Collection[str],
+) -> list[stale_keeps.StaleKeep]:
+    """The keep comments that patched sites alone honour (``stale_keeps.candidates``) and whose removal leaves
+    every site's state as it is: the rules run again on the file without it (a rule may read a keep
+    comment elsewhere than on its own site: a per-step backend's path, a caller's method)."""
+    states = [(f.rule.id, f.state, f.line) for f in findings]
+    stale = []
+    for candidate in stale_keeps.candidates(findings, sources, target.line_length):
+        trial = {relative: copy.copy(source) for relative, source in sources.items()}
+        path, relative = target.package / candidate.file, candidate.file
+        text = stale_keeps.blanked(sources[relative].lines, candidate)
+        trial[relative] = _parse(path, relative, text, _parsed_classes(relative, by_file.get(relative, [])))
+        for source in trial.values():
+            source.others, source.line_length, source.package = trial, target.line_length, target.package
+        if [(f.rule.id, f.state, f.line) for f in _findings(target, by_file, trial, keep)[0]] == states:
+            stale.append(candidate)
+    return stale
+
+
+def _without_stale_keeps(
+    target: Target,
+    changes: list[FileChange],
+    stale: Sequence[stale_keeps.StaleKeep],
+    stored: dict[str, StoredText],
+) -> tuple[list[FileChange], list[stale_keeps.StaleKeep]]:
+    """``changes`` with the stale keep comments ``apply`` removes taken out (a file changed for them alone
+    added), and the stale keeps as they then are: one in lines a rewrite changed is left to the next run."""
+    by_path = {change.path: change for change in changes}
+    for relative in dict.fromkeys(keep.file for keep in stale if not keep.by_hand):
+        path, keeps = target.package / relative, [k for k in stale if k.file == relative and not k.by_hand]
+        change = by_path.get(path)
+        new = stale_keeps.removed(stored[relative].text, keeps, target.line_length, change.new if change else None)
+        if new is None:
+            why = "in lines the patch rewrites: run `apply` again"
+            stale = [stale_keeps.by_hand(k, why) if k in keeps else k for k in stale]
+            continue
+        _compiles(path, new)
+        by_path[path] = FileChange.of(path, stored[relative], new)
+    return list(by_path.values()), list(stale)
+
+
+def _plan(
+    target: Target,
+    rules: Sequence[Rule],
+    render_changes: bool,
+    test_options: Optional[fork_tests.TestOptions],
+    keep: Collection[str],
+    gate: transaction.SignalGate,
+) -> Plan:
+    changes: list[FileChange] = []
+    sources, stored = _sources(target, rules, gate)
+    for source in sources.values():
+        source.others = sources  # the callers a rule looks at (``Rule.reads``)
+        source.line_length = target.line_length
+        source.package = target.package
+    guarded = [
+        rule for relative, source in sources.items() for rule in guard_rules(relative, source, _named_classes(relative))
+    ]
+    by_file = _rules_by_file([*rules, *guarded])
+    findings, created = _findings(target, by_file, sources, keep)
     texts = {relative: text.text for relative, text in stored.items()}
     modules = [relative for relative in texts if relative.startswith(GUARDED_FOLDERS)]
     before = judgement.verdicts(target.package, texts, modules)
@@ -455,10 +515,13 @@ def _plan(
     after = _judged_after(target, findings, sources, texts, changes, created, render_changes)
     kept = judgement.kept(after if after is not None else before, findings)
     refused = judgement.refusals(after, findings) if after is not None else []
+    stale = _stale_keeps(target, by_file, sources, findings, keep)
     if refused:  # a refused tree is not written: what its rules find in it after rendering is moot
         changes = []
     else:
         _check_rendered(target, rendered, sources, keep)
+        if render_changes:
+            changes, stale = _without_stale_keeps(target, changes, stale, stored)
     findings += refused
     unknown = [spec for spec in keep if not any(keep_matches(spec, f.rule) for f in findings)]
     if unknown:
@@ -484,6 +547,7 @@ def _plan(
         tuple(generated),
         tuple(transaction.leftovers(folders)),
         notes=tuple(notes),
+        stale_keeps=tuple(stale),
     )
 
 

@@ -33,7 +33,7 @@ FORK_TESTS = (
 #: template -> (the HWBackend its register call names, the CLI option naming its suite)
 BACKENDS = {"registered_cpu": ("CPU", "--cpu-suite"), "registered_gpu": ("CUDA", "--cuda-suite")}
 _EMBED = re.compile(r"^# sglang-draft-layout: embed ([\w.]+)\n\n*", re.MULTILINE)
-#: a template's registration line: ``register_cpu_ci(est_time=15, suite="...")``
+#: a template's registration line: ``register_cpu_ci(est_time=25, suite="...")``
 _REGISTER = re.compile(r'^(register_\w+_ci)\(est_time=(\d+), suite="([^"]*)"\)$', re.MULTILINE)
 
 

@@ -128,7 +128,7 @@ def test_the_gpu_test_only_when_asked_for(tmp_path, capsys):
 def test_a_suite_of_the_forks_own_naming(tmp_path, capsys):
     fork = make_fork(tmp_path / "fork", run_suite=None)
     assert cli.main(["apply", "--cpu-suite", "my-cpu-suite", str(fork)]) == 0
-    assert 'register_cpu_ci(est_time=15, suite="my-cpu-suite")' in (fork / CPU_TEST).read_text()
+    assert 'register_cpu_ci(est_time=25, suite="my-cpu-suite")' in (fork / CPU_TEST).read_text()
     assert cli.main(["check", str(fork)]) == 0  # the maintainer's name stays
 
 

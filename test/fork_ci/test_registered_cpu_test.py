@@ -77,7 +77,7 @@ def test_apply_writes_it_once_and_check_reports_it(fork, capsys):
     assert written.stat().st_mtime_ns == stamp
     assert cli.main(["check", "--format", "json", str(fork)]) == 0
     assert cpu_test_state(capsys) == "present"
-    written.write_text(written.read_text().replace("est_time=15", "est_time=16"))
+    written.write_text(written.read_text().replace("est_time=25", "est_time=26"))
     assert cli.main(["check", "--format", "json", str(fork)]) == 1
     assert cpu_test_state(capsys) == "stale"
     assert cli.main(["apply", str(fork)]) == 0

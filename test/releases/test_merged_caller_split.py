@@ -82,3 +82,24 @@ def test_a_callee_split_the_fork_keeps_is_refused(scratch, capsys):
     assert "eager: raises RuntimeError at srt/layers/attention/deepseek_v4_backend.py:" in error
     assert "is invalid for input of size 1" in error
     assert tree_digest(tree) == before
+
+
+def test_an_in_graph_split_twice_is_refused_naming_the_phase_once(scratch, capsys):
+    """Upstream's in-graph split, then the fork's strided one on the row it gave (issue 40: the error said
+    "(in graph)" twice, the site's and the detail's): one error line, "(in graph)" once, the probe's phase."""
+    tree = scratch(UPSTREAM)
+    path = tree / "sglang" / DSV4
+    text = path.read_text()
+    upstreams = (
+        "                )[self.speculative_step_id]\n            metadata.core_attn_metadata.swa_out_cache_loc = ("
+    )
+    assert text.count(upstreams) == 1
+    again = "                out_cache_loc = out_cache_loc[self.speculative_step_id :: self.speculative_num_steps]\n"
+    path.write_text(text.replace(upstreams, upstreams.replace("]\n", "]\n" + again, 1)))
+    assert cli.main(["check", "--no-tests", str(tree)]) == 2
+    [error] = [line for line in capsys.readouterr().err.splitlines() if "init_forward_metadata_in_graph:" in line]
+    assert (
+        error.count("(in graph)") == 1
+        and "per-step out_cache_loc (in graph): the per-step out_cache_loc path: " in error
+    )
+    assert "in graph: step 0 bakes slots" in error

@@ -42,7 +42,7 @@ from sglang.srt.speculative import eagle_utils, spec_utils
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.test_utils import CustomTestCase
 
-register_cpu_ci(est_time=15, suite="stage-a-test-cpu")
+register_cpu_ci(est_time=25, suite="stage-a-test-cpu")
 
 PACKAGE = Path(sglang.__file__).resolve().parent
 HELPERS = ("draft_kv_indices_buffer_width", "draft_kv_indices_used_len")

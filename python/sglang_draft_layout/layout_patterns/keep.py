@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from .baking import KEEP as KEEP_PRAGMA  # the comment that keeps a site as the fork wrote it
 from .baking import comment_above, first_line
@@ -32,8 +32,24 @@ def has_keep_pragma(
     """KEEP_PRAGMA on the def line(s) of ``func`` or on the statement starting at ``line`` (the outermost one
     there, looked up in ``scope``, default ``func``), or alone on the line just above either (black keeps it
     there: a comment at the end of a def line can push the line past 88 columns)."""
-    numbers: List[int] = _header_lines(func) if isinstance(func, ast.stmt) else []
-    starts: List[int] = [first_line(func)] if isinstance(func, ast.stmt) else []
+    return bool(keep_comments(lines, func, line, scope))
+
+
+def keep_comments(
+    lines: List[str],
+    func: Optional[ast.AST],
+    line: Optional[int],
+    scope: Optional[ast.AST] = None,
+) -> Dict[int, Tuple[int, int]]:
+    """The lines holding the keep comments ``has_keep_pragma`` honours there, each with the lines of what it is
+    on: (first, last) of the def header or statement whose code it ends a line of (or stands in), or (n, n) for
+    one alone on line n above them or between a header and its body."""
+    spans: List[Tuple[int, int]] = []
+    starts: List[int] = []
+    if isinstance(func, ast.stmt):
+        header = _header_lines(func)
+        spans.append((header[0], header[-1]))
+        starts.append(first_line(func))
     within = scope if scope is not None else func
     if isinstance(within, ast.Module):  # only the top-level definition holding the line is walked
         within = next(
@@ -42,8 +58,18 @@ def has_keep_pragma(
         )
     if line and within is not None:
         starting = [n for n in nodes_of(within, ast.stmt) if n.lineno == line]
-        numbers += _header_lines(starting[0]) if starting else [line]
+        header = _header_lines(starting[0]) if starting else [line]
+        spans.append((header[0], header[-1]))
         starts.append(line)
-    return any(_is_pragma(lines[n - 1]) for n in numbers if 0 < n <= len(lines)) or any(
-        comment_above(lines, start) for start in starts
-    )
+    found: Dict[int, Tuple[int, int]] = {}
+    for first, last in spans:
+        code = last  # the header's code ends here: comment lines after it lead the body
+        while code > first and code <= len(lines) and lines[code - 1].strip()[:1] in ("", "#"):
+            code -= 1
+        for n in range(first, last + 1):
+            if 0 < n <= len(lines) and _is_pragma(lines[n - 1]):
+                found.setdefault(n, (first, code) if n <= code else (n, n))
+    for start in starts:
+        if comment_above(lines, start):
+            found.setdefault(start - 1, (start - 1, start - 1))
+    return found

@@ -119,7 +119,7 @@ def _find(rule: Rule, source: Source) -> Finding:
             State.BY_HAND, line, "the fork's own code splits it per step (run on the probes): left as it is"
         )
     if verdict.who not in (NEVER, NONE):  # NONE: unreached before the rewrite (the eager init raises); judged after
-        return rule.report(State.UNRECOGNISED, line, f"the per-step out_cache_loc path (in graph): {verdict.why}")
+        return rule.report(State.UNRECOGNISED, line, f"the per-step out_cache_loc path: {verdict.why}")
     if len(calls) != 1:
         return rule.report(
             State.UNRECOGNISED, line, f"{IN_GRAPH} calls {SWA_TARGET} {len(calls)} times: rewrite it by hand"
