@@ -8,7 +8,8 @@ command; the ``python3`` it writes is a small client that hands the server its c
 folder, environment and standard streams, and exits with the child's status. Third-party modules never
 import SGLang, so a child imports the fork's SGLang as a fresh interpreter would (the argument
 import_probe.py's --mode first makes); its sys.path, sitecustomize, sys.argv, sys.executable (this
-``python3``), stdio buffering and exit (non-daemon threads joined, atexit run) are a fresh one's too.
+``python3``), stdio buffering and exit (non-daemon threads joined, atexit run; or ``os._exit``'s, at
+once) are a fresh one's too.
 The server installs import_probe's torchvision stand-in before it imports anything, as every process
 these tests start does first (run_on_cpu.py, the stand-in site's sitecustomize): transformers records
 at import whether torchvision is there.
@@ -201,6 +202,14 @@ def _child(conn: socket.socket, request: dict, fds: list[int], base_path: list[s
 
     status = 0
     exiting = threading.Event()
+    real_exit = os._exit
+
+    def _exit(code: int) -> None:  # a program that ends itself at once (the tool's console script): its status
+        exiting.set()
+        conn.sendall(_HEADER.pack(code & 0xFF))
+        real_exit(code)
+
+    os._exit = _exit
     try:
         threading.Thread(target=_watch, args=(conn, exiting), daemon=True).start()
         sys.modules.pop("sitecustomize", None)
@@ -232,9 +241,7 @@ def _child(conn: socket.socket, request: dict, fds: list[int], base_path: list[s
             stream.flush()
         except (OSError, ValueError):
             pass
-    exiting.set()
-    conn.sendall(_HEADER.pack(status))
-    os._exit(status)
+    _exit(status)
 
 
 def _exit_status(code: object) -> int:

@@ -46,6 +46,10 @@ def test_a_command_runs_as_in_a_fresh_interpreter(python3, tmp_path):
     raised = run(python3, "-c", "raise ValueError('boom')")
     assert raised.returncode == 1 and raised.stderr.rstrip().endswith("ValueError: boom")
     assert run(python3, "-m", "json.tool", input='{"a": 1}').stdout == '{\n    "a": 1\n}\n'
+    ended = run(
+        python3, "-c", "import atexit, os; atexit.register(print, 'at exit'); print('x', flush=True); os._exit(4)"
+    )
+    assert (ended.returncode, ended.stdout, ended.stderr) == (4, "x\n", "")  # at once: no atexit, as a fresh one
 
 
 def test_an_option_it_does_not_handle_runs_in_the_venvs_own_interpreter(python3):

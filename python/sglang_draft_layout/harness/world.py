@@ -78,10 +78,16 @@ class Tree:
         if relative not in self.given or text is None or path is None or not path.is_file():
             return set()
         old, new = path.read_bytes().decode("utf-8", "replace").splitlines(), text.splitlines()
-        if old == new:
-            return set()
-        opcodes = difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
-        return {n + 1 for tag, _i1, _i2, j1, j2 in opcodes if tag != "equal" for n in range(j1, j2)}
+        same, short = 0, min(len(old), len(new))  # the lines alike at both ends first: the diff only between
+        while same < short and old[same] == new[same]:
+            same += 1
+        end = 0
+        while end < short - same and old[-1 - end] == new[-1 - end]:
+            end += 1
+        matcher = difflib.SequenceMatcher(None, old[same : len(old) - end], new[same : len(new) - end], autojunk=False)
+        return {
+            same + n + 1 for tag, _i1, _i2, j1, j2 in matcher.get_opcodes() if tag != "equal" for n in range(j1, j2)
+        }
 
     def syntax(self, relative: str) -> Optional[ast.Module]:
         if relative not in self.parsed:
