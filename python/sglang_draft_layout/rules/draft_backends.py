@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 from ..layout_patterns.ast_walk import factors, is_self_attr
 from ..layout_patterns.helper_names import WIDTH_HELPER
-from ..layout_patterns.kv_indices import is_helper_width, row_allocations, width_binding
+from ..layout_patterns.kv_indices import is_helper_width, is_inline_width, row_allocations, width_binding
 from .base import SPEC_UTILS, Edit, Finding, Rule, Source, State, locate_method
 
 #: the local name upstream binds the row width to before allocating
@@ -63,6 +63,24 @@ def take(items: list[ast.expr], attribute: str) -> bool:
     return False
 
 
+def _another_sizing(method: ast.FunctionDef, allocations: list[tuple[ast.Assign, ast.Tuple]]) -> str:
+    """Why the rows are sized more than one way in ``method`` (another allocation of kv_indices rows, or their
+    width's local bound twice: in two branches, say), which refuses the site: the probes need not run each,
+    so neither its value nor a rewrite of it could be judged. Empty: sized once."""
+    rows = [(stmt, shape) for stmt, shape in allocations if is_inline_width(shape.elts[1], method)
+            or is_helper_width(shape.elts[1], method)]  # fmt: skip
+    if len(rows) > 1:
+        return f"a second kv_indices row allocation at line {rows[1][0].lineno}, which the probes need not run: one only"
+    width = allocations[0][1].elts[1]
+    if isinstance(width, ast.Name):
+        lines = sorted(n.lineno for n in ast.walk(method) if isinstance(n, ast.Name) and n.id == width.id
+                       and isinstance(n.ctx, ast.Store))  # fmt: skip
+        if len(lines) > 1:
+            where = ", ".join(map(str, lines))
+            return f"the row width `{width.id}` is bound at lines {where}, which the probes need not all run: once only"
+    return ""
+
+
 def find_row_width(rule: Rule, source: Source, num_seqs_of: NumSeqsOf, with_topk: str = "") -> Finding:
     """State of a kv_indices row-width site, and the rewrite to upstream's form.
 
@@ -80,6 +98,9 @@ def find_row_width(rule: Rule, source: Source, num_seqs_of: NumSeqsOf, with_topk
         )
     stmt, shape = allocations[0]
     width = shape.elts[1]
+    again = _another_sizing(method, allocations)
+    if again:
+        return rule.report(State.UNRECOGNISED, stmt.lineno, again)
     if is_helper_width(width, method):
         return rule.report(State.PATCHED, stmt.lineno)
     binding = width_binding(width, method)  # a local the fork binds the width to
