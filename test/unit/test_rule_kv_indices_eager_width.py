@@ -329,6 +329,12 @@ SIZED_TWICE = {
         f"            kv_indices = torch.empty((self.speculative_num_steps, {NARROW}))\n",
         "a second kv_indices row allocation at line {second}, which the probes need not run: one only",
     ),
+    "another allocation of a width no rule knows": (
+        f"        kv_indices = torch.empty((self.speculative_num_steps, {WIDE}))\n"
+        "        if forward_batch.batch_size > 4:\n"
+        f"            kv_indices = torch.empty((self.speculative_num_steps, {WIDE.replace('self.max_context_len', '(self.max_context_len + 1)')}))\n",
+        "a second kv_indices row allocation at line {second}, which the probes need not run: one only",
+    ),
     "the width's local bound twice": (
         "        if forward_batch.batch_size > 4:\n"
         f"            width = {NARROW}\n"

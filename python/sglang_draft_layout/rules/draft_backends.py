@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 from ..layout_patterns.ast_walk import factors, is_self_attr
 from ..layout_patterns.helper_names import WIDTH_HELPER
-from ..layout_patterns.kv_indices import is_helper_width, is_inline_width, row_allocations, width_binding
+from ..layout_patterns.kv_indices import is_helper_width, row_allocations, width_binding
 from .base import SPEC_UTILS, Edit, Finding, Rule, Source, State, locate_method
 
 #: the local name upstream binds the row width to before allocating
@@ -64,13 +64,13 @@ def take(items: list[ast.expr], attribute: str) -> bool:
 
 
 def _another_sizing(method: ast.FunctionDef, allocations: list[tuple[ast.Assign, ast.Tuple]]) -> str:
-    """Why the rows are sized more than one way in ``method`` (another allocation of kv_indices rows, or their
+    """Why the rows are sized more than one way in ``method`` (another allocation to the same target, or the
     width's local bound twice: in two branches, say), which refuses the site: the probes need not run each,
     so neither its value nor a rewrite of it could be judged. Empty: sized once."""
-    rows = [(stmt, shape) for stmt, shape in allocations if is_inline_width(shape.elts[1], method)
-            or is_helper_width(shape.elts[1], method)]  # fmt: skip
-    if len(rows) > 1:
-        return f"a second kv_indices row allocation at line {rows[1][0].lineno}, which the probes need not run: one only"
+    target = ast.dump(allocations[0][0].targets[0])
+    again = [stmt for stmt, _shape in allocations[1:] if ast.dump(stmt.targets[0]) == target]
+    if again:
+        return f"a second kv_indices row allocation at line {again[0].lineno}, which the probes need not run: one only"
     width = allocations[0][1].elts[1]
     if isinstance(width, ast.Name):
         lines = sorted(n.lineno for n in ast.walk(method) if isinstance(n, ast.Name) and n.id == width.id
