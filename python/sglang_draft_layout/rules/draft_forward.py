@@ -15,8 +15,9 @@ A fork's own spelling (any ``layout_patterns.out_cache_loc.out_cache_loc_layouts
 bound to a local included, statements between it and its move too, the move also in a block
 below the view) is rewritten where it is, every split of the method in one apply; a bound view
 read elsewhere, moved in several statements, inside a loop below it, into the body of a ``try``
-below it or inside a lambda or comprehension, what it reads rebound before its move, or two
-splits in one statement, are refused.
+below it or inside a lambda or comprehension, what it reads rebound before its move, two
+splits in one statement, or the name a split binds bound another way elsewhere in the method (rows
+laid out otherwise in a branch the probes need not take), are refused.
 
 Not affected: the step-major split of SGLang 0.4.6.post5 and 0.4.7,
 ``x = x.view(bs, -1)`` then ``x[:, self.topk * i : self.topk * (i + 1)]`` (a
@@ -30,7 +31,7 @@ import ast
 import re
 from typing import Optional
 
-from ..layout_patterns.ast_walk import factors, holding_statement, inside, is_self_attr, nodes_of
+from ..layout_patterns.ast_walk import called_name, factors, holding_statement, inside, is_self_attr, nodes_of
 from ..layout_patterns.helper_names import PER_STEP_HELPER
 from ..layout_patterns.out_cache_loc import Split, helper_calls, out_cache_loc_layouts, view_reads, view_rebinds
 from ..layout_patterns.baking import WORKERS
@@ -264,11 +265,48 @@ def step_major_split(method: ast.FunctionDef) -> Optional[ast.Subscript]:
     return None
 
 
+def rebound_elsewhere(method: ast.AST, splits: list[Split]) -> Optional[tuple[int, str]]:
+    """(line, why) when a name a split binds (``x = <split>``) is bound another way elsewhere in ``method``: the
+    rows laid out otherwise, in a branch the probes need not take (more sequences than they run, say), which
+    neither the split's rewrite nor the probes would judge. The batch's buffer read before the split, upstream's
+    helper and a contiguous copy or clone of the rows are no other layout; else None."""
+    own, names = set(), set()
+    for split in splits:
+        holders = split.statements or [holding_statement(method, split.node)]
+        own |= {id(stmt) for stmt in [*holders, *([split.view] if split.view else [])]}
+        last = holders[-1]
+        if isinstance(last, ast.Assign) and len(last.targets) == 1 and isinstance(last.targets[0], ast.Name):
+            names.add(last.targets[0].id)
+    first = min(split.line for split in splits)
+    for node in nodes_of(method, ast.Assign):
+        bound = [t.id for t in node.targets if isinstance(t, ast.Name) and t.id in names]
+        if id(node) in own or not bound:
+            continue
+        value = node.value
+        read_before = isinstance(value, ast.Attribute) and node.lineno < first
+        copied = (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Attribute)
+            and value.func.attr in ("contiguous", "clone")
+            and isinstance(value.func.value, ast.Name)
+            and value.func.value.id in names
+        )
+        if not (read_before or copied or isinstance(value, ast.Call) and called_name(value) == PER_STEP_HELPER):
+            return node.lineno, (
+                f"`{bound[0]}`, which its split binds, is also bound at line {node.lineno} "
+                f"(`{ast.unparse(value)[:60]}`), which the probes need not run: rewrite the split by hand"
+            )
+    return None
+
+
 def _find(rule: Rule, source: Source) -> Finding:
     method = locate_method(rule, source)
     if isinstance(method, Finding):
         return method
     splits = out_cache_loc_layouts(method)
+    elsewhere = rebound_elsewhere(method, splits) if splits and split_refusal(method, splits) is None else None
+    if elsewhere is not None:
+        return rule.report(State.UNRECOGNISED, *elsewhere)
     if splits:  # every one of them, also beside a helper call
         return split_finding(rule, source, method, splits)
     calls = helper_calls(method)
