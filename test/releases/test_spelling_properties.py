@@ -563,7 +563,27 @@ def worker_splits(draw: Callable) -> Spelling:
     )
 
 
+#: found by ``worker_splits`` (40 draws, hypothesis seed 21, before the rule's fix): apply exited 0, the V2 worker's
+#: steps writing step-major chunks for more than 4 sequences (the rule rewrote the split and left the other layout)
+CHUNKS_FOR_LARGER_BATCHES = Spelling(
+    "draft_forward split, EagleDraftWorker | a bound 3-d view | `out_cache_loc.view(bs, self.topk,"
+    " self.speculative_num_steps).movedim(-1, 0).reshape(self.speculative_num_steps, -1)` | another split for more"
+    " than 4 sequences | `out_cache_loc.reshape(self.speculative_num_steps, -1)`",
+    edit(fork_edits.WORKER_V2, "EagleDraftWorker.draft_forward", fork_edits.WORKER_SPLIT, LOCALS + branch(
+        MANY.format("forward_batch.batch_size"),
+        "        out_cache_loc = out_cache_loc.reshape(self.speculative_num_steps, -1)\n",
+        WORKER_SPLITS["a bound 3-d view"].format(
+            view="out_cache_loc.view(bs, self.topk, self.speculative_num_steps)",
+            rest="movedim(-1, 0).reshape(self.speculative_num_steps, -1)",
+            chain="",
+        ),
+    )),
+    same=False,
+)  # fmt: skip
+
+
 @given(worker_splits())
+@example(CHUNKS_FOR_LARGER_BATCHES)
 @SETTINGS
 def test_a_workers_own_split_is_patched_right_or_refused(fresh, spelling):
     never_a_wrong_patch(fresh, spelling)
