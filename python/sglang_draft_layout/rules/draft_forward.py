@@ -235,8 +235,9 @@ def split_refusal(method: ast.AST, splits: list[Split]) -> Optional[tuple[int, s
 
 
 def split_finding(rule: Rule, source: Source, method: ast.AST, splits: list[Split], detail: str = "") -> Finding:
-    """Every split of ``splits`` (in ``method``) via the helper, in one finding; unrecognised when one cannot be."""
-    refusal = split_refusal(method, splits)
+    """Every split of ``splits`` (in ``method``) via the helper, in one finding; unrecognised when one cannot be,
+    or when the rows a split binds are bound another way elsewhere in the method (``rebound_elsewhere``)."""
+    refusal = split_refusal(method, splits) or rebound_elsewhere(method, splits)
     if refusal is not None:
         return rule.report(State.UNRECOGNISED, *refusal)
     edits = [edit for split in splits for edit in helper_edit(source, method, split)]
@@ -265,25 +266,50 @@ def step_major_split(method: ast.FunctionDef) -> Optional[ast.Subscript]:
     return None
 
 
+def _blocks(method: ast.AST) -> dict[int, tuple]:
+    """id(statement) -> the blocks holding it, outermost first: (id of the compound statement, its field, the
+    handler's index) of each; a block is a prefix of another's when the code of the first runs whenever the
+    second's does."""
+    found: dict[int, tuple] = {}
+
+    def walk(body: list, path: tuple) -> None:
+        for stmt in body:
+            found[id(stmt)] = path
+            for field in ("body", "orelse", "finalbody"):
+                if isinstance(getattr(stmt, field, None), list) and not isinstance(stmt, ast.FunctionDef):
+                    walk(getattr(stmt, field), (*path, (id(stmt), field, 0)))
+            for index, handler in enumerate(getattr(stmt, "handlers", ())):
+                walk(handler.body, (*path, (id(stmt), "handlers", index)))
+            for index, case in enumerate(getattr(stmt, "cases", ())):
+                walk(case.body, (*path, (id(stmt), "cases", index)))
+
+    walk(getattr(method, "body", []), ())
+    return found
+
+
 def rebound_elsewhere(method: ast.AST, splits: list[Split]) -> Optional[tuple[int, str]]:
-    """(line, why) when a name a split binds (``x = <split>``) is bound another way elsewhere in ``method``: the
-    rows laid out otherwise, in a branch the probes need not take (more sequences than they run, say), which
-    neither the split's rewrite nor the probes would judge. The batch's buffer read before the split, upstream's
-    helper and a contiguous copy or clone of the rows are no other layout; else None."""
-    own, names = set(), set()
+    """(line, why) when a name a split binds (``x = <split>``) is bound another way in a block of ``method`` that
+    need not run when the split does (another branch, a loop's body): the rows laid out otherwise where the probes
+    need not go (more sequences than they run, say), which neither the split's rewrite nor the probes would judge.
+    The batch's buffer read before the split, upstream's helper and a contiguous copy or clone of the rows are no
+    other layout; else None."""
+    own, names, paths = set(), set(), []
+    blocks = _blocks(method)
     for split in splits:
         holders = split.statements or [holding_statement(method, split.node)]
         own |= {id(stmt) for stmt in [*holders, *([split.view] if split.view else [])]}
         last = holders[-1]
         if isinstance(last, ast.Assign) and len(last.targets) == 1 and isinstance(last.targets[0], ast.Name):
             names.add(last.targets[0].id)
+            paths.append(blocks.get(id(last), ()))
     first = min(split.line for split in splits)
     for node in nodes_of(method, ast.Assign):
         bound = [t.id for t in node.targets if isinstance(t, ast.Name) and t.id in names]
-        if id(node) in own or not bound:
-            continue
+        path = blocks.get(id(node))
+        if id(node) in own or not bound or path is None or all(p[: len(path)] == path for p in paths):
+            continue  # runs whenever the split does: its value is judged with it
         value = node.value
-        read_before = isinstance(value, ast.Attribute) and node.lineno < first
+        helper = isinstance(value, ast.Subscript) and called_name(value.value) == PER_STEP_HELPER
         copied = (
             isinstance(value, ast.Call)
             and isinstance(value.func, ast.Attribute)
@@ -291,7 +317,8 @@ def rebound_elsewhere(method: ast.AST, splits: list[Split]) -> Optional[tuple[in
             and isinstance(value.func.value, ast.Name)
             and value.func.value.id in names
         )
-        if not (read_before or copied or isinstance(value, ast.Call) and called_name(value) == PER_STEP_HELPER):
+        read_before = isinstance(value, ast.Attribute) and node.lineno < first
+        if not (read_before or copied or helper or called_name(value) == PER_STEP_HELPER):
             return node.lineno, (
                 f"`{bound[0]}`, which its split binds, is also bound at line {node.lineno} "
                 f"(`{ast.unparse(value)[:60]}`), which the probes need not run: rewrite the split by hand"
@@ -304,9 +331,6 @@ def _find(rule: Rule, source: Source) -> Finding:
     if isinstance(method, Finding):
         return method
     splits = out_cache_loc_layouts(method)
-    elsewhere = rebound_elsewhere(method, splits) if splits and split_refusal(method, splits) is None else None
-    if elsewhere is not None:
-        return rule.report(State.UNRECOGNISED, *elsewhere)
     if splits:  # every one of them, also beside a helper call
         return split_finding(rule, source, method, splits)
     calls = helper_calls(method)
