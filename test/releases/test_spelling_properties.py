@@ -589,6 +589,7 @@ def test_a_workers_own_split_is_patched_right_or_refused(fresh, spelling):
     never_a_wrong_patch(fresh, spelling)
 
 
+STEPS = "self.speculative_num_steps"
 #: a guard of the fork's own, standing in for ``self.topk > 0 and self.speculative_num_steps > 1``
 GUARD_METHOD = "    def multi_step_draft(self):\n        return self.topk > 0 and self.speculative_num_steps > 1\n"
 DSV4_GUARDS = ["self.topk > 0 and self.speculative_num_steps > 1", "self.speculative_num_steps > 1",
@@ -600,7 +601,7 @@ DSV4_GUARDS = ["self.topk > 0 and self.speculative_num_steps > 1", "self.specula
 def dsv4_decodes(draw: Callable) -> Spelling:
     """What DeepSeek-V4's eager decode hands ``init_forward_metadata_decode`` as ``out_cache_loc``, as a fork
     spells it: the whole buffer (the release's bug) another way, or a split of the fork's own."""
-    d, scope = Drawn(draw, "DeepSeek-V4 decode", 4), "DeepseekV4AttnBackend.init_forward_metadata"
+    d, scope = Drawn(draw, "DeepSeek-V4 decode", 5), "DeepseekV4AttnBackend.init_forward_metadata"
     first_line = fork_edits.DSV4_DECODE.splitlines(True)[0]
     form = d.pick([S("the whole buffer through a local"), S("the whole buffer, sliced [:]"), S("a split, inline"),
                    S("a split, in a guarded local"), O("a split, and the caller's too")], shown=True)  # fmt: skip
@@ -619,11 +620,16 @@ def dsv4_decodes(draw: Callable) -> Spelling:
         local = d.pick([R("out_cache_loc"), S("per_step_draft_out_cache_loc")])
         guard = d.pick([R(g) for g in DSV4_GUARDS[:-1]] + [O(DSV4_GUARDS[-1])])
         d.words += [f"`{local}`", f"if {guard}"]
+        assigned = f"                {local} = {row}\n"
+        if d.pick([R(""), S("another row for more than 4 sequences")], shown=True):
+            other = d.pick([R(row), O(f"forward_batch.out_cache_loc.reshape({STEPS}, -1)[self.speculative_step_id]")])
+            d.words.append(f"`{other}`")
+            assigned = branch(MANY.format("forward_batch.batch_size"), f"                {local} = {other}\n", assigned)
         split = (
             first_line + f"            {local} = forward_batch.out_cache_loc\n"
             f"            if {guard.partition(',')[0]}:\n"
             + "".join("    " + line for line in steps_locals.splitlines(True))
-            + f"                {local} = {row}\n"
+            + assigned
         )  # fmt: skip
         steps = [edit(fork_edits.DSV4, scope, fork_edits.DSV4_DECODE,
                       fork_edits._decode_passing(local).replace(first_line, split))]  # fmt: skip
@@ -636,7 +642,31 @@ def dsv4_decodes(draw: Callable) -> Spelling:
     return d.spelling(edits(split, fork_edits.dsv4_caller_split) if "caller" in form else split)
 
 
+DSV4_ROW = (
+    "forward_batch.out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)"
+    ".permute(2, 0, 1).reshape(self.speculative_num_steps, -1)[self.speculative_step_id]"
+)
+DSV4_CHUNK = f"forward_batch.out_cache_loc.reshape({STEPS}, -1)[self.speculative_step_id]"
+#: found by hand, trying the class ``worker_splits`` found on DeepSeek-V4 (before the split rules' fix): apply
+#: exited 0, DeepSeek-V4 baking step-major chunks for more than 4 sequences (the rule rewrote the other branch)
+CHUNK_FOR_LARGER_BATCHES = Spelling(
+    f"DeepSeek-V4 decode | a split, in a guarded local | `{DSV4_ROW}` | `out_cache_loc` | if {DSV4_GUARDS[0]}"
+    f" | another row for more than 4 sequences | `{DSV4_CHUNK}`",
+    edit(fork_edits.DSV4, "DeepseekV4AttnBackend.init_forward_metadata", fork_edits.DSV4_DECODE,
+         fork_edits._decode_passing("out_cache_loc").replace(
+             fork_edits.DSV4_DECODE.splitlines(True)[0],
+             fork_edits.DSV4_DECODE.splitlines(True)[0]
+             + "            out_cache_loc = forward_batch.out_cache_loc\n"
+             + f"            if {DSV4_GUARDS[0]}:\n"
+             + branch(MANY.format("forward_batch.batch_size"), f"                out_cache_loc = {DSV4_CHUNK}\n",
+                      f"                out_cache_loc = {DSV4_ROW}\n"),
+         )),
+    same=False,
+)  # fmt: skip
+
+
 @given(dsv4_decodes())
+@example(CHUNK_FOR_LARGER_BATCHES)
 @SETTINGS
 def test_deepseek_v4s_decode_spelt_by_a_fork_is_patched_right_or_refused(fresh, spelling):
     never_a_wrong_patch(fresh, spelling)
