@@ -20,7 +20,9 @@ there from the ``sglang`` this Python finds when DEST holds none (run with that 
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -119,13 +121,39 @@ CALLER_SPLIT = """    def init_forward_metadata(self, forward_batch: ForwardBatc
 """
 
 
-def edit(tree: Path, relative: str, old: str, new: str) -> None:
-    """Replace the only occurrence of ``old`` in ``tree/sglang/<relative>``."""
+def edit(tree: Path, relative: str, old: str, new: str, scope: str = "") -> None:
+    """Replace the only occurrence of ``old`` in ``tree/sglang/<relative>`` (``scope``: in that ``Class.method``
+    only, its decorators and def line included)."""
     path = Path(tree) / "sglang" / relative
     text = path.read_text(encoding="utf-8")
-    if text.count(old) != 1:
-        raise ValueError(f"{path}: expected one {old[:60]!r}, found {text.count(old)}")
-    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+    start, end = _span(text, scope) if scope else (0, len(text))
+    part = text[start:end]
+    if part.count(old) != 1:
+        raise ValueError(f"{path}:{scope}: expected one {old[:60]!r}, found {part.count(old)}")
+    path.write_text(text[:start] + part.replace(old, new, 1) + text[end:], encoding="utf-8")
+
+
+def rename(tree: Path, relative: str, scope: str, name: str, new_name: str) -> None:
+    """Rename the local or parameter ``name`` of ``Class.method`` (``scope``) to ``new_name``: every use of it,
+    not an attribute (``forward_batch.name``) or a keyword argument (``name=``) of that name."""
+    path = Path(tree) / "sglang" / relative
+    text = path.read_text(encoding="utf-8")
+    start, end = _span(text, scope)
+    part, count = re.subn(rf"(?<![.\w]){re.escape(name)}\b(?!=)", new_name, text[start:end])
+    if not count:
+        raise ValueError(f"{path}:{scope}: no {name!r}")
+    path.write_text(text[:start] + part + text[end:], encoding="utf-8")
+
+
+def _span(text: str, scope: str) -> tuple[int, int]:
+    """(start, end) offsets in ``text`` of the method ``Class.method`` (the last class of that name, as Python
+    binds it), from its first decorator's line to the end of its last line."""
+    cls_name, _, method_name = scope.partition(".")
+    cls = [n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == cls_name][-1]
+    method = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == method_name)
+    lines = text.splitlines(keepends=True)
+    first = min([method.lineno] + [d.lineno for d in method.decorator_list])
+    return len("".join(lines[: first - 1])), len("".join(lines[: method.end_lineno]))
 
 
 def _decode_passing(value: str) -> str:

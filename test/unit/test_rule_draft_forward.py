@@ -827,3 +827,46 @@ def test_a_split_sharing_its_line_is_unrecognised_naming_the_line(sglang_tree, l
         "more than one statement on this line (`;` or a one-line block): "
         "put each on a line of its own, as black does",
     )
+
+
+#: rows laid out another way for batches larger than check's probes run (test_spelling_properties found such a
+#: fork patched, its step-major chunks for more than 4 sequences left: the probes never took that branch)
+SPLIT = (
+    "        out_cache_loc = out_cache_loc.reshape(\n"
+    "            forward_batch.batch_size, self.topk, self.speculative_num_steps\n"
+    "        )\n"
+    "        out_cache_loc = out_cache_loc.permute((2, 0, 1)).reshape(self.speculative_num_steps, -1)\n"
+)
+CHUNKS = "out_cache_loc.reshape(self.speculative_num_steps, -1)"
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        "        if forward_batch.batch_size > 4:\n"
+        f"            out_cache_loc = {CHUNKS}\n"
+        "        else:\n" + "".join("    " + line for line in SPLIT.splitlines(True)),
+        SPLIT + f"        if forward_batch.batch_size > 4:\n            out_cache_loc = {CHUNKS}\n",
+    ],
+    ids=["in a branch above", "after it"],
+)
+def test_the_splits_rows_bound_another_way_are_refused(sglang_tree, layout):
+    text = worker_module(CLS, _draft_forward(layout))
+    sglang_tree.write(WORKER_V2, text)
+    plan = sglang_tree.plan([RULE])
+    [finding] = plan.findings
+    line = line_of(text, f"out_cache_loc = {CHUNKS}")
+    assert (finding.state, finding.line) == (State.UNRECOGNISED, line)
+    assert finding.detail == (
+        f"`out_cache_loc`, which its split binds, is also bound at line {line} (`{CHUNKS}`), which the probes need"
+        " not run: rewrite the split by hand"
+    )
+    assert plan.changes == ()
+
+
+def test_a_contiguous_copy_of_the_rows_is_no_other_layout(sglang_tree):
+    """0.5.12's v1 worker makes the rows contiguous for one draft model (GptOss), after its split."""
+    layout = SPLIT + "        if self.gpt_oss:\n            out_cache_loc = out_cache_loc.contiguous()\n"
+    sglang_tree.write(WORKER_V2, worker_module(CLS, _draft_forward(layout)))
+    assert sglang_tree.apply([RULE]).findings[0].state is State.TO_PATCH
+    assert "out_cache_loc = out_cache_loc.contiguous()" in sglang_tree.read(WORKER_V2)

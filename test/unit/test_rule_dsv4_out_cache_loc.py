@@ -1175,3 +1175,27 @@ def test_a_worker_that_only_forwards_each_row_is_no_caller(sglang_tree):
     )
     [finding] = sglang_tree.plan([RULE]).findings
     assert finding.state is State.TO_PATCH
+
+
+def test_the_splits_rows_bound_another_way_are_refused(sglang_tree):
+    """The step's row laid out another way for batches larger than check's probes run (step-major chunks): the
+    split's rewrite would be judged on the probes' branch only (test_spelling_properties found the like patched)."""
+    chunks = "forward_batch.out_cache_loc.reshape(self.speculative_num_steps, -1)[self.speculative_step_id]"
+    split = (
+        "forward_batch.out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)"
+        ".permute(2, 0, 1).reshape(self.speculative_num_steps, -1)[self.speculative_step_id]"
+    )
+    lines = (
+        "            out_cache_loc = forward_batch.out_cache_loc\n"
+        f"            if forward_batch.batch_size > 4:\n                out_cache_loc = {chunks}\n"
+        f"            else:\n                out_cache_loc = {split}\n"
+    )
+    text = dsv4_module(INIT, _decode_from(lines, "out_cache_loc"), DECODE)
+    sglang_tree.write(DSV4, text)
+    [finding] = sglang_tree.plan([RULE]).findings
+    line = line_of(text, f"out_cache_loc = {chunks}")
+    assert (finding.state, finding.line) == (State.UNRECOGNISED, line)
+    assert finding.detail == (
+        f"`out_cache_loc`, which its split binds, is also bound at line {line} (`{chunks[:60]}`), which the probes"
+        " need not run: rewrite the split by hand"
+    )

@@ -316,3 +316,55 @@ def test_comments_inside_the_shape_tuple_are_kept(sglang_tree):
     assert "kv_indices_width = draft_kv_indices_buffer_width(" in after
     assert after.count("# one row per draft step\n") == 1
     assert after.count("# every branch\n") == 1
+
+
+WIDE = "forward_batch.batch_size * self.topk * self.max_context_len"
+NARROW = "forward_batch.batch_size * self.max_context_len"
+#: rows sized twice, the other way for batches larger than check's probes run (test_spelling_properties found
+#: such a fork patched as if the other sizing were not there: the probes never took that branch)
+SIZED_TWICE = {
+    "another allocation": (
+        f"        kv_indices = torch.empty((self.speculative_num_steps, {WIDE}))\n"
+        "        if forward_batch.batch_size > 4:\n"
+        f"            kv_indices = torch.empty((self.speculative_num_steps, {NARROW}))\n",
+        "a second kv_indices row allocation at line {second}, which the probes need not run: one only",
+    ),
+    "another allocation of a width no rule knows": (
+        f"        kv_indices = torch.empty((self.speculative_num_steps, {WIDE}))\n"
+        "        if forward_batch.batch_size > 4:\n"
+        f"            kv_indices = torch.empty((self.speculative_num_steps, {WIDE.replace('self.max_context_len', '(self.max_context_len + 1)')}))\n",
+        "a second kv_indices row allocation at line {second}, which the probes need not run: one only",
+    ),
+    "the width's local bound twice": (
+        "        if forward_batch.batch_size > 4:\n"
+        f"            width = {NARROW}\n"
+        "        else:\n"
+        f"            width = {WIDE}\n"
+        "        kv_indices = torch.empty((self.speculative_num_steps, width))\n",
+        "the row width `width` is bound at lines {first}, {else_}, which the probes need not all run: once only",
+    ),
+}
+
+
+@pytest.mark.parametrize("allocation, detail", SIZED_TWICE.values(), ids=SIZED_TWICE.keys())
+def test_rows_sized_twice_refuse_the_site(sglang_tree, allocation, detail):
+    text = backend_module(CLS, INIT, _eager(allocation))
+    sglang_tree.write(FLASHINFER, text)
+    [finding] = sglang_tree.plan([RULE]).findings
+    branch = line_of(text, "batch_size > 4:")
+    first_allocation = next(n for n, line in enumerate(text.splitlines(), 1) if "kv_indices = torch.empty(" in line)
+    assert (finding.state, finding.line) == (State.UNRECOGNISED, first_allocation)
+    assert finding.detail == detail.format(second=branch + 1, first=branch + 1, else_=branch + 3)
+
+
+def test_rows_of_another_kind_beside_are_no_second_sizing(sglang_tree):
+    """0.5.23's Triton allocates its sliding-window rows beside the kv_indices rows: sized by the window."""
+    window = (
+        "        window_kv_indices = torch.zeros(\n"
+        "            (self.speculative_num_steps, forward_batch.batch_size * self.topk * self.sliding_window_size)\n"
+        "        )\n"
+    )
+    before, after = STRUCTURAL["topk first"]
+    sglang_tree.write(FLASHINFER, backend_module(CLS, INIT, _eager(before + window)))
+    assert sglang_tree.apply([RULE]).findings[0].state is State.TO_PATCH
+    assert sglang_tree.read(FLASHINFER) == backend_module(CLS, INIT, _eager(after + window), header=HEADER_AFTER)

@@ -284,3 +284,46 @@ def test_upstream_value_says_nothing_more(sglang_tree):
     assert [f.detail for f in sglang_tree.plan([RULE]).findings] == [""]
     sglang_tree.apply([RULE])
     assert [(f.state, f.detail) for f in sglang_tree.plan([RULE]).findings] == [(State.PATCHED, "")]
+
+
+#: a fork's other slice for batches larger than check's probes run (test_spelling_properties found it patched
+#: as if it were not there: the probes never took that branch)
+LARGER_BATCHES = (
+    "            if forward_batch.batch_size > 4:\n"
+    "                forward_batch.spec_info.kv_indices = kv_indices_buffer[i][: {other}]\n"
+    "            else:\n"
+    "                forward_batch.spec_info.kv_indices = kv_indices_buffer[i][: {end}]\n"
+)
+
+
+@pytest.mark.parametrize(
+    "other, end",
+    [
+        ("seq_lens_sum * self.topk + bs * i", BEFORE_END),
+        ("seq_lens_sum * self.topk + bs * (i + 2)", BEFORE_END),
+        (BEFORE_END, "seq_lens_sum * self.topk + bs * (i + 2)"),
+        (USED_LEN, USED_LEN),
+    ],
+    ids=["unknown form", "recognised, another value", "first recognised", "both the helper"],
+)
+def test_a_second_slice_of_the_rows_refuses_the_site(sglang_tree, other, end):
+    text = backend_module(CLS, INIT, _common_template(LARGER_BATCHES.format(other=other, end=end)))
+    sglang_tree.write(FLASHINFER, text)
+    [finding] = sglang_tree.plan([RULE]).findings
+    first, second = line_of(text, "batch_size > 4:") + 1, line_of(text, "else:") + 1
+    recognised = second if other == "seq_lens_sum * self.topk + bs * i" else first
+    assert (finding.state, finding.line) == (State.UNRECOGNISED, recognised)
+    assert finding.detail.startswith(
+        f"a second slice of `kv_indices_buffer` rows at line {first + second - recognised} (`kv_indices_buffer[i][:"
+    )
+    assert finding.detail.endswith("), which the probes need not run: one per-step slice only")
+
+
+def test_a_slice_of_other_rows_is_no_second_slice(sglang_tree):
+    """0.5.23's Triton cuts its sliding-window rows beside the step's slice: another buffer, not a second slice."""
+    window = "            forward_batch.spec_info.window_kv_indices = window_rows[i][: bs * self.window]\n"
+    slice_line = STRUCTURAL["one line"][0]
+    text = backend_module(CLS, INIT, _common_template(slice_line + window))
+    sglang_tree.write(FLASHINFER, text)
+    assert sglang_tree.apply([RULE]).findings[0].state is State.TO_PATCH
+    assert method_source(sglang_tree.read(FLASHINFER), SCOPE) == _common_template(STRUCTURAL["one line"][1] + window)

@@ -63,6 +63,24 @@ def take(items: list[ast.expr], attribute: str) -> bool:
     return False
 
 
+def _another_sizing(method: ast.FunctionDef, allocations: list[tuple[ast.Assign, ast.Tuple]]) -> str:
+    """Why the rows are sized more than one way in ``method`` (another allocation to the same target, or the
+    width's local bound twice: in two branches, say), which refuses the site: the probes need not run each,
+    so neither its value nor a rewrite of it could be judged. Empty: sized once."""
+    target = ast.dump(allocations[0][0].targets[0])
+    again = [stmt for stmt, _shape in allocations[1:] if ast.dump(stmt.targets[0]) == target]
+    if again:
+        return f"a second kv_indices row allocation at line {again[0].lineno}, which the probes need not run: one only"
+    width = allocations[0][1].elts[1]
+    if isinstance(width, ast.Name):
+        lines = sorted(n.lineno for n in ast.walk(method) if isinstance(n, ast.Name) and n.id == width.id
+                       and isinstance(n.ctx, ast.Store))  # fmt: skip
+        if len(lines) > 1:
+            where = ", ".join(map(str, lines))
+            return f"the row width `{width.id}` is bound at lines {where}, which the probes need not all run: once only"
+    return ""
+
+
 def find_row_width(rule: Rule, source: Source, num_seqs_of: NumSeqsOf, with_topk: str = "") -> Finding:
     """State of a kv_indices row-width site, and the rewrite to upstream's form.
 
@@ -80,6 +98,9 @@ def find_row_width(rule: Rule, source: Source, num_seqs_of: NumSeqsOf, with_topk
         )
     stmt, shape = allocations[0]
     width = shape.elts[1]
+    again = _another_sizing(method, allocations)
+    if again:
+        return rule.report(State.UNRECOGNISED, stmt.lineno, again)
     if is_helper_width(width, method):
         return rule.report(State.PATCHED, stmt.lineno)
     binding = width_binding(width, method)  # a local the fork binds the width to

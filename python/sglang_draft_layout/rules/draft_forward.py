@@ -15,8 +15,9 @@ A fork's own spelling (any ``layout_patterns.out_cache_loc.out_cache_loc_layouts
 bound to a local included, statements between it and its move too, the move also in a block
 below the view) is rewritten where it is, every split of the method in one apply; a bound view
 read elsewhere, moved in several statements, inside a loop below it, into the body of a ``try``
-below it or inside a lambda or comprehension, what it reads rebound before its move, or two
-splits in one statement, are refused.
+below it or inside a lambda or comprehension, what it reads rebound before its move, two
+splits in one statement, or the name a split binds bound another way elsewhere in the method (rows
+laid out otherwise in a branch the probes need not take), are refused.
 
 Not affected: the step-major split of SGLang 0.4.6.post5 and 0.4.7,
 ``x = x.view(bs, -1)`` then ``x[:, self.topk * i : self.topk * (i + 1)]`` (a
@@ -30,7 +31,7 @@ import ast
 import re
 from typing import Optional
 
-from ..layout_patterns.ast_walk import factors, holding_statement, inside, is_self_attr, nodes_of
+from ..layout_patterns.ast_walk import called_name, factors, holding_statement, inside, is_self_attr, nodes_of
 from ..layout_patterns.helper_names import PER_STEP_HELPER
 from ..layout_patterns.out_cache_loc import Split, helper_calls, out_cache_loc_layouts, view_reads, view_rebinds
 from ..layout_patterns.baking import WORKERS
@@ -234,8 +235,9 @@ def split_refusal(method: ast.AST, splits: list[Split]) -> Optional[tuple[int, s
 
 
 def split_finding(rule: Rule, source: Source, method: ast.AST, splits: list[Split], detail: str = "") -> Finding:
-    """Every split of ``splits`` (in ``method``) via the helper, in one finding; unrecognised when one cannot be."""
-    refusal = split_refusal(method, splits)
+    """Every split of ``splits`` (in ``method``) via the helper, in one finding; unrecognised when one cannot be,
+    or when the rows a split binds are bound another way elsewhere in the method (``rebound_elsewhere``)."""
+    refusal = split_refusal(method, splits) or rebound_elsewhere(method, splits)
     if refusal is not None:
         return rule.report(State.UNRECOGNISED, *refusal)
     edits = [edit for split in splits for edit in helper_edit(source, method, split)]
@@ -261,6 +263,66 @@ def step_major_split(method: ast.FunctionDef) -> Optional[ast.Subscript]:
             and all(any(is_self_attr(f, "topk") for f in factors(bound)) for bound in bounds)
         ):
             return node
+    return None
+
+
+def _blocks(method: ast.AST) -> dict[int, tuple]:
+    """id(statement) -> the blocks holding it, outermost first: (id of the compound statement, its field, the
+    handler's index) of each; a block is a prefix of another's when the code of the first runs whenever the
+    second's does."""
+    found: dict[int, tuple] = {}
+
+    def walk(body: list, path: tuple) -> None:
+        for stmt in body:
+            found[id(stmt)] = path
+            for field in ("body", "orelse", "finalbody"):
+                if isinstance(getattr(stmt, field, None), list) and not isinstance(stmt, ast.FunctionDef):
+                    walk(getattr(stmt, field), (*path, (id(stmt), field, 0)))
+            for index, handler in enumerate(getattr(stmt, "handlers", ())):
+                walk(handler.body, (*path, (id(stmt), "handlers", index)))
+            for index, case in enumerate(getattr(stmt, "cases", ())):
+                walk(case.body, (*path, (id(stmt), "cases", index)))
+
+    walk(getattr(method, "body", []), ())
+    return found
+
+
+def rebound_elsewhere(method: ast.AST, splits: list[Split]) -> Optional[tuple[int, str]]:
+    """(line, why) when a name a split binds (``x = <split>``) is bound another way in a block of ``method`` that
+    need not run when the split does (another branch, a loop's body): the rows laid out otherwise where the probes
+    need not go (more sequences than they run, say), which neither the split's rewrite nor the probes would judge.
+    The batch's buffer read before the split, upstream's helper and a contiguous copy or clone of the rows are no
+    other layout; else None."""
+    own, names, paths = set(), set(), []
+    blocks = _blocks(method)
+    for split in splits:
+        holders = split.statements or [holding_statement(method, split.node)]
+        own |= {id(stmt) for stmt in [*holders, *([split.view] if split.view else [])]}
+        last = holders[-1]
+        if isinstance(last, ast.Assign) and len(last.targets) == 1 and isinstance(last.targets[0], ast.Name):
+            names.add(last.targets[0].id)
+            paths.append(blocks.get(id(last), ()))
+    first = min(split.line for split in splits)
+    for node in nodes_of(method, ast.Assign):
+        bound = [t.id for t in node.targets if isinstance(t, ast.Name) and t.id in names]
+        path = blocks.get(id(node))
+        if id(node) in own or not bound or path is None or all(p[: len(path)] == path for p in paths):
+            continue  # runs whenever the split does: its value is judged with it
+        value = node.value
+        helper = isinstance(value, ast.Subscript) and called_name(value.value) == PER_STEP_HELPER
+        copied = (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Attribute)
+            and value.func.attr in ("contiguous", "clone")
+            and isinstance(value.func.value, ast.Name)
+            and value.func.value.id in names
+        )
+        read_before = isinstance(value, ast.Attribute) and node.lineno < first
+        if not (read_before or copied or helper or called_name(value) == PER_STEP_HELPER):
+            return node.lineno, (
+                f"`{bound[0]}`, which its split binds, is also bound at line {node.lineno} "
+                f"(`{ast.unparse(value)[:60]}`), which the probes need not run: rewrite the split by hand"
+            )
     return None
 
 
