@@ -202,11 +202,12 @@ def _child(conn: socket.socket, request: dict, fds: list[int], base_path: list[s
 
     status = 0
     exiting = threading.Event()
-    real_exit = os._exit
+    real_exit, me = os._exit, os.getpid()
 
     def _exit(code: int) -> None:  # a program that ends itself at once (the tool's console script): its status
-        exiting.set()
-        conn.sendall(_HEADER.pack(code & 0xFF))
+        if os.getpid() == me:  # not a process the program forked
+            exiting.set()
+            conn.sendall(_HEADER.pack(code & 0xFF))
         real_exit(code)
 
     os._exit = _exit

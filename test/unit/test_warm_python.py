@@ -50,6 +50,9 @@ def test_a_command_runs_as_in_a_fresh_interpreter(python3, tmp_path):
         python3, "-c", "import atexit, os; atexit.register(print, 'at exit'); print('x', flush=True); os._exit(4)"
     )
     assert (ended.returncode, ended.stdout, ended.stderr) == (4, "x\n", "")  # at once: no atexit, as a fresh one
+    forks = "import os\nif os.fork() == 0:\n    os._exit(5)\nprint(os.waitstatus_to_exitcode(os.wait()[1]))"
+    done = run(python3, "-c", forks)  # a child the program forks ending at once is its own business
+    assert (done.returncode, done.stdout, done.stderr) == (0, "5\n", "")
 
 
 def test_an_option_it_does_not_handle_runs_in_the_venvs_own_interpreter(python3):
