@@ -299,11 +299,13 @@ def rebound_elsewhere(method: ast.AST, splits: list[Split]) -> Optional[tuple[in
         holders = split.statements or [holding_statement(method, split.node)]
         own |= {id(stmt) for stmt in [*holders, *([split.view] if split.view else [])]}
         last = holders[-1]
-        value = getattr(last, "value", None)  # the rows, or a step's row: not a call handed the split
+        value = getattr(last, "value", None)  # the rows, or the step's row: not a call they are handed to
         rows = split.statements or value is split.node or isinstance(value, ast.Subscript) and value.value is split.node
         if rows and isinstance(last, ast.Assign) and len(last.targets) == 1 and isinstance(last.targets[0], ast.Name):
             names.add(last.targets[0].id)
             paths.append(blocks.get(id(last), ()))
+    if not names:
+        return None
     first = min(split.line for split in splits)
     for node in nodes_of(method, ast.Assign):
         bound = [t.id for t in node.targets if isinstance(t, ast.Name) and t.id in names]
