@@ -11,6 +11,7 @@ deleting the folder clears it); a cache that cannot be read or written is no cac
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import pickle
@@ -31,8 +32,10 @@ def _file_digest(package: Optional[Path], relative: str) -> Optional[str]:
     return hashlib.sha1(path.read_bytes()).hexdigest() if path is not None and path.is_file() else None
 
 
+@functools.lru_cache(maxsize=None)
 def _code_digest() -> str:
-    """This tool's own code and the Python running it: a change to either is another cache."""
+    """This tool's own code and the Python running it: a change to either is another cache (read once a process:
+    every plan makes a store)."""
     sha = hashlib.sha1(sys.version.encode())
     for path in sorted(Path(__file__).parent.rglob("*.py")):
         sha.update(path.as_posix().encode() + path.read_bytes())
