@@ -31,13 +31,11 @@ class Statement:
     text: str
 
 
-def layout_statements(filename: str, tree: ast.Module, classes: Iterable[str]) -> list[Statement]:
-    """The statements of ``classes`` (top-level classes of the module ``tree``) that split out_cache_loc per
+def layout_statements(filename: str, classes: Iterable[ast.ClassDef]) -> list[Statement]:
+    """The statements of ``classes`` (class statements of the file ``filename``) that split out_cache_loc per
     step: the innermost simple statement naming ``out_cache_loc`` and a split."""
-    wanted, found = set(classes), []
-    for cls in tree.body:
-        if not isinstance(cls, ast.ClassDef) or cls.name not in wanted:
-            continue
+    found = []
+    for cls in classes:
         for function in (n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
             start = min([function.lineno, *(d.lineno for d in function.decorator_list)])
             for stmt in ast.walk(function):

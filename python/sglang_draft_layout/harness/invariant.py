@@ -213,15 +213,12 @@ def _layout_lines(tree: Tree, path: DraftPath) -> Lines:
             if relative is not None and (relative, cls.__name__) not in seen:
                 seen.add((relative, cls.__name__))
                 written = tree.rewritten(relative)
-                statements += [
-                    s
-                    for s in (
-                        layout_statements(tree.filename(relative), tree.syntax(relative), [cls.__name__])
-                        if written
-                        else ()
-                    )
-                    if written.intersection(range(s.first, s.last + 1))
-                ]
+                if written and (node := tree.class_node(cls)) is not None:
+                    statements += [
+                        s
+                        for s in layout_statements(tree.filename(relative), [node])
+                        if written.intersection(range(s.first, s.last + 1))
+                    ]
     return Lines(statements)
 
 

@@ -13,10 +13,13 @@ from __future__ import annotations
 import ast
 import builtins
 import difflib
+import functools
+import inspect
+import re
 import sys
 import types
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 from .unknown import TREE_FILES, Run, ServerArgsDict, Unknown, server_args
 
@@ -119,14 +122,13 @@ class Tree:
         namespace.update(__package__=package, __file__=filename, __builtins__=self.builtins)
         self.namespaces[relative], self.names[module.__name__] = namespace, relative
         TREE_FILES.add(filename)
-        tree = self.syntax(relative)
         outer, Run.current = Run.current, None
         sys.modules[module.__name__] = module  # for what runs at import (dataclasses reads it), then gone
         try:
             exec(_compiled(self.text(relative), filename), namespace)
         except Exception as error:
             self.errors[relative] = f"{type(error).__name__}: {error}"
-            self._statement_by_statement(tree, filename, namespace)
+            self._statement_by_statement(self.syntax(relative), filename, namespace)
         finally:
             Run.current = outer
             del sys.modules[module.__name__]
@@ -181,17 +183,20 @@ class Tree:
     def assigned(self, cls: type) -> frozenset[str]:
         """The attributes the tree's code of ``cls`` and its bases assigns to ``self``."""
         if cls not in self._assigned:
-            nodes = [node for c in cls.__mro__ if (node := self.class_node(c)) is not None]
-            self._assigned[cls] = frozenset(
-                t.attr for node in nodes for t in ast.walk(node)
-                if isinstance(t, ast.Attribute) and isinstance(t.ctx, ast.Store) and getattr(t.value, "id", "") == "self"
-            )  # fmt: skip
+            self._assigned[cls] = frozenset().union(*(_self_stores(node) for c in cls.__mro__
+                                                      if (node := self.class_node(c)) is not None))  # fmt: skip
         return self._assigned[cls]
 
     def class_node(self, cls: type) -> Optional[ast.ClassDef]:
         """The tree's ``class`` statement of ``cls`` (the last of that name in its module)."""
         relative = self.names.get(getattr(cls, "__module__", ""))
-        body = self.syntax(relative).body if relative else []
+        text = self.text(relative) if relative else None
+        if text is None:
+            return None
+        node = _class_statement(text, self.filename(relative), cls.__name__)
+        if node is not False:
+            return node
+        body = self.syntax(relative).body
         return next((s for s in reversed(body) if isinstance(s, ast.ClassDef) and s.name == cls.__name__), None)
 
 
@@ -216,9 +221,58 @@ def _parsed(text: str, filename: str) -> ast.Module:
 
 
 def _compiled(text: str, filename: str) -> types.CodeType:
-    return _remember(
-        _CODE, (filename, text), lambda: compile(_parsed(text, filename), filename, "exec", dont_inherit=True)
-    )
+    """The code of ``text``, compiled once per process (from the text: no ``ast`` tree made)."""
+    return _remember(_CODE, (filename, text), lambda: compile(text, filename, "exec", dont_inherit=True))
+
+
+_CLASSES: dict[tuple[str, str, str], Any] = {}
+
+
+def _class_statement(text: str, filename: str, name: str) -> Any:
+    """The last top-level ``class name`` of ``text`` parsed alone (its lines found from the module's code: the class
+    body's first line to the first line at the margin after its last code line), once per process; False where
+    that cut does not parse as one top-level class (the class is not at the margin, say): parse the module."""
+
+    def parse() -> Any:
+        bodies = [
+            c for c in _compiled(text, filename).co_consts
+            if isinstance(c, types.CodeType) and c.co_name == name and not c.co_flags & inspect.CO_NEWLOCALS
+        ]  # fmt: skip
+        if not bodies:
+            return None
+        first, last = bodies[-1].co_firstlineno, max(_code_lines(bodies[-1]))
+        lines = text.splitlines(keepends=True)
+        end = next((n for n in range(last, len(lines)) if _MARGIN.match(lines[n])), len(lines))
+        try:
+            module = ast.parse("\n" * (first - 1) + "".join(lines[first - 1 : end]), filename)  # at its lines
+        except SyntaxError:
+            return False
+        if len(module.body) != 1 or not isinstance(module.body[0], ast.ClassDef) or module.body[0].name != name:
+            return False
+        return module.body[0]
+
+    return _remember(_CLASSES, (filename, text, name), parse)
+
+
+#: a line at the left margin that is code (not blank, not a comment, not closing a bracket)
+_MARGIN = re.compile(r"[^\s#)\]}]")
+
+
+def _code_lines(code: types.CodeType) -> Iterator[int]:
+    """The line of every instruction of ``code`` and of the code nested in it."""
+    yield from (line for _start, _end, line in code.co_lines() if line is not None)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _code_lines(const)
+
+
+@functools.lru_cache(maxsize=_TEXTS_KEPT)
+def _self_stores(node: ast.ClassDef) -> frozenset[str]:
+    """The attributes the code of the class statement ``node`` assigns to ``self``."""
+    return frozenset(
+        t.attr for t in ast.walk(node)
+        if isinstance(t, ast.Attribute) and isinstance(t.ctx, ast.Store) and getattr(t.value, "id", "") == "self"
+    )  # fmt: skip
 
 
 def _bound_names(stmt: ast.stmt) -> list[str]:
