@@ -14,7 +14,7 @@ import ast
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Collection, Iterable, Optional
 
 #: what a statement that splits the draft buffer per step says
 _SPLIT = re.compile(
@@ -31,18 +31,23 @@ class Statement:
     text: str
 
 
-def layout_statements(filename: str, classes: Iterable[ast.ClassDef]) -> list[Statement]:
+def layout_statements(filename: str, classes: Iterable[ast.ClassDef], lines: Collection[int]) -> list[Statement]:
     """The statements of ``classes`` (class statements of the file ``filename``) that split out_cache_loc per
-    step: the innermost simple statement naming ``out_cache_loc`` and a split."""
+    step and take up one of ``lines``: the innermost simple statement naming ``out_cache_loc`` and a split."""
     found = []
     for cls in classes:
         for function in (n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
             start = min([function.lineno, *(d.lineno for d in function.decorator_list)])
+            if not any(start <= line <= (function.end_lineno or start) for line in lines):
+                continue
             for stmt in ast.walk(function):
-                if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return, ast.Expr)):
+                if not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return, ast.Expr)):
+                    continue
+                last = stmt.end_lineno or stmt.lineno
+                if any(stmt.lineno <= n <= last for n in lines):
                     text = ast.unparse(stmt)
                     if "out_cache_loc" in text and _SPLIT.search(text):
-                        found.append(Statement(filename, start, stmt.lineno, stmt.end_lineno or stmt.lineno, text))
+                        found.append(Statement(filename, start, stmt.lineno, last, text))
     return found
 
 

@@ -214,11 +214,7 @@ def _layout_lines(tree: Tree, path: DraftPath) -> Lines:
                 seen.add((relative, cls.__name__))
                 written = tree.rewritten(relative)
                 if written and (node := tree.class_node(cls)) is not None:
-                    statements += [
-                        s
-                        for s in layout_statements(tree.filename(relative), [node])
-                        if written.intersection(range(s.first, s.last + 1))
-                    ]
+                    statements += layout_statements(tree.filename(relative), [node], written)
     return Lines(statements)
 
 

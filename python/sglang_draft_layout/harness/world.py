@@ -183,8 +183,12 @@ class Tree:
     def assigned(self, cls: type) -> frozenset[str]:
         """The attributes the tree's code of ``cls`` and its bases assigns to ``self``."""
         if cls not in self._assigned:
-            self._assigned[cls] = frozenset().union(*(_self_stores(node) for c in cls.__mro__
-                                                      if (node := self.class_node(c)) is not None))  # fmt: skip
+            stores = []
+            for c in cls.__mro__:
+                node = self.class_node(c)
+                if node is not None:
+                    stores.append(_self_stores(node, self.text(self.names[c.__module__])))
+            self._assigned[cls] = frozenset().union(*stores)
         return self._assigned[cls]
 
     def class_node(self, cls: type) -> Optional[ast.ClassDef]:
@@ -267,12 +271,48 @@ def _code_lines(code: types.CodeType) -> Iterator[int]:
 
 
 @functools.lru_cache(maxsize=_TEXTS_KEPT)
-def _self_stores(node: ast.ClassDef) -> frozenset[str]:
-    """The attributes the code of the class statement ``node`` assigns to ``self``."""
-    return frozenset(
-        t.attr for t in ast.walk(node)
-        if isinstance(t, ast.Attribute) and isinstance(t.ctx, ast.Store) and getattr(t.value, "id", "") == "self"
-    )  # fmt: skip
+def _self_stores(node: ast.ClassDef, text: str) -> frozenset[str]:
+    """The attributes the code of the class statement ``node`` (of ``text``) assigns to ``self``: each ``self.x`` in
+    a store context. Only a target stores, or a comprehension's (``for``): a statement's other expressions are
+    walked only where its text says ``for``."""
+    lines, found = text.split("\n"), set()
+
+    def walk(tree: ast.AST) -> None:
+        found.update(
+            t.attr for t in ast.walk(tree)
+            if isinstance(t, ast.Attribute) and isinstance(t.ctx, ast.Store) and getattr(t.value, "id", "") == "self"
+        )  # fmt: skip
+
+    def statements(body: list) -> None:
+        for stmt in body:
+            nested = [field for field in _BODIES if getattr(stmt, field, None)]
+            if not nested and "for" in "\n".join(lines[stmt.lineno - 1 : stmt.end_lineno]):
+                walk(stmt)
+                continue
+            for field, value in ast.iter_fields(stmt):
+                if field in _BODIES:
+                    statements([i for i in value if isinstance(i, ast.stmt)])
+                    for clause in (i for i in value if not isinstance(i, ast.stmt)):  # except handlers, match cases
+                        walk_clause(clause)
+                elif nested or field in _TARGETS:
+                    for part in value if isinstance(value, list) else [value]:
+                        if isinstance(part, ast.AST):
+                            walk(part)
+
+    def walk_clause(clause: ast.AST) -> None:
+        for field, value in ast.iter_fields(clause):
+            if field == "body":
+                statements(value)
+            elif isinstance(value, ast.AST):
+                walk(value)
+
+    statements(node.body)
+    return frozenset(found)
+
+
+#: the fields of a statement holding statements, and those holding its assignment targets
+_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
+_TARGETS = ("targets", "target")
 
 
 def _bound_names(stmt: ast.stmt) -> list[str]:

@@ -1,0 +1,68 @@
+"""The harness's reading of a class statement: what ``self`` gets assigned, and a class parsed alone."""
+
+import ast
+import textwrap
+
+from sglang_draft_layout.harness import world
+
+CLASS = textwrap.dedent(
+    """\
+    import x
+
+
+    @decorated
+    class Backend(Base):
+        size = 1
+
+        def __init__(self, runner):
+            self.a, (self.b, *self.c) = runner.pair
+            self.d: int = 0
+            self.d += 1
+            self.e = self.f = None
+            other.g = 1
+            print(self.h)
+            for self.i in range(2):
+                with open(x) as self.j:
+                    pass
+            try:
+                pass
+            except ValueError:
+                self.k = 1
+            match runner:
+                case 1:
+                    self.l = 2
+            rows = [0 for self.m in range(3)]
+            self.n[0] = 1
+
+            def inner(self):
+                self.o = 1
+
+            return lambda: self.p
+    """
+)
+
+
+def every_self_store(node: ast.ClassDef) -> frozenset:
+    return frozenset(
+        t.attr
+        for t in ast.walk(node)
+        if isinstance(t, ast.Attribute) and isinstance(t.ctx, ast.Store) and getattr(t.value, "id", "") == "self"
+    )
+
+
+def test_self_stores_are_every_store_context_self_attribute():
+    node = ast.parse(CLASS).body[1]
+    assert world._self_stores(node, CLASS) == every_self_store(node)
+    assert world._self_stores(node, CLASS) == set("abcdefijklmo")
+
+
+def test_a_class_is_parsed_alone_at_its_lines():
+    node = world._class_statement(CLASS + "\n\ndef after():\n    pass\n", "backend.py", "Backend")
+    assert (node.name, node.lineno, node.decorator_list[0].lineno) == ("Backend", 5, 4)
+    assert ast.dump(node) == ast.dump(ast.parse(CLASS).body[1])
+
+
+def test_a_class_not_at_the_margin_is_left_to_the_whole_module():
+    text = "if True:\n    class Backend:\n        x = 1\n"
+    assert world._class_statement(text, "backend.py", "Backend") is False
+    assert world._class_statement(text, "backend.py", "Other") is None
