@@ -22,10 +22,8 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
-import difflib
 import dis
 import functools
-import hashlib
 import inspect
 import re
 import sys
@@ -33,7 +31,7 @@ import types
 import unittest
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Optional
+from typing import Any, Callable, Collection, Iterable, Iterator, Optional
 
 import torch
 
@@ -58,7 +56,6 @@ KEPT = ()  # sglang-draft-layout: the paths the fork keeps
 # sglang-draft-layout: embed sglang_draft_layout.harness.unknown
 # sglang-draft-layout: embed sglang_draft_layout.harness.world
 # sglang-draft-layout: embed sglang_draft_layout.harness.paths
-# sglang-draft-layout: embed sglang_draft_layout.harness.coverage
 # sglang-draft-layout: embed sglang_draft_layout.harness.invariant
 # sglang-draft-layout: embed sglang_draft_layout.harness.torch_backend
 # fmt: on
@@ -98,7 +95,7 @@ class TestDraftPaths(CustomTestCase):
         )
         verdicts = {
             f"{path.module}: {path.cls}": verdict
-            for path, verdict in judge_tree(PACKAGE, FACADE, {}, modules).items()
+            for path, verdict in judge_paths(Tree(PACKAGE, FACADE), modules).items()
             if f"{path.module}:{path.cls}" not in KEPT
         }
         shown = [name for name, verdict in verdicts.items() if verdict.judged]

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import ast
 import builtins
-import difflib
 import sys
 import types
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 from .unknown import TREE_FILES, Run, ServerArgsDict, Unknown, server_args
 
@@ -52,18 +51,15 @@ SERVER_ARGS = {
 
 
 class Tree:
-    """An SGLang tree: its ``sglang`` folder (``package``; None: only ``texts``), the ``torch`` its code imports
-    (``tensors.FACADE``, ``torch_backend.FACADE``), and ``texts`` (path under the package -> source) standing
-    in for its files."""
+    """An SGLang tree: its ``sglang`` folder (``package``; None: only the texts ``texts`` holds) and the ``torch`` its
+    code imports (``tensors.FACADE``, ``torch_backend.FACADE``); ``texts``: path under the package -> source."""
 
-    def __init__(self, package: Optional[Path], torch: Any, texts: Optional[Mapping[str, str]] = None) -> None:
-        self.package, self.torch, self.texts, self.parsed = package, torch, dict(texts or {}), {}
-        self.given = frozenset(self.texts)  # the texts standing in for files (``rewritten``)
+    def __init__(self, package: Optional[Path], torch: Any) -> None:
+        self.package, self.torch, self.texts, self.parsed = package, torch, {}, {}
         self.namespaces: dict[str, dict] = {}
         self.names: dict[str, str] = {}  # module name -> its path under the package
         self._assigned: dict[type, frozenset[str]] = {}
         self._probe_classes: dict[type, type] = {}
-        self.errors: dict[str, str] = {}  # module -> its first module-level error (its names left unknown)
         self.builtins = dict(builtins.__dict__, __import__=self.load, print=_quiet)
 
     def text(self, relative: str) -> Optional[str]:
@@ -72,28 +68,17 @@ class Tree:
             self.texts[relative] = path.read_text(encoding="utf-8") if path.is_file() else None
         return self.texts.get(relative)
 
-    def rewritten(self, relative: str) -> set[int]:
-        """The lines of the text standing in for ``relative`` that differ from its file (none: no text given)."""
-        text, path = self.texts.get(relative), self.package / relative if self.package is not None else None
-        if relative not in self.given or text is None or path is None or not path.is_file():
-            return set()
-        old, new = path.read_bytes().decode("utf-8", "replace").splitlines(), text.splitlines()
-        same, short = 0, min(len(old), len(new))  # the lines alike at both ends first: the diff only between
-        while same < short and old[same] == new[same]:
-            same += 1
-        end = 0
-        while end < short - same and old[-1 - end] == new[-1 - end]:
-            end += 1
-        matcher = difflib.SequenceMatcher(None, old[same : len(old) - end], new[same : len(new) - end], autojunk=False)
-        return {
-            same + n + 1 for tag, _i1, _i2, j1, j2 in matcher.get_opcodes() if tag != "equal" for n in range(j1, j2)
-        }
+    def parse(self, text: str, filename: str) -> ast.Module:
+        return ast.parse(text, filename)
+
+    def compile(self, text: str, filename: str) -> types.CodeType:
+        return compile(self.parse(text, filename), filename, "exec", dont_inherit=True)
 
     def syntax(self, relative: str) -> Optional[ast.Module]:
         if relative not in self.parsed:
             text = self.text(relative)
             # the file's own name: a SyntaxError names it, as Python's would (the tool reports it)
-            self.parsed[relative] = _parsed(text, self.filename(relative)) if text is not None else None
+            self.parsed[relative] = self.parse(text, self.filename(relative)) if text is not None else None
         return self.parsed[relative]
 
     def relative(self, dotted: str) -> Optional[str]:
@@ -108,7 +93,7 @@ class Tree:
 
     def module(self, relative: str) -> dict:
         """The module's namespace, executed once (outside any run); a statement that raises leaves the
-        names it binds unknown (``errors``)."""
+        names it binds unknown."""
         if relative in self.namespaces:
             return self.namespaces[relative]
         dotted = "sglang." + relative.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
@@ -123,9 +108,8 @@ class Tree:
         outer, Run.current = Run.current, None
         sys.modules[module.__name__] = module  # for what runs at import (dataclasses reads it), then gone
         try:
-            exec(_compiled(self.text(relative), filename), namespace)
-        except Exception as error:
-            self.errors[relative] = f"{type(error).__name__}: {error}"
+            exec(self.compile(self.text(relative), filename), namespace)
+        except Exception:
             self._statement_by_statement(tree, filename, namespace)
         finally:
             Run.current = outer
@@ -193,32 +177,6 @@ class Tree:
         relative = self.names.get(getattr(cls, "__module__", ""))
         body = self.syntax(relative).body if relative else []
         return next((s for s in reversed(body) if isinstance(s, ast.ClassDef) and s.name == cls.__name__), None)
-
-
-#: (file name, text) -> its tree and its code, for every Tree of the process (a check judges the tree before and
-#: after the rewrite: the files it does not rewrite are parsed and compiled once); the oldest let go past _TEXTS_KEPT
-_PARSED: dict[tuple[str, str], ast.Module] = {}
-_CODE: dict[tuple[str, str], types.CodeType] = {}
-_TEXTS_KEPT = 128
-
-
-def _remember(memo: dict, key: tuple[str, str], make: Any) -> Any:
-    if key not in memo:
-        if len(memo) >= _TEXTS_KEPT:
-            del memo[next(iter(memo))]
-        memo[key] = make()
-    return memo[key]
-
-
-def _parsed(text: str, filename: str) -> ast.Module:
-    """The tree of ``text``, parsed once per process (callers read it, never change it)."""
-    return _remember(_PARSED, (filename, text), lambda: ast.parse(text, filename))
-
-
-def _compiled(text: str, filename: str) -> types.CodeType:
-    return _remember(
-        _CODE, (filename, text), lambda: compile(_parsed(text, filename), filename, "exec", dont_inherit=True)
-    )
 
 
 def _bound_names(stmt: ast.stmt) -> list[str]:

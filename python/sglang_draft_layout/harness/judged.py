@@ -1,0 +1,143 @@
+"""The harness as the tool runs it, above what the written CPU test embeds (``invariant.judge_paths``).
+
+A tree here may have texts standing in for its files (the rewrite, in memory: ``Rewritten``), each parsed and
+compiled once a process. Every layout statement the rewrite wrote must run on some probe (``coverage``), else
+the path cannot be judged. ``judge_tree`` judges each tree once a process (and, with a ``store``, once while
+its files stay the same: the tool's ``verdict_cache``); ``verdict_of`` is a class's verdict in it.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import hashlib
+import types
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Collection, Mapping, Optional
+
+from .coverage import Lines, layout_statements
+from .invariant import GUARDED, Verdict, judge, judge_paths
+from .paths import DraftPath
+from .world import Tree
+
+#: (file name, text) -> its tree and its code, for every tree of the process (a check judges the tree before and
+#: after the rewrite: the files it does not rewrite are parsed and compiled once); the oldest let go past _TEXTS_KEPT
+_PARSED: dict[tuple[str, str], ast.Module] = {}
+_CODE: dict[tuple[str, str], types.CodeType] = {}
+_TEXTS_KEPT = 128
+
+
+def _remember(memo: dict, key: tuple[str, str], make: Any) -> Any:
+    if key not in memo:
+        if len(memo) >= _TEXTS_KEPT:
+            del memo[next(iter(memo))]
+        memo[key] = make()
+    return memo[key]
+
+
+class Rewritten(Tree):
+    """A tree with ``texts`` (path under the package -> source) standing in for its files (``given``)."""
+
+    def __init__(self, package: Optional[Path], torch: Any, texts: Mapping[str, str]) -> None:
+        super().__init__(package, torch)
+        self.texts.update(texts)
+        self.given = frozenset(texts)
+
+    def parse(self, text: str, filename: str) -> ast.Module:
+        """The tree of ``text``, parsed once per process (callers read it, never change it)."""
+        return _remember(_PARSED, (filename, text), lambda: super(Rewritten, self).parse(text, filename))
+
+    def compile(self, text: str, filename: str) -> types.CodeType:
+        return _remember(_CODE, (filename, text), lambda: super(Rewritten, self).compile(text, filename))
+
+    def rewritten(self, relative: str) -> set[int]:
+        """The lines of the text standing in for ``relative`` that differ from its file (none: no text given)."""
+        text, path = self.texts.get(relative), self.package / relative if self.package is not None else None
+        if relative not in self.given or text is None or path is None or not path.is_file():
+            return set()
+        old, new = path.read_bytes().decode("utf-8", "replace").splitlines(), text.splitlines()
+        same, short = 0, min(len(old), len(new))  # the lines alike at both ends first: the diff only between
+        while same < short and old[same] == new[same]:
+            same += 1
+        end = 0
+        while end < short - same and old[-1 - end] == new[-1 - end]:
+            end += 1
+        matcher = difflib.SequenceMatcher(None, old[same : len(old) - end], new[same : len(new) - end], autojunk=False)
+        return {
+            same + n + 1 for tag, _i1, _i2, j1, j2 in matcher.get_opcodes() if tag != "equal" for n in range(j1, j2)
+        }
+
+
+def _layout_lines(tree: Rewritten, path: DraftPath) -> Lines:
+    """The layout statements a rewrite wrote (``Rewritten.rewritten``) in the path's classes and their bases in
+    the tree, to be traced (``coverage``): the rewrite is judged on every line of layout it wrote."""
+    namespace, statements, seen = tree.module(path.module), [], set()
+    for name in (path.cls, *path.per_step):
+        for cls in getattr(namespace.get(name), "__mro__", ()):
+            relative = tree.names.get(cls.__module__)
+            if relative is not None and (relative, cls.__name__) not in seen:
+                seen.add((relative, cls.__name__))
+                written = tree.rewritten(relative)
+                statements += [
+                    s
+                    for s in (
+                        layout_statements(tree.filename(relative), tree.syntax(relative), [cls.__name__])
+                        if written
+                        else ()
+                    )
+                    if written.intersection(range(s.first, s.last + 1))
+                ]
+    return Lines(statements)
+
+
+def judge_traced(tree: Rewritten, path: DraftPath, by_worker: Optional[DraftPath] = None) -> Verdict:
+    """``invariant.judge``, each layout statement the rewrite wrote in the path's classes traced: one that no
+    probe runs is a problem."""
+    lines = _layout_lines(tree, path)
+    verdict = judge(tree, path, by_worker, lines)
+    unrun = [
+        f"{s.filename.rpartition('sglang/')[2]}:{s.first}: a per-step split that no probe runs "
+        f"(`{s.text[:80]}`): cannot be judged"
+        for s in lines.unrun()
+    ]
+    if not unrun or verdict.cannot:
+        return verdict
+    return replace(verdict, problems=tuple(dict.fromkeys((*verdict.problems, *unrun))))
+
+
+#: (package, the texts judged, the modules) -> each path's verdict; the oldest of ``_KEPT`` let go
+_JUDGED: dict[tuple, dict[DraftPath, Verdict]] = {}
+_KEPT = 64
+#: where verdicts outlive the process (the tool's ``verdict_cache``; None: judged in every process)
+store: Any = None
+
+
+def judge_tree(
+    package: Optional[Path], torch: Any, texts: Mapping[str, str], modules: Collection[str]
+) -> dict[DraftPath, Verdict]:
+    """Each draft path of ``modules`` (under the package; ``texts`` stand in for files) and its verdict, on
+    ``torch`` (``Tree``), judged once per process for the same texts."""
+    given = tuple(sorted((m, hashlib.sha1(t.encode()).hexdigest()) for m, t in texts.items()))
+    key = (str(package), getattr(torch, "__name__", type(torch).__qualname__), given, tuple(sorted(modules)))
+    if key not in _JUDGED:
+        if len(_JUDGED) >= _KEPT:
+            del _JUDGED[next(iter(_JUDGED))]
+        found = store.load(key, package) if store else None
+        if found is None:
+            tree = Rewritten(package, torch, texts)
+            found = judge_paths(tree, modules, judge_traced)
+            if store:
+                store.save(key, package, found, tree.texts)
+        _JUDGED[key] = found
+    return _JUDGED[key]
+
+
+def verdict_of(
+    package: Optional[Path], torch: Any, texts: Mapping[str, str], module: str, cls: str
+) -> Optional[Verdict]:
+    """The verdict of the path running ``cls`` of ``module`` as its own (its multi-step backend's, for a per-step
+    backend), on the tree with ``texts``; None where no draft path runs it."""
+    modules = [m for m in texts if m.startswith(GUARDED)]
+    found = judge_tree(package, torch, texts, modules)
+    return next((v for p, v in found.items() if p.module == module and cls in (p.cls, *p.per_step)), None)
