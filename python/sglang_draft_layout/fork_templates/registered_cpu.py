@@ -6,8 +6,9 @@ stale when it differs from what the tool would write. Needs nothing but this tre
 * TestDraftLayoutHelpers: the values and asserts of upstream's helpers, the fork's own.
 * TestDraftPaths: every draft path of this tree (the EAGLE workers' draft_forward, the
   multi-step kv_indices backends, DeepSeek-V4-like per-step backends), found and run
-  with this tree's own code and real torch by the tool's harness embedded below
-  verbatim (``fmt: off``: the tool's line length), must give upstream's values on every
+  with this tree's own code and real torch by the harness ``check`` runs (its modules
+  embedded below verbatim; ``fmt: off``: the tool's line length; the tool's caches and
+  the tracing of its own rewrites left out), must give upstream's values on every
   probe where it shows a draft layout: each step writes and bakes its own row of
   out_cache_loc, split once; kv_indices rows are num_seqs * topk * max_context_len wide
   and step i reads draft_kv_indices_used_len(..., i + 1) of row i; FlashInfer's and

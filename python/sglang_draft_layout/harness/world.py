@@ -22,15 +22,8 @@ from .unknown import TREE_FILES, Run, ServerArgsDict, Unknown, server_args
 KERNEL = "generate_draft_decode_kv_indices"
 #: the names a path calls from other modules of the tree that run as the tree defines them: the helpers, the
 #: kernel, and the capacity check of later releases (``layers/attention/utils.py``)
-OWN = frozenset(
-    {
-        "per_step_draft_out_cache_loc",
-        "draft_kv_indices_buffer_width",
-        "draft_kv_indices_used_len",
-        KERNEL,
-        "assert_buffer_fits",
-    }
-)
+OWN = frozenset({"per_step_draft_out_cache_loc", "draft_kv_indices_buffer_width", "draft_kv_indices_used_len", KERNEL,
+                 "assert_buffer_fits"})  # fmt: skip
 
 
 #: standard modules that would print: the tree's logging and warnings go nowhere
