@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Collection, Mapping, Optional
 
-from .harness.invariant import Verdict, judge_tree
+from .harness.invariant import Verdict
+from .harness.judged import judge_tree
 from .harness.paths import STEPS, DraftPath
 from .harness.tensors import FACADE
 from .layout_patterns.baking import IN_GRAPH as IN_GRAPH_METHOD

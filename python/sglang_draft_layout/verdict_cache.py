@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Collection, Iterator, Optional
 
 from . import releases
-from .harness import invariant
+from .harness import judged
 
 #: entries kept; past it the least recently written go
 KEPT = 4096
@@ -43,7 +43,7 @@ def _code_digest() -> str:
 
 
 class DiskStore:
-    """``invariant.judge_tree``'s store: ``load(key, package)`` the verdicts kept for ``key`` (None: none, or
+    """``judged.judge_tree``'s store: ``load(key, package)`` the verdicts kept for ``key`` (None: none, or
     a file they came from changed), ``save(key, package, verdicts, read)`` with the files (under the package)
     the run read, those it read a given text in place of included (which lines a rewrite wrote)."""
 
@@ -85,8 +85,8 @@ class DiskStore:
 @contextlib.contextmanager
 def in_use(folder: Optional[Path] = None) -> Iterator[None]:
     """The harness keeps its verdicts in ``folder`` (default: the tool's cache) while the block runs."""
-    outer, invariant.store = invariant.store, DiskStore(folder or releases.cache_dir() / "verdicts")
+    outer, judged.store = judged.store, DiskStore(folder or releases.cache_dir() / "verdicts")
     try:
         yield
     finally:
-        invariant.store = outer
+        judged.store = outer

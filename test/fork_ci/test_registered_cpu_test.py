@@ -4,7 +4,7 @@ Written, reported by `check`, idempotent, skipped with --no-tests (then, nothing
 only with --tests); collected by 0.5.12's own ci_register into stage-a-test-cpu (the suite its
 run_suite.py gives); and, run as the fork's CI runs it (`python3 FILE`, in the proof venv, on real
 torch), it passes on the patched fork and fails on the unpatched one (no helpers), on a patched fork
-with a row, a slice end or a worker's step row put back otherwise than upstream's, and on one splitting
+with a row, a slice end, a worker's or DeepSeek-V4's step row put back otherwise than upstream's, and on one splitting
 the per-step out_cache_loc twice, naming the path and probe as `check` does (the same harness). A path
 the fork keeps is not run. Black/isort: test_registered_gpu_test.py (every template).
 """
@@ -138,7 +138,8 @@ def test_passes_patched_fails_unpatched(fork, proof_python, tmp_path):
 
 
 #: file, its patched text, the same site put back otherwise (0.5.12's narrow CUDA-graph row, the width of
-#: one branch, a slice end of its own, the V2 worker handing every step row 0), and what the test says
+#: one branch, a slice end of its own, the V2 worker handing every step row 0, DeepSeek-V4 baking 0.5.12's whole
+#: buffer or row 0 at every step), and what the test says
 REGRESSIONS = {
     "narrow row": (
         "srt/layers/attention/flashinfer_backend.py",
@@ -166,6 +167,22 @@ REGRESSIONS = {
         "forward_batch.out_cache_loc = out_cache_loc[i]",
         "forward_batch.out_cache_loc = out_cache_loc[0]",
         "EagleDraftWorker: bs 3, topk 1, 4 steps: the draft steps write to ['row 0']; upstream's rows 0..2",
+    ),
+    "DSv4 whole buffer": (
+        fork_edits.DSV4,
+        "                seq_lens=seq_lens,\n                out_cache_loc=out_cache_loc,\n"
+        "            )\n        elif forward_batch.forward_mode.is_target_verify():",
+        "                seq_lens=seq_lens,\n                out_cache_loc=forward_batch.out_cache_loc,\n"
+        "            )\n        elif forward_batch.forward_mode.is_target_verify():",
+        "DeepseekV4MultiStepBackend: bs 1, topk 1, 2 steps: eager: raises AssertionError at "
+        "srt/layers/attention/deepseek_v4_backend.py:",
+    ),
+    "DSv4 row 0": (
+        fork_edits.DSV4,
+        "                )[self.speculative_step_id]\n",
+        "                )[0]\n",
+        "DeepseekV4MultiStepBackend: bs 3, topk 1, 4 steps: eager: step 1 bakes slots [1000000, 1000004, 1000008]; "
+        "upstream's row 1 is [1000001, 1000005, 1000009]",
     ),
 }
 

@@ -33,8 +33,9 @@ from typing import Callable
 import pytest
 from hypothesis import Phase, event, example, given, note, settings, strategies as st
 from sglang_draft_layout import cli
-from sglang_draft_layout.harness import invariant
-from sglang_draft_layout.harness.invariant import GUARDED, judge_tree
+from sglang_draft_layout.harness import invariant, judged
+from sglang_draft_layout.harness.invariant import GUARDED
+from sglang_draft_layout.harness.judged import judge_tree
 from sglang_draft_layout.harness.paths import Probe
 from sglang_draft_layout.harness.torch_backend import FACADE
 from sglang_draft_layout.rules.draft_backends import DRAFT_BACKENDS, DraftBackend
@@ -74,7 +75,7 @@ def not_upstream(package: Path) -> dict[str, str]:
     texts = {m: (package / m).read_text(encoding="utf-8") for m in modules}
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(invariant, "PROBES", PROBES)
-        patch.setattr(invariant, "_JUDGED", {})  # judged afresh: not check's verdicts on its own probes
+        patch.setattr(judged, "_JUDGED", {})  # judged afresh: not check's verdicts on its own probes
         found = judge_tree(package, FACADE, texts, [m for m, t in texts.items() if "speculative_num_steps" in t])
     lost = {path: "no longer found as a draft path" for path in PATHS - {str(path) for path in found}}
     return lost | {str(path): verdict.cannot or "; ".join(verdict.problems[:3]) or "no layout on the probes"

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from sglang_draft_layout import engine, verdict_cache
-from sglang_draft_layout.harness import invariant, paths
+from sglang_draft_layout.harness import invariant, judged, paths
 from sglang_draft_layout.target import resolve
 
 pytestmark = pytest.mark.releases
@@ -28,7 +28,7 @@ def runs(monkeypatch, tmp_path):
     )
 
     def plan(tree):
-        invariant._JUDGED.clear()
+        judged._JUDGED.clear()
         found = engine.plan(resolve(str(tree)), render_changes=False)
         return [(f.rule.file, f.rule.scope, f.state, f.detail) for f in found.findings], len(counted)
 
@@ -67,5 +67,5 @@ def test_an_unwritable_cache_is_no_cache(scratch, runs, tmp_path, monkeypatch):
 
 def test_the_store_is_the_tools_only_while_a_plan_runs(tmp_path):
     with verdict_cache.in_use(tmp_path):
-        assert isinstance(invariant.store, verdict_cache.DiskStore)
-    assert invariant.store is None and paths.draft_paths is invariant.draft_paths
+        assert isinstance(judged.store, verdict_cache.DiskStore)
+    assert judged.store is None and paths.draft_paths is invariant.draft_paths

@@ -1,5 +1,5 @@
 """The written CPU test's check of the per-step out_cache_loc paths, run here on a tree: each DeepSeek-V4-like
-path of the tree run by the harness (``harness.invariant.judge_tree``, on the torch stand-in as ``check``
+path of the tree run by the harness (``harness.judged.judge_tree``, on the torch stand-in as ``check``
 runs it), and who splits on those that do not give upstream's values (``rules.who_splits``)."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from sglang_draft_layout import engine
-from sglang_draft_layout.harness.invariant import GUARDED, judge_tree
+from sglang_draft_layout.harness.invariant import GUARDED
+from sglang_draft_layout.harness.judged import judge_tree
 from sglang_draft_layout.harness.paths import STEPS
 from sglang_draft_layout.harness.tensors import FACADE
 from sglang_draft_layout.rules.base import Source, State

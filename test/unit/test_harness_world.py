@@ -1,9 +1,10 @@
-"""The harness's reading of a class statement: what ``self`` gets assigned, and a class parsed alone."""
+"""The harness's reading of a class statement: what ``self`` gets assigned (``world``), and a class parsed alone
+(``judged``: the tool's side)."""
 
 import ast
 import textwrap
 
-from sglang_draft_layout.harness import world
+from sglang_draft_layout.harness import judged, world
 
 CLASS = textwrap.dedent(
     """\
@@ -57,12 +58,14 @@ def test_self_stores_are_every_store_context_self_attribute():
 
 
 def test_a_class_is_parsed_alone_at_its_lines():
-    node = world._class_statement(CLASS + "\n\ndef after():\n    pass\n", "backend.py", "Backend")
+    text = CLASS + "\n\ndef after():\n    pass\n"
+    node = judged._class_statement(compile(text, "backend.py", "exec"), text, "backend.py", "Backend")
     assert (node.name, node.lineno, node.decorator_list[0].lineno) == ("Backend", 5, 4)
     assert ast.dump(node) == ast.dump(ast.parse(CLASS).body[1])
 
 
 def test_a_class_not_at_the_margin_is_left_to_the_whole_module():
     text = "if True:\n    class Backend:\n        x = 1\n"
-    assert world._class_statement(text, "backend.py", "Backend") is False
-    assert world._class_statement(text, "backend.py", "Other") is None
+    code = compile(text, "backend.py", "exec")
+    assert judged._class_statement(code, text, "backend.py", "Backend") is False
+    assert judged._class_statement(code, text, "backend.py", "Other") is None

@@ -6,8 +6,9 @@ stale when it differs from what the tool would write. Needs nothing but this tre
 * TestDraftLayoutHelpers: the values and asserts of upstream's helpers, the fork's own.
 * TestDraftPaths: every draft path of this tree (the EAGLE workers' draft_forward, the
   multi-step kv_indices backends, DeepSeek-V4-like per-step backends), found and run
-  with this tree's own code and real torch by the tool's harness embedded below
-  verbatim (``fmt: off``: the tool's line length), must give upstream's values on every
+  with this tree's own code and real torch by the harness ``check`` runs (its modules
+  embedded below verbatim; ``fmt: off``: the tool's line length; the tool's caches and
+  the tracing of its own rewrites left out), must give upstream's values on every
   probe where it shows a draft layout: each step writes and bakes its own row of
   out_cache_loc, split once; kv_indices rows are num_seqs * topk * max_context_len wide
   and step i reads draft_kv_indices_used_len(..., i + 1) of row i; FlashInfer's and
@@ -22,10 +23,8 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
-import difflib
 import dis
 import functools
-import hashlib
 import inspect
 import re
 import sys
@@ -33,7 +32,7 @@ import types
 import unittest
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Optional
+from typing import Any, Callable, Collection, Iterable, Iterator, Optional
 
 import torch
 
@@ -58,7 +57,6 @@ KEPT = ()  # sglang-draft-layout: the paths the fork keeps
 # sglang-draft-layout: embed sglang_draft_layout.harness.unknown
 # sglang-draft-layout: embed sglang_draft_layout.harness.world
 # sglang-draft-layout: embed sglang_draft_layout.harness.paths
-# sglang-draft-layout: embed sglang_draft_layout.harness.coverage
 # sglang-draft-layout: embed sglang_draft_layout.harness.invariant
 # sglang-draft-layout: embed sglang_draft_layout.harness.torch_backend
 # fmt: on
@@ -98,7 +96,7 @@ class TestDraftPaths(CustomTestCase):
         )
         verdicts = {
             f"{path.module}: {path.cls}": verdict
-            for path, verdict in judge_tree(PACKAGE, FACADE, {}, modules).items()
+            for path, verdict in judge_paths(Tree(PACKAGE, FACADE), modules).items()
             if f"{path.module}:{path.cls}" not in KEPT
         }
         shown = [name for name, verdict in verdicts.items() if verdict.judged]

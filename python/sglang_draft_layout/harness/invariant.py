@@ -10,10 +10,9 @@ probe (``paths.run_path``) and says, one line each, where it differs.
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Collection, Mapping, Optional
+from typing import Any, Callable, Collection, Optional
 
 from ..speculative import eagle_utils, spec_utils
 from .paths import (
@@ -29,7 +28,6 @@ from .paths import (
     draft_paths,
     run_path,
 )
-from .coverage import Lines, layout_statements
 from .unknown import TAG
 from .world import Tree
 
@@ -154,15 +152,16 @@ def _worker(outcome: Outcome, up: Upstream, probe: Probe) -> tuple[bool, list[st
     return True, ([line] if "the whole buffer" in seen else []), ([] if "the whole buffer" in seen else [line])
 
 
-def judge(tree: Tree, path: DraftPath, by_worker: Optional[DraftPath] = None) -> Verdict:
+def judge(
+    tree: Tree, path: DraftPath, by_worker: Optional[DraftPath] = None, traced: Any = contextlib.nullcontext()
+) -> Verdict:
     """Every probe's runs of ``path`` held against upstream's values (``by_worker``: the worker path that inits
-    each step, ``run_path``'s)."""
+    each step, ``run_path``'s; ``traced``: a context each run is made in)."""
     by_worker = by_worker if path.kind == STEPS else None
     torch, problems, own, judged, split, refusals, baked = tree.torch, [], [], 0, set(), [], set()
     inits = False
-    lines = _layout_lines(tree, path)
     for probe in PROBES:
-        with lines:
+        with traced:
             how, outcomes = run_path(tree, path, probe, by_worker is not None)
         if how == "infeasible":
             refusals.append(f"{probe}: {outcomes[0].where}")
@@ -195,27 +194,9 @@ def judge(tree: Tree, path: DraftPath, by_worker: Optional[DraftPath] = None) ->
         judged += seen
     if len(refusals) == len(PROBES):
         return Verdict(path, cannot=f"no probe builds {path.cls}: {refusals[0]}")
-    for unrun in lines.unrun():
-        where = f"{unrun.filename.rpartition('sglang/')[2]}:{unrun.first}"
-        problems.append(f"{where}: a per-step split that no probe runs (`{unrun.text[:80]}`): cannot be judged")
     unique = tuple(dict.fromkeys(problems))
     return Verdict(path, unique, judged, split=tuple(sorted(split)), own=tuple(dict.fromkeys(own)),
                    baked=tuple(sorted(baked)), inits_steps=inits, driven_by=by_worker)  # fmt: skip
-
-
-def _layout_lines(tree: Tree, path: DraftPath) -> Lines:
-    """The layout statements a rewrite wrote (``Tree.rewritten``) in the path's classes and their bases in the
-    tree, to be traced (``coverage``): the rewrite is judged on every line of layout it wrote."""
-    namespace, statements, seen = tree.module(path.module), [], set()
-    for name in (path.cls, *path.per_step):
-        for cls in getattr(namespace.get(name), "__mro__", ()):
-            relative = tree.names.get(cls.__module__)
-            if relative is not None and (relative, cls.__name__) not in seen:
-                seen.add((relative, cls.__name__))
-                written = tree.rewritten(relative)
-                if written and (node := tree.class_node(cls)) is not None:
-                    statements += layout_statements(tree.filename(relative), [node], written)
-    return Lines(statements)
 
 
 def _bases(tree: Tree, path: DraftPath) -> list[str]:
@@ -232,44 +213,15 @@ def _capacity(tree: Tree, path: DraftPath, probe: Probe, up: Upstream) -> list[s
     return []
 
 
-#: (package, the texts judged, the modules) -> each path's verdict; the oldest of ``_KEPT`` let go
-_JUDGED: dict[tuple, dict[DraftPath, Verdict]] = {}
-_KEPT = 64
-#: where verdicts outlive the process (the tool's ``verdict_cache``; None: judged in every process)
-store: Any = None
-
-
-def judge_tree(
-    package: Optional[Path], torch: Any, texts: Mapping[str, str], modules: Collection[str]
+def judge_paths(
+    tree: Tree, modules: Collection[str], judge_path: Callable[..., Verdict] = judge
 ) -> dict[DraftPath, Verdict]:
-    """Each draft path of ``modules`` (under the package; ``texts`` stand in for files) and its verdict, on
-    ``torch`` (``Tree``), judged once per process for the same texts."""
-    given = tuple(sorted((m, hashlib.sha1(t.encode()).hexdigest()) for m, t in texts.items()))
-    key = (str(package), getattr(torch, "__name__", type(torch).__qualname__), given, tuple(sorted(modules)))
-    if key not in _JUDGED:
-        if len(_JUDGED) >= _KEPT:
-            del _JUDGED[next(iter(_JUDGED))]
-        found = store.load(key, package) if store else None
-        if found is None:
-            tree = Tree(package, torch, texts)
-            paths = draft_paths(tree, sorted(modules))
-            workers = {path: judge(tree, path) for path in paths if path.kind == WORKER}
-            by_worker = next((p for p, v in workers.items() if v.inits_steps), None)  # it inits each step: its rows
-            found = {path: workers.get(path) or judge(tree, path, by_worker) for path in paths}
-            if store:
-                store.save(key, package, found, tree.texts)
-        _JUDGED[key] = found
-    return _JUDGED[key]
-
-
-def verdict_of(
-    package: Optional[Path], torch: Any, texts: Mapping[str, str], module: str, cls: str
-) -> Optional[Verdict]:
-    """The verdict of the path running ``cls`` of ``module`` as its own (its multi-step backend's, for a per-step
-    backend), on the tree with ``texts``; None where no draft path runs it."""
-    modules = [m for m in texts if m.startswith(GUARDED)]
-    found = judge_tree(package, torch, texts, modules)
-    return next((v for p, v in found.items() if p.module == module and cls in (p.cls, *p.per_step)), None)
+    """Each draft path of ``modules`` (under the package) and its verdict (``judge_path``: ``judge``'s): the workers
+    first, so that a per-step path runs as a worker that inits each step's backend with its row would."""
+    paths = draft_paths(tree, sorted(modules))
+    workers = {path: judge_path(tree, path) for path in paths if path.kind == WORKER}
+    by_worker = next((p for p, v in workers.items() if v.inits_steps), None)
+    return {path: workers.get(path) or judge_path(tree, path, by_worker) for path in paths}
 
 
 #: the folders whose modules the draft paths are looked for in (under the sglang package)

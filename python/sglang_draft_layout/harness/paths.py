@@ -12,7 +12,6 @@ of the decisions it takes on unknowns (``explore``); a run that ends in the tree
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import functools
 import inspect

@@ -209,21 +209,9 @@ def _operator(symbol: str, reflected: bool = False) -> Callable:
     return apply
 
 
-for _symbol, _names in {
-    "+": "add",
-    "-": "sub",
-    "*": "mul",
-    "@": "matmul",
-    "/": "truediv",
-    "//": "floordiv",
-    "%": "mod",
-    "**": "pow",
-    "<<": "lshift",
-    ">>": "rshift",
-    "&": "and",
-    "|": "or",
-    "^": "xor",
-}.items():
+#: the operators an unknown takes part in (each reflected too): symbol, the name of its method
+_BINARY = "+ add - sub * mul @ matmul / truediv // floordiv % mod ** pow << lshift >> rshift & and | or ^ xor".split()
+for _symbol, _names in zip(_BINARY[::2], _BINARY[1::2]):
     setattr(Unknown, f"__{_names}__", _operator(_symbol))
     setattr(Unknown, f"__r{_names}__", _operator(_symbol, reflected=True))
 for _symbol, _names in {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}.items():

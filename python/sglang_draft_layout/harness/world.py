@@ -12,29 +12,19 @@ from __future__ import annotations
 
 import ast
 import builtins
-import difflib
 import functools
-import inspect
-import re
 import sys
 import types
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Optional
 
 from .unknown import TREE_FILES, Run, ServerArgsDict, Unknown, server_args
 
 KERNEL = "generate_draft_decode_kv_indices"
 #: the names a path calls from other modules of the tree that run as the tree defines them: the helpers, the
 #: kernel, and the capacity check of later releases (``layers/attention/utils.py``)
-OWN = frozenset(
-    {
-        "per_step_draft_out_cache_loc",
-        "draft_kv_indices_buffer_width",
-        "draft_kv_indices_used_len",
-        KERNEL,
-        "assert_buffer_fits",
-    }
-)
+OWN = frozenset({"per_step_draft_out_cache_loc", "draft_kv_indices_buffer_width", "draft_kv_indices_used_len", KERNEL,
+                 "assert_buffer_fits"})  # fmt: skip
 
 
 #: standard modules that would print: the tree's logging and warnings go nowhere
@@ -55,18 +45,15 @@ SERVER_ARGS = {
 
 
 class Tree:
-    """An SGLang tree: its ``sglang`` folder (``package``; None: only ``texts``), the ``torch`` its code imports
-    (``tensors.FACADE``, ``torch_backend.FACADE``), and ``texts`` (path under the package -> source) standing
-    in for its files."""
+    """An SGLang tree: its ``sglang`` folder (``package``; None: only the texts ``texts`` holds) and the ``torch`` its
+    code imports (``tensors.FACADE``, ``torch_backend.FACADE``); ``texts``: path under the package -> source."""
 
-    def __init__(self, package: Optional[Path], torch: Any, texts: Optional[Mapping[str, str]] = None) -> None:
-        self.package, self.torch, self.texts, self.parsed = package, torch, dict(texts or {}), {}
-        self.given = frozenset(self.texts)  # the texts standing in for files (``rewritten``)
+    def __init__(self, package: Optional[Path], torch: Any) -> None:
+        self.package, self.torch, self.texts, self.parsed = package, torch, {}, {}
         self.namespaces: dict[str, dict] = {}
         self.names: dict[str, str] = {}  # module name -> its path under the package
         self._assigned: dict[type, frozenset[str]] = {}
         self._probe_classes: dict[type, type] = {}
-        self.errors: dict[str, str] = {}  # module -> its first module-level error (its names left unknown)
         self.builtins = dict(builtins.__dict__, __import__=self.load, print=_quiet)
 
     def text(self, relative: str) -> Optional[str]:
@@ -75,28 +62,18 @@ class Tree:
             self.texts[relative] = path.read_text(encoding="utf-8") if path.is_file() else None
         return self.texts.get(relative)
 
-    def rewritten(self, relative: str) -> set[int]:
-        """The lines of the text standing in for ``relative`` that differ from its file (none: no text given)."""
-        text, path = self.texts.get(relative), self.package / relative if self.package is not None else None
-        if relative not in self.given or text is None or path is None or not path.is_file():
-            return set()
-        old, new = path.read_bytes().decode("utf-8", "replace").splitlines(), text.splitlines()
-        same, short = 0, min(len(old), len(new))  # the lines alike at both ends first: the diff only between
-        while same < short and old[same] == new[same]:
-            same += 1
-        end = 0
-        while end < short - same and old[-1 - end] == new[-1 - end]:
-            end += 1
-        matcher = difflib.SequenceMatcher(None, old[same : len(old) - end], new[same : len(new) - end], autojunk=False)
-        return {
-            same + n + 1 for tag, _i1, _i2, j1, j2 in matcher.get_opcodes() if tag != "equal" for n in range(j1, j2)
-        }
+    def parse(self, text: str, filename: str) -> ast.Module:
+        return ast.parse(text, filename)
+
+    def compile(self, text: str, filename: str) -> types.CodeType:
+        """The code of ``text``, compiled from the text (no ``ast`` tree made: a sixth of parsing it)."""
+        return compile(text, filename, "exec", dont_inherit=True)
 
     def syntax(self, relative: str) -> Optional[ast.Module]:
         if relative not in self.parsed:
             text = self.text(relative)
             # the file's own name: a SyntaxError names it, as Python's would (the tool reports it)
-            self.parsed[relative] = _parsed(text, self.filename(relative)) if text is not None else None
+            self.parsed[relative] = self.parse(text, self.filename(relative)) if text is not None else None
         return self.parsed[relative]
 
     def relative(self, dotted: str) -> Optional[str]:
@@ -111,7 +88,7 @@ class Tree:
 
     def module(self, relative: str) -> dict:
         """The module's namespace, executed once (outside any run); a statement that raises leaves the
-        names it binds unknown (``errors``)."""
+        names it binds unknown."""
         if relative in self.namespaces:
             return self.namespaces[relative]
         dotted = "sglang." + relative.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
@@ -125,9 +102,8 @@ class Tree:
         outer, Run.current = Run.current, None
         sys.modules[module.__name__] = module  # for what runs at import (dataclasses reads it), then gone
         try:
-            exec(_compiled(self.text(relative), filename), namespace)
-        except Exception as error:
-            self.errors[relative] = f"{type(error).__name__}: {error}"
+            exec(self.compile(self.text(relative), filename), namespace)
+        except Exception:
             self._statement_by_statement(self.syntax(relative), filename, namespace)
         finally:
             Run.current = outer
@@ -194,83 +170,11 @@ class Tree:
     def class_node(self, cls: type) -> Optional[ast.ClassDef]:
         """The tree's ``class`` statement of ``cls`` (the last of that name in its module)."""
         relative = self.names.get(getattr(cls, "__module__", ""))
-        text = self.text(relative) if relative else None
-        if text is None:
-            return None
-        node = _class_statement(text, self.filename(relative), cls.__name__)
-        if node is not False:
-            return node
-        body = self.syntax(relative).body
+        body = self.syntax(relative).body if relative else []
         return next((s for s in reversed(body) if isinstance(s, ast.ClassDef) and s.name == cls.__name__), None)
 
 
-#: (file name, text) -> its tree and its code, for every Tree of the process (a check judges the tree before and
-#: after the rewrite: the files it does not rewrite are parsed and compiled once); the oldest let go past _TEXTS_KEPT
-_PARSED: dict[tuple[str, str], ast.Module] = {}
-_CODE: dict[tuple[str, str], types.CodeType] = {}
-_TEXTS_KEPT = 128
-
-
-def _remember(memo: dict, key: tuple[str, str], make: Any) -> Any:
-    if key not in memo:
-        if len(memo) >= _TEXTS_KEPT:
-            del memo[next(iter(memo))]
-        memo[key] = make()
-    return memo[key]
-
-
-def _parsed(text: str, filename: str) -> ast.Module:
-    """The tree of ``text``, parsed once per process (callers read it, never change it)."""
-    return _remember(_PARSED, (filename, text), lambda: ast.parse(text, filename))
-
-
-def _compiled(text: str, filename: str) -> types.CodeType:
-    """The code of ``text``, compiled once per process (from the text: no ``ast`` tree made)."""
-    return _remember(_CODE, (filename, text), lambda: compile(text, filename, "exec", dont_inherit=True))
-
-
-_CLASSES: dict[tuple[str, str, str], Any] = {}
-
-
-def _class_statement(text: str, filename: str, name: str) -> Any:
-    """The last top-level ``class name`` of ``text`` parsed alone (its lines found from the module's code: the class
-    body's first line to the first line at the margin after its last code line), once per process; False where
-    that cut does not parse as one top-level class (the class is not at the margin, say): parse the module."""
-
-    def parse() -> Any:
-        bodies = [
-            c for c in _compiled(text, filename).co_consts
-            if isinstance(c, types.CodeType) and c.co_name == name and not c.co_flags & inspect.CO_NEWLOCALS
-        ]  # fmt: skip
-        if not bodies:
-            return None
-        first, last = bodies[-1].co_firstlineno, max(_code_lines(bodies[-1]))
-        lines = text.splitlines(keepends=True)
-        end = next((n for n in range(last, len(lines)) if _MARGIN.match(lines[n])), len(lines))
-        try:
-            module = ast.parse("\n" * (first - 1) + "".join(lines[first - 1 : end]), filename)  # at its lines
-        except SyntaxError:
-            return False
-        if len(module.body) != 1 or not isinstance(module.body[0], ast.ClassDef) or module.body[0].name != name:
-            return False
-        return module.body[0]
-
-    return _remember(_CLASSES, (filename, text, name), parse)
-
-
-#: a line at the left margin that is code (not blank, not a comment, not closing a bracket)
-_MARGIN = re.compile(r"[^\s#)\]}]")
-
-
-def _code_lines(code: types.CodeType) -> Iterator[int]:
-    """The line of every instruction of ``code`` and of the code nested in it."""
-    yield from (line for _start, _end, line in code.co_lines() if line is not None)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            yield from _code_lines(const)
-
-
-@functools.lru_cache(maxsize=_TEXTS_KEPT)
+@functools.lru_cache(maxsize=128)
 def _self_stores(node: ast.ClassDef, text: str) -> frozenset[str]:
     """The attributes the code of the class statement ``node`` (of ``text``) assigns to ``self``: each ``self.x`` in
     a store context. Only a target stores, or a comprehension's (``for``): a statement's other expressions are

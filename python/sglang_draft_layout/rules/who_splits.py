@@ -13,7 +13,8 @@ import ast
 from dataclasses import dataclass, replace
 from typing import Optional
 
-from ..harness.invariant import Verdict, verdict_of
+from ..harness.invariant import Verdict
+from ..harness.judged import verdict_of
 from ..harness.tensors import FACADE
 from .base import Source
 

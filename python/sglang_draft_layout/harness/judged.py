@@ -1,0 +1,190 @@
+"""The harness as the tool runs it, above what the written CPU test embeds (``invariant.judge_paths``).
+
+A tree here may have texts standing in for its files (the rewrite, in memory: ``Rewritten``), each parsed and
+compiled once a process. Every layout statement the rewrite wrote must run on some probe (``coverage``), else
+the path cannot be judged. ``judge_tree`` judges each tree once a process (and, with a ``store``, once while
+its files stay the same: the tool's ``verdict_cache``); ``verdict_of`` is a class's verdict in it.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import hashlib
+import inspect
+import re
+import types
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Collection, Iterator, Mapping, Optional
+
+from .coverage import Lines, layout_statements
+from .invariant import GUARDED, Verdict, judge, judge_paths
+from .paths import DraftPath
+from .world import Tree
+
+#: (file name, text) -> its tree and its code, for every tree of the process (a check judges the tree before and
+#: after the rewrite: the files it does not rewrite are parsed and compiled once); the oldest let go past _TEXTS_KEPT
+_PARSED: dict[tuple[str, str], ast.Module] = {}
+_CODE: dict[tuple[str, str], types.CodeType] = {}
+_TEXTS_KEPT = 128
+
+
+def _remember(memo: dict, key: tuple[str, str], make: Any) -> Any:
+    if key not in memo:
+        if len(memo) >= _TEXTS_KEPT:
+            del memo[next(iter(memo))]
+        memo[key] = make()
+    return memo[key]
+
+
+class Rewritten(Tree):
+    """A tree with ``texts`` (path under the package -> source) standing in for its files (``given``)."""
+
+    def __init__(self, package: Optional[Path], torch: Any, texts: Mapping[str, str]) -> None:
+        super().__init__(package, torch)
+        self.texts.update(texts)
+        self.given = frozenset(texts)
+
+    def parse(self, text: str, filename: str) -> ast.Module:
+        """The tree of ``text``, parsed once per process (callers read it, never change it)."""
+        return _remember(_PARSED, (filename, text), lambda: super(Rewritten, self).parse(text, filename))
+
+    def compile(self, text: str, filename: str) -> types.CodeType:
+        return _remember(_CODE, (filename, text), lambda: super(Rewritten, self).compile(text, filename))
+
+    def class_node(self, cls: type) -> Optional[ast.ClassDef]:
+        """``Tree.class_node``, the class parsed alone where it can be (``_class_statement``)."""
+        relative = self.names.get(getattr(cls, "__module__", ""))
+        text = self.text(relative) if relative else None
+        if text is not None:
+            filename = self.filename(relative)
+            node = _class_statement(self.compile(text, filename), text, filename, cls.__name__)
+            if node is not False:
+                return node
+        return super().class_node(cls)
+
+    def rewritten(self, relative: str) -> set[int]:
+        """The lines of the text standing in for ``relative`` that differ from its file (none: no text given)."""
+        text, path = self.texts.get(relative), self.package / relative if self.package is not None else None
+        if relative not in self.given or text is None or path is None or not path.is_file():
+            return set()
+        old, new = path.read_bytes().decode("utf-8", "replace").splitlines(), text.splitlines()
+        same, short = 0, min(len(old), len(new))  # the lines alike at both ends first: the diff only between
+        while same < short and old[same] == new[same]:
+            same += 1
+        end = 0
+        while end < short - same and old[-1 - end] == new[-1 - end]:
+            end += 1
+        matcher = difflib.SequenceMatcher(None, old[same : len(old) - end], new[same : len(new) - end], autojunk=False)
+        return {
+            same + n + 1 for tag, _i1, _i2, j1, j2 in matcher.get_opcodes() if tag != "equal" for n in range(j1, j2)
+        }
+
+
+_CLASSES: dict[tuple[str, str, str], Any] = {}
+
+
+def _class_statement(code: types.CodeType, text: str, filename: str, name: str) -> Any:
+    """The last top-level ``class name`` of ``text`` parsed alone (its lines found from the module's ``code``: the
+    class body's first line to the first line at the margin after its last code line), once per process; False
+    where that cut does not parse as one top-level class (the class is not at the margin, say): parse the module."""
+
+    def parse() -> Any:
+        bodies = [
+            c for c in code.co_consts
+            if isinstance(c, types.CodeType) and c.co_name == name and not c.co_flags & inspect.CO_NEWLOCALS
+        ]  # fmt: skip
+        if not bodies:
+            return None
+        first, last = bodies[-1].co_firstlineno, max(_code_lines(bodies[-1]))
+        lines = text.split("\n")  # as Python numbers them (a form feed ends no line)
+        end = next((n for n in range(last, len(lines)) if _MARGIN.match(lines[n])), len(lines))
+        try:
+            module = ast.parse("\n" * (first - 1) + "\n".join(lines[first - 1 : end]), filename)  # at its lines
+        except SyntaxError:
+            return False
+        if len(module.body) != 1 or not isinstance(module.body[0], ast.ClassDef) or module.body[0].name != name:
+            return False
+        return module.body[0]
+
+    return _remember(_CLASSES, (filename, text, name), parse)
+
+
+#: a line at the left margin that is code (not blank, not a comment, not closing a bracket)
+_MARGIN = re.compile(r"[^\s#)\]}]")
+
+
+def _code_lines(code: types.CodeType) -> Iterator[int]:
+    """The line of every instruction of ``code`` and of the code nested in it."""
+    yield from (line for _start, _end, line in code.co_lines() if line is not None)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _code_lines(const)
+
+
+def _layout_lines(tree: Rewritten, path: DraftPath) -> Lines:
+    """The layout statements a rewrite wrote (``Rewritten.rewritten``) in the path's classes and their bases in
+    the tree, to be traced (``coverage``): the rewrite is judged on every line of layout it wrote."""
+    namespace, statements, seen = tree.module(path.module), [], set()
+    for name in (path.cls, *path.per_step):
+        for cls in getattr(namespace.get(name), "__mro__", ()):
+            relative = tree.names.get(cls.__module__)
+            if relative is not None and (relative, cls.__name__) not in seen:
+                seen.add((relative, cls.__name__))
+                written = tree.rewritten(relative)
+                if written and (node := tree.class_node(cls)) is not None:
+                    statements += layout_statements(tree.filename(relative), [node], written)
+    return Lines(statements)
+
+
+def judge_traced(tree: Rewritten, path: DraftPath, by_worker: Optional[DraftPath] = None) -> Verdict:
+    """``invariant.judge``, each layout statement the rewrite wrote in the path's classes traced: one that no
+    probe runs is a problem."""
+    lines = _layout_lines(tree, path)
+    verdict = judge(tree, path, by_worker, lines)
+    unrun = [
+        f"{s.filename.rpartition('sglang/')[2]}:{s.first}: a per-step split that no probe runs "
+        f"(`{s.text[:80]}`): cannot be judged"
+        for s in lines.unrun()
+    ]
+    if not unrun or verdict.cannot:
+        return verdict
+    return replace(verdict, problems=tuple(dict.fromkeys((*verdict.problems, *unrun))))
+
+
+#: (package, the texts judged, the modules) -> each path's verdict; the oldest of ``_KEPT`` let go
+_JUDGED: dict[tuple, dict[DraftPath, Verdict]] = {}
+_KEPT = 64
+#: where verdicts outlive the process (the tool's ``verdict_cache``; None: judged in every process)
+store: Any = None
+
+
+def judge_tree(
+    package: Optional[Path], torch: Any, texts: Mapping[str, str], modules: Collection[str]
+) -> dict[DraftPath, Verdict]:
+    """Each draft path of ``modules`` (under the package; ``texts`` stand in for files) and its verdict, on
+    ``torch`` (``Tree``), judged once per process for the same texts."""
+    given = tuple(sorted((m, hashlib.sha1(t.encode()).hexdigest()) for m, t in texts.items()))
+    key = (str(package), getattr(torch, "__name__", type(torch).__qualname__), given, tuple(sorted(modules)))
+    if key not in _JUDGED:
+        if len(_JUDGED) >= _KEPT:
+            del _JUDGED[next(iter(_JUDGED))]
+        found = store.load(key, package) if store else None
+        if found is None:
+            tree = Rewritten(package, torch, texts)
+            found = judge_paths(tree, modules, judge_traced)
+            if store:
+                store.save(key, package, found, tree.texts)
+        _JUDGED[key] = found
+    return _JUDGED[key]
+
+
+def verdict_of(
+    package: Optional[Path], torch: Any, texts: Mapping[str, str], module: str, cls: str
+) -> Optional[Verdict]:
+    """The verdict of the path running ``cls`` of ``module`` as its own (its multi-step backend's, for a per-step
+    backend), on the tree with ``texts``; None where no draft path runs it."""
+    modules = [m for m in texts if m.startswith(GUARDED)]
+    found = judge_tree(package, torch, texts, modules)
+    return next((v for p, v in found.items() if p.module == module and cls in (p.cls, *p.per_step)), None)
