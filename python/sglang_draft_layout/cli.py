@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import gc
 import json
 import os
 import re
@@ -605,7 +606,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def console() -> None:
     """The command as a program (the console script, ``python -m sglang_draft_layout``): ``main``, its parsed
     trees kept to the end, and the process ended without tearing down what it built (as mypy ends): freeing
-    a tree's syntax trees one by one took a fifth of a check of 0.5.23 whose verdicts were kept."""
+    a tree's syntax trees one by one took a fifth of a check of 0.5.23 whose verdicts were kept. Python's cycle
+    collector stays off (a plan turns it off; turned on again, its first pass went over every object the plan
+    made)."""
+    gc.disable()
     with parsing_once():
         code = main()
         for stream in (sys.stdout, sys.stderr):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Collection, Iterator, Optional, Sequence
 
 from . import fork_tests, judgement, stale_keeps, transaction, verdict_cache
+from .harness.judged import compiled
 from .imports import add_imports
 from .layout_patterns.ast_walk import parsing_once
 from .layout_patterns.keep import KEEP_PRAGMA, has_keep_pragma
@@ -240,9 +241,10 @@ def _not_valid_python(path: object, error: SyntaxError) -> TargetError:
 
 
 def _compiles(path: Path, new: str) -> None:
-    """A text the plan rewrote is valid Python (else a rule bug)."""
+    """A text the plan rewrote is valid Python (else a rule bug); compiled once a process (``judged.compiled``: the
+    harness compiled it if a draft path runs it)."""
     try:
-        compile(new, str(path), "exec")
+        compiled(new, str(path))
     except SyntaxError as error:
         raise _invalid_rewrite(path, error) from None
 
@@ -605,7 +607,10 @@ def _rendered(
 ) -> tuple[Path, str, StoredText, list[Rule], str]:
     """One file with sites to patch and none unrecognised, rendered: (path, relative, its text as read, the rules
     to find their sites in upstream's form in it, the new text)."""
-    _parse(path, relative, stored.text)  # a file written must be valid Python as a whole, not only its classes
+    try:  # a file written must be valid Python as a whole, not only its classes
+        compiled(stored.text, str(path))
+    except SyntaxError as error:
+        raise _not_valid_python(path, error) from None
     new = render(path, source, findings, target.line_length)
     # correct by hand, or taken out: not rewritten
     left = {f.rule.id for f in findings if f.state is State.BY_HAND or f.detail == TAKEN_OUT}
@@ -640,9 +645,9 @@ def _check_rendered(
     """Every rewritten text compiles and every rule now finds its site in upstream's form, each file read
     beside the others as rewritten (a rule may look at the tree's other files)."""
     new_sources = {}
-    for path, relative, _stored, _rules, new in rendered:
+    for path, relative, _stored, rules, new in rendered:
         _compiles(path, new)
-        new_sources[relative] = _parse(path, relative, new)
+        new_sources[relative] = _parse(path, relative, new, _parsed_classes(relative, rules))
     others = {**sources, **new_sources}
     for path, relative, _stored, rules, _new in rendered:
         source = new_sources[relative]

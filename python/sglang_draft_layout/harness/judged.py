@@ -38,6 +38,12 @@ def _remember(memo: dict, key: tuple[str, str], make: Any) -> Any:
     return memo[key]
 
 
+def compiled(text: str, filename: str) -> types.CodeType:
+    """The code of ``text`` (as ``Tree.compile``), compiled once a process: the tree before and after its rewrite
+    share the files not rewritten, and the texts ``apply`` writes are compiled here first."""
+    return _remember(_CODE, (filename, text), lambda: compile(text, filename, "exec", dont_inherit=True))
+
+
 class Rewritten(Tree):
     """A tree with ``texts`` (path under the package -> source) standing in for its files (``given``)."""
 
@@ -51,7 +57,7 @@ class Rewritten(Tree):
         return _remember(_PARSED, (filename, text), lambda: super(Rewritten, self).parse(text, filename))
 
     def compile(self, text: str, filename: str) -> types.CodeType:
-        return _remember(_CODE, (filename, text), lambda: super(Rewritten, self).compile(text, filename))
+        return compiled(text, filename)
 
     def class_node(self, cls: type) -> Optional[ast.ClassDef]:
         """``Tree.class_node``, the class parsed alone where it can be (``_class_statement``)."""
