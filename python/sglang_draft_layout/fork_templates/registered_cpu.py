@@ -20,8 +20,10 @@ A path the fork keeps (``# sglang-draft-layout: keep``, or ``apply --keep``) is 
 from __future__ import annotations
 
 import ast
+import bisect
 import builtins
 import contextlib
+import copy
 import difflib
 import dis
 import functools
@@ -56,9 +58,9 @@ if MISSING:  # upstream's values below come from them: nothing here runs without
 KEPT = ()  # sglang-draft-layout: the paths the fork keeps
 
 # sglang-draft-layout: embed sglang_draft_layout.harness.unknown
+# sglang-draft-layout: embed sglang_draft_layout.harness.coverage
 # sglang-draft-layout: embed sglang_draft_layout.harness.world
 # sglang-draft-layout: embed sglang_draft_layout.harness.paths
-# sglang-draft-layout: embed sglang_draft_layout.harness.coverage
 # sglang-draft-layout: embed sglang_draft_layout.harness.invariant
 # sglang-draft-layout: embed sglang_draft_layout.harness.torch_backend
 # fmt: on

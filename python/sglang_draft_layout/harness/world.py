@@ -18,6 +18,7 @@ import types
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from .coverage import BRANCH, Branches, with_branches
 from .unknown import TREE_FILES, Run, ServerArgsDict, Unknown, server_args
 
 KERNEL = "generate_draft_decode_kv_indices"
@@ -64,7 +65,8 @@ class Tree:
         self._assigned: dict[type, frozenset[str]] = {}
         self._probe_classes: dict[type, type] = {}
         self.errors: dict[str, str] = {}  # module -> its first module-level error (its names left unknown)
-        self.builtins = dict(builtins.__dict__, __import__=self.load, print=_quiet)
+        self.branches = Branches()  # which way each ``if`` of its code ordering against a number went in the runs
+        self.builtins = dict(builtins.__dict__, __import__=self.load, print=_quiet, **{BRANCH: self.branches})
 
     def text(self, relative: str) -> Optional[str]:
         if relative not in self.texts and self.package is not None:
@@ -126,18 +128,18 @@ class Tree:
             exec(_compiled(self.text(relative), filename), namespace)
         except Exception as error:
             self.errors[relative] = f"{type(error).__name__}: {error}"
-            self._statement_by_statement(tree, filename, namespace)
+            self._statement_by_statement(tree, self.text(relative), filename, namespace)
         finally:
             Run.current = outer
             del sys.modules[module.__name__]
         return namespace
 
-    def _statement_by_statement(self, tree: ast.Module, filename: str, namespace: dict) -> None:
+    def _statement_by_statement(self, tree: ast.Module, text: str, filename: str, namespace: dict) -> None:
         # each statement compiled after the module's future statements, as it was in the module
         futures = [s for s in tree.body if isinstance(s, ast.ImportFrom) and s.module == "__future__"]
-        for stmt in tree.body:
+        for stmt, compiled in zip(tree.body, with_branches(tree, text, filename).body):
             try:
-                body = [stmt] if any(stmt is f for f in futures) else [*futures, stmt]
+                body = [stmt] if any(stmt is f for f in futures) else [*futures, compiled]
                 code = compile(ast.Module(body=body, type_ignores=[]), filename, "exec", dont_inherit=True)
                 exec(code, namespace)
             except Exception:
@@ -216,9 +218,14 @@ def _parsed(text: str, filename: str) -> ast.Module:
 
 
 def _compiled(text: str, filename: str) -> types.CodeType:
-    return _remember(
-        _CODE, (filename, text), lambda: compile(_parsed(text, filename), filename, "exec", dont_inherit=True)
-    )
+    """The code of ``text``, each ``if`` ordering against a number handing its test to ``Tree.branches``
+    (``with_branches``)."""
+
+    def make() -> types.CodeType:
+        module = with_branches(_parsed(text, filename), text, filename)
+        return compile(module, filename, "exec", dont_inherit=True)
+
+    return _remember(_CODE, (filename, text), make)
 
 
 def _bound_names(stmt: ast.stmt) -> list[str]:
