@@ -250,7 +250,8 @@ def used_len(d: Drawn) -> str:
     return end
 
 
-#: a fork's branch for batches larger than any of check's probes (harness.paths.PROBES: 3 sequences at most)
+#: a fork's branch for batches larger than any of check's base probes (harness.paths.PROBES: 3 sequences at most;
+#: harness.paths.EXTRA runs where such an ``if`` went one way on them)
 MANY = "{} > 4"
 
 
@@ -501,11 +502,12 @@ def capacity_checks(draw: Callable) -> Spelling:
     return d.spelling(edit(backend.file, scope, KERNEL_LAUNCH, check + "\n" + KERNEL_LAUNCH))
 
 
-#: found by hand on the kind the other sites' examples show (not drawn before it was added), and not fixed:
-#: apply exits 0 taking the fork's check, which runs only for 4 sequences or fewer, as the capacity check:
-#: from 5 sequences rows narrower than the kernel fills go unchecked ("common_template fills rows 46 wide (it
-#: writes 47) without a capacity check" at bs 5, topk 1, 3 steps). Fails until the capacity check rule (or
-#: the harness's probes) sees the branch: docs/verification.md, "Fork spellings drawn by hypothesis"
+#: found by hand on the kind the other sites' examples show (not drawn before it was added): apply exited 0
+#: taking the fork's check, which runs only for 4 sequences or fewer, as the capacity check: from 5 sequences
+#: rows narrower than the kernel fills went unchecked ("common_template fills rows 46 wide (it writes 47)
+#: without a capacity check" at bs 5, topk 1, 3 steps). Refused since the harness runs its extra probes where
+#: an ``if`` ordering against a number went one way (harness.paths.EXTRA: docs/verification.md, "Fork
+#: spellings drawn by hypothesis")
 CHECK_FOR_FEWER_BATCHES = Spelling(
     "capacity check, flashinfer | `seq_lens_sum * self.topk + bs * self.speculative_num_steps <="
     f" kv_indices_buffer.shape[1]` | {FEWER}",
