@@ -50,3 +50,12 @@ def test_each_way_is_recorded_in_runs_only():
     with Run():
         assert f(8, 0) == "many"
     assert branches.one_way() == []
+
+
+def test_an_if_in_a_match_case_or_an_except_is_recorded():
+    source = (
+        "def f(x, n):\n    match x:\n        case 1:\n            if n <= 4:\n                return 1\n"
+        "    try:\n        pass\n    except ValueError:\n        if n > 8:\n            return 2\n"
+    )
+    module = with_branches(ast.parse(source), source, "f.py")
+    assert [node.test.func.id for node in ast.walk(module) if isinstance(node, ast.If)] == [BRANCH, BRANCH]

@@ -141,8 +141,9 @@ def _body(body: list, filename: str, lines: list[int]) -> list:
 
 
 def _with_branches(stmt: ast.AST, filename: str, lines: list[int]) -> ast.AST:
-    at = bisect.bisect_left(lines, stmt.lineno)
-    if at == len(lines) or lines[at] > (stmt.end_lineno or stmt.lineno):  # no line of it orders against a number
+    first = getattr(stmt, "lineno", None)  # a match statement's case has no lines of its own: its body has
+    at = bisect.bisect_left(lines, first) if first is not None else None
+    if at is not None and (at == len(lines) or lines[at] > (stmt.end_lineno or first)):  # none orders against a number
         return stmt
     fields = {
         name: new
