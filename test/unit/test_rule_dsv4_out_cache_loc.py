@@ -1177,25 +1177,46 @@ def test_a_worker_that_only_forwards_each_row_is_no_caller(sglang_tree):
     assert finding.state is State.TO_PATCH
 
 
-def test_the_splits_rows_bound_another_way_are_refused(sglang_tree):
-    """The step's row laid out another way for batches larger than check's probes run (step-major chunks): the
-    split's rewrite would be judged on the probes' branch only (test_spelling_properties found the like patched)."""
-    chunks = "forward_batch.out_cache_loc.reshape(self.speculative_num_steps, -1)[self.speculative_step_id]"
-    split = (
-        "forward_batch.out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)"
-        ".permute(2, 0, 1).reshape(self.speculative_num_steps, -1)[self.speculative_step_id]"
-    )
+CHUNKS = "forward_batch.out_cache_loc.reshape(self.speculative_num_steps, -1)[self.speculative_step_id]"
+STEP_SPLIT = (
+    "forward_batch.out_cache_loc.reshape(forward_batch.batch_size, self.topk, self.speculative_num_steps)"
+    ".permute(2, 0, 1).reshape(self.speculative_num_steps, -1)[self.speculative_step_id]"
+)
+
+
+def chunks_for_larger_batches(sglang_tree, larger: int) -> tuple[str, object]:
+    """The step's row laid out another way (step-major chunks) for more than ``larger`` sequences: (text, finding)."""
     lines = (
         "            out_cache_loc = forward_batch.out_cache_loc\n"
-        f"            if forward_batch.batch_size > 4:\n                out_cache_loc = {chunks}\n"
-        f"            else:\n                out_cache_loc = {split}\n"
+        f"            if forward_batch.batch_size > {larger}:\n                out_cache_loc = {CHUNKS}\n"
+        f"            else:\n                out_cache_loc = {STEP_SPLIT}\n"
     )
     text = dsv4_module(INIT, _decode_from(lines, "out_cache_loc"), DECODE)
     sglang_tree.write(DSV4, text)
     [finding] = sglang_tree.plan([RULE]).findings
-    line = line_of(text, f"out_cache_loc = {chunks}")
+    return text, finding
+
+
+def test_the_splits_rows_bound_another_way_are_refused(sglang_tree):
+    """For batches larger than any probe runs (the extra ones too: harness.paths.EXTRA) the split's rewrite would be
+    judged on the probes' branch only (test_spelling_properties found the like patched)."""
+    text, finding = chunks_for_larger_batches(sglang_tree, 64)
+    line = line_of(text, f"out_cache_loc = {CHUNKS}")
     assert (finding.state, finding.line) == (State.UNRECOGNISED, line)
     assert finding.detail == (
-        f"`out_cache_loc`, which its split binds, is also bound at line {line} (`{chunks[:60]}`), which the probes"
+        f"`out_cache_loc`, which its split binds, is also bound at line {line} (`{CHUNKS[:60]}`), which the probes"
         " need not run: rewrite the split by hand"
+    )
+
+
+def test_a_layout_for_more_sequences_than_the_base_probes_is_run_on_the_extra_probes(sglang_tree):
+    """For more than 4 sequences (the base probes run 3 at most) the harness runs its extra probes, and the step
+    baking a chunk there refuses the site, naming the branch."""
+    text, finding = chunks_for_larger_batches(sglang_tree, 4)
+    decode = line_of(text, "metadata = self.init_forward_metadata_decode(")
+    assert (finding.state, finding.line) == (State.UNRECOGNISED, decode)
+    assert finding.detail.startswith(
+        "the per-step out_cache_loc path: bs 8, topk 1, 3 steps (for `if forward_batch.batch_size > 4:` at"
+        f" srt/layers/attention/deepseek_v4_backend.py:{line_of(text, 'if forward_batch.batch_size > 4:')}): eager:"
+        " step 0 bakes slots [1000000, 1000001, 1000002"
     )

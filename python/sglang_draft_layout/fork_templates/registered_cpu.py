@@ -21,8 +21,10 @@ A path the fork keeps (``# sglang-draft-layout: keep``, or ``apply --keep``) is 
 from __future__ import annotations
 
 import ast
+import bisect
 import builtins
 import contextlib
+import copy
 import dis
 import functools
 import inspect
@@ -55,6 +57,7 @@ if MISSING:  # upstream's values below come from them: nothing here runs without
 KEPT = ()  # sglang-draft-layout: the paths the fork keeps
 
 # sglang-draft-layout: embed sglang_draft_layout.harness.unknown
+# sglang-draft-layout: embed sglang_draft_layout.harness.branches
 # sglang-draft-layout: embed sglang_draft_layout.harness.world
 # sglang-draft-layout: embed sglang_draft_layout.harness.paths
 # sglang-draft-layout: embed sglang_draft_layout.harness.invariant

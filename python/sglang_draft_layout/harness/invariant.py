@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Optional
+from typing import Any, Callable, Collection, Iterator, Optional
 
 from ..speculative import eagle_utils, spec_utils
 from .paths import (
     CONTEXT_LEN,
+    EXTRA,
     PROBES,
     ROWS,
     STEPS,
@@ -159,15 +160,16 @@ def judge(
     each step, ``run_path``'s; ``traced``: a context each run is made in)."""
     by_worker = by_worker if path.kind == STEPS else None
     torch, problems, own, judged, split, refusals, baked = tree.torch, [], [], 0, set(), [], set()
-    inits = False
-    for probe in PROBES:
+    inits, tried = False, 0
+    for probe, label in _probes(tree):
+        tried += 1
         with traced:
             how, outcomes = run_path(tree, path, probe, by_worker is not None)
         if how == "infeasible":
-            refusals.append(f"{probe}: {outcomes[0].where}")
+            refusals.append(f"{label}: {outcomes[0].where}")
             continue
         if how == "cannot" or all(o.end == "cannot" for o in outcomes):
-            return Verdict(path, cannot=f"{probe}: {outcomes[0].where}")
+            return Verdict(path, cannot=f"{label}: {outcomes[0].where}")
         up, seen = Upstream(torch, probe), False
         for outcome in outcomes:
             if outcome.end in ("refused", "cannot"):  # no result: the code refused a choice, or needs a number
@@ -183,20 +185,33 @@ def judge(
             if outcome.end == "raised":
                 phase = next((e[1] for e in reversed(outcome.events) if e[0] == "phase"), "")
                 problems.append(
-                    f"{probe}: {phase + ': ' if path.kind == STEPS and phase else ''}raises {outcome.where}"
+                    f"{label}: {phase + ': ' if path.kind == STEPS and phase else ''}raises {outcome.where}"
                 )
                 continue
             seen = seen or shown
-            problems += [f"{probe}: {line}" for line in bugs + others]
-            own += [f"{probe}: {line}" for line in others]
+            problems += [f"{label}: {line}" for line in bugs + others]
+            own += [f"{label}: {line}" for line in others]
         if path.kind == ROWS and seen and any(name in CHECKED for name in _bases(tree, path)):
-            problems += [f"{probe}: {line}" for line in _capacity(tree, path, probe, up)]
+            problems += [f"{label}: {line}" for line in _capacity(tree, path, probe, up)]
         judged += seen
-    if len(refusals) == len(PROBES):
+    if len(refusals) == tried:
         return Verdict(path, cannot=f"no probe builds {path.cls}: {refusals[0]}")
     unique = tuple(dict.fromkeys(problems))
     return Verdict(path, unique, judged, split=tuple(sorted(split)), own=tuple(dict.fromkeys(own)),
                    baked=tuple(sorted(baked)), inits_steps=inits, driven_by=by_worker)  # fmt: skip
+
+
+def _probes(tree: Tree) -> Iterator[tuple[Probe, str]]:
+    """(probe, its label in a problem): ``PROBES``, then each of ``EXTRA`` while an ``if`` ordering against a number
+    went one way in every run so far (``Tree.branches``: a fork's ``if num_seqs <= 4:``), the label naming it."""
+    tree.branches.ways.clear()
+    yield from ((probe, str(probe)) for probe in PROBES)
+    for probe in EXTRA:
+        one_way = tree.branches.one_way()
+        if not one_way:
+            return
+        filename, line, test = one_way[0]
+        yield probe, f"{probe} (for `if {test[:60]}:` at {filename.rpartition('sglang/')[2]}:{line})"
 
 
 def _bases(tree: Tree, path: DraftPath) -> list[str]:

@@ -21,7 +21,7 @@ from typing import Any, Collection, Iterator, Mapping, Optional
 from .coverage import Lines, layout_statements
 from .invariant import GUARDED, Verdict, judge, judge_paths
 from .paths import DraftPath
-from .world import Tree
+from .world import Tree, compile_module
 
 #: (file name, text) -> its tree and its code, for every tree of the process (a check judges the tree before and
 #: after the rewrite: the files it does not rewrite are parsed and compiled once); the oldest let go past _TEXTS_KEPT
@@ -38,10 +38,15 @@ def _remember(memo: dict, key: tuple[str, str], make: Any) -> Any:
     return memo[key]
 
 
+def parsed(text: str, filename: str) -> ast.Module:
+    """The tree of ``text``, parsed once a process (callers read it, never change it)."""
+    return _remember(_PARSED, (filename, text), lambda: ast.parse(text, filename))
+
+
 def compiled(text: str, filename: str) -> types.CodeType:
-    """The code of ``text`` (as ``Tree.compile``), compiled once a process: the tree before and after its rewrite
-    share the files not rewritten, and the texts ``apply`` writes are compiled here first."""
-    return _remember(_CODE, (filename, text), lambda: compile(text, filename, "exec", dont_inherit=True))
+    """The code of ``text`` (``world.compile_module``), compiled once a process: the tree before and after its
+    rewrite share the files not rewritten, and the texts ``apply`` writes are compiled here first."""
+    return _remember(_CODE, (filename, text), lambda: compile_module(text, filename, parsed))
 
 
 class Rewritten(Tree):
@@ -53,8 +58,7 @@ class Rewritten(Tree):
         self.given = frozenset(texts)
 
     def parse(self, text: str, filename: str) -> ast.Module:
-        """The tree of ``text``, parsed once per process (callers read it, never change it)."""
-        return _remember(_PARSED, (filename, text), lambda: super(Rewritten, self).parse(text, filename))
+        return parsed(text, filename)
 
     def compile(self, text: str, filename: str) -> types.CodeType:
         return compiled(text, filename)

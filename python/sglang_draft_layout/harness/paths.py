@@ -57,6 +57,9 @@ class Probe:
 
 
 PROBES = (Probe(1, 1, 2), Probe(3, 1, 4), Probe(2, 4, 3), Probe(1, 8, 5), Probe(2, 2, 1), Probe(1, 1, 1))
+#: run where an ``if`` ordering against a number (``coverage.comparing``) went one way on every run of ``PROBES``
+#: (``invariant.judge``): more sequences, then more of everything
+EXTRA = (Probe(8, 1, 3), Probe(5, 16, 7))
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,9 @@ import functools
 import sys
 import types
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
+from .branches import BRANCH, ORDERING, Branches, with_branches
 from .unknown import TREE_FILES, Run, ServerArgsDict, Unknown, server_args
 
 KERNEL = "generate_draft_decode_kv_indices"
@@ -54,7 +55,8 @@ class Tree:
         self.names: dict[str, str] = {}  # module name -> its path under the package
         self._assigned: dict[type, frozenset[str]] = {}
         self._probe_classes: dict[type, type] = {}
-        self.builtins = dict(builtins.__dict__, __import__=self.load, print=_quiet)
+        self.branches = Branches()  # which way each ``if`` of its code ordering against a number went in the runs
+        self.builtins = dict(builtins.__dict__, __import__=self.load, print=_quiet, **{BRANCH: self.branches})
 
     def text(self, relative: str) -> Optional[str]:
         if relative not in self.texts and self.package is not None:
@@ -66,8 +68,7 @@ class Tree:
         return ast.parse(text, filename)
 
     def compile(self, text: str, filename: str) -> types.CodeType:
-        """The code of ``text``, compiled from the text (no ``ast`` tree made: a sixth of parsing it)."""
-        return compile(text, filename, "exec", dont_inherit=True)
+        return compile_module(text, filename, self.parse)
 
     def syntax(self, relative: str) -> Optional[ast.Module]:
         if relative not in self.parsed:
@@ -104,18 +105,18 @@ class Tree:
         try:
             exec(self.compile(self.text(relative), filename), namespace)
         except Exception:
-            self._statement_by_statement(self.syntax(relative), filename, namespace)
+            self._statement_by_statement(self.syntax(relative), self.text(relative), filename, namespace)
         finally:
             Run.current = outer
             del sys.modules[module.__name__]
         return namespace
 
-    def _statement_by_statement(self, tree: ast.Module, filename: str, namespace: dict) -> None:
+    def _statement_by_statement(self, tree: ast.Module, text: str, filename: str, namespace: dict) -> None:
         # each statement compiled after the module's future statements, as it was in the module
         futures = [s for s in tree.body if isinstance(s, ast.ImportFrom) and s.module == "__future__"]
-        for stmt in tree.body:
+        for stmt, compiled in zip(tree.body, with_branches(tree, text, filename).body):
             try:
-                body = [stmt] if any(stmt is f for f in futures) else [*futures, stmt]
+                body = [stmt] if any(stmt is f for f in futures) else [*futures, compiled]
                 code = compile(ast.Module(body=body, type_ignores=[]), filename, "exec", dont_inherit=True)
                 exec(code, namespace)
             except Exception:
@@ -217,6 +218,14 @@ def _self_stores(node: ast.ClassDef, text: str) -> frozenset[str]:
 #: the fields of a statement holding statements, and those holding its assignment targets
 _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 _TARGETS = ("targets", "target")
+
+
+def compile_module(text: str, filename: str, parse: Callable[[str, str], ast.Module] = ast.parse) -> types.CodeType:
+    """The code of ``text``, each ``if`` ordering against a number handing its test to ``Tree.branches``
+    (``with_branches``); compiled from the text where none may (no ``ast`` tree made: a sixth of parsing it)."""
+    if not ORDERING.search(text):
+        return compile(text, filename, "exec", dont_inherit=True)
+    return compile(with_branches(parse(text, filename), text, filename), filename, "exec", dont_inherit=True)
 
 
 def _bound_names(stmt: ast.stmt) -> list[str]:

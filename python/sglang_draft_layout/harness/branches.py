@@ -1,0 +1,94 @@
+"""Which way each ``if`` ordering against a number went in a tree's runs: where the probes need more.
+
+``Branches`` records which way each ``if`` ordering against a number (``comparing``: ``num_seqs <= 4``) went in
+the runs, its test handed to it (the tree's code as ``with_branches`` compiles it): one that every run took the
+same way is what the harness runs more probes for (``invariant.judge``).
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import copy
+import re
+from typing import Any
+
+from .unknown import Run
+
+#: the name each ``if`` ordering against a number hands its test to, in the tree's code (``Tree.builtins``)
+BRANCH = "__sglang_draft_layout_branch__"
+_ORDERS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+#: the base probes (``paths.PROBES``) take each layout parameter (sequences, topk, steps) at 1, 2 and more: a comparison
+#: of one with a number up to this went both ways on them already
+TAKEN = 2
+
+
+def comparing(test: ast.expr) -> bool:
+    """A test ordering against an int larger than ``TAKEN`` (``num_seqs <= 4``, ``bs > 16``: the number after
+    the operator)."""
+    return any(
+        isinstance(op, _ORDERS) and isinstance(right, ast.Constant) and type(right.value) is int and right.value > TAKEN
+        for node in ast.walk(test)
+        if isinstance(node, ast.Compare)
+        for op, right in zip(node.ops, node.comparators)
+    )
+
+
+#: where a line may order against a number larger than ``TAKEN`` (``comparing`` decides)
+ORDERING = re.compile(r"[<>]=?[ \t]*(?:[3-9]|[1-9]\d)")
+
+
+def with_branches(module: ast.Module, text: str, filename: str) -> ast.Module:
+    """``module`` (``text`` parsed) with each ``if`` whose test is ``comparing`` testing ``BRANCH((filename, line,
+    the test's text), test)``; the parsed tree is never changed (a statement holding none is the parsed one)."""
+    lines, line, at = [], 1, 0
+    for match in ORDERING.finditer(text):
+        line, at = line + text.count("\n", at, match.start()), match.start()
+        lines += [line] if not lines or lines[-1] != line else []
+    if not lines:
+        return module
+    return ast.Module(body=_body(module.body, filename, lines), type_ignores=module.type_ignores)
+
+
+def _body(body: list, filename: str, lines: list[int]) -> list:
+    out = [_with_branches(stmt, filename, lines) for stmt in body]
+    return body if all(new is old for new, old in zip(out, body)) else out
+
+
+def _with_branches(stmt: ast.AST, filename: str, lines: list[int]) -> ast.AST:
+    first = getattr(stmt, "lineno", None)  # a match statement's case has no lines of its own: its body has
+    at = bisect.bisect_left(lines, first) if first is not None else None
+    if at is not None and (at == len(lines) or lines[at] > (stmt.end_lineno or first)):  # none orders against a number
+        return stmt
+    fields = {
+        name: new
+        for name in ("body", "orelse", "finalbody", "handlers", "cases")
+        if isinstance(old := getattr(stmt, name, None), list) and (new := _body(old, filename, lines)) is not old
+    }
+    if isinstance(stmt, ast.If) and comparing(stmt.test):
+        where = {k: getattr(stmt.test, k) for k in ("lineno", "col_offset", "end_lineno", "end_col_offset")}
+        key = ast.Constant((filename, stmt.lineno, ast.unparse(stmt.test)), **where)
+        fields["test"] = ast.Call(ast.Name(BRANCH, ast.Load(), **where), [key, stmt.test], [], **where)
+    if not fields:
+        return stmt
+    new = copy.copy(stmt)
+    for name, value in fields.items():
+        setattr(new, name, value)
+    return new
+
+
+class Branches:
+    """Which way each ``if`` whose test is ``comparing`` went, in runs (outside one: a module's own code, not
+    recorded)."""
+
+    def __init__(self) -> None:
+        self.ways: dict[tuple[str, int, str], set[bool]] = {}
+
+    def __call__(self, key: tuple[str, int, str], value: Any) -> Any:
+        if type(value) is bool and Run.current is not None:  # an unknown's is decided both ways (``paths.explore``)
+            self.ways.setdefault(key, set()).add(value)
+        return value
+
+    def one_way(self) -> list[tuple[str, int, str]]:
+        """(file, line, test) of each that every run so far took the same way."""
+        return [key for key, ways in self.ways.items() if len(ways) == 1]

@@ -1,0 +1,61 @@
+"""harness/branches.py: which way each ``if`` ordering against a number went in the runs.
+
+``invariant.judge`` runs ``paths.EXTRA`` where one went one way on every base probe (a fork's ``if num_seqs <= 4:``
+around its capacity check: test/releases/test_spelling_properties.py, ``CHECK_FOR_FEWER_BATCHES``).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+
+from sglang_draft_layout.harness.branches import BRANCH, Branches, comparing, with_branches
+from sglang_draft_layout.harness.unknown import Run
+
+SOURCE = """\
+def f(num_seqs, rows):
+    if rows is None:
+        return "none"
+    if num_seqs <= 4:
+        return "few"
+    elif num_seqs > 1:
+        return "many"
+    return "one"
+"""
+
+
+def test_only_an_ordering_against_a_number_past_what_the_probes_take_is_recorded():
+    tests = ["num_seqs <= 4", "bs > 16", "a and 1 < bs < 8", "x > 1", "x is None", "x == 8", "4 >= x", "a < b"]
+    assert [comparing(ast.parse(t, mode="eval").body) for t in tests] == [True, True, True] + [False] * 5
+
+
+def test_the_parsed_tree_is_left_as_it_is():
+    parsed = ast.parse(SOURCE)
+    dumped = ast.dump(parsed, include_attributes=True)
+    assert with_branches(parsed, SOURCE, "f.py").body[0] is not parsed.body[0]
+    assert ast.dump(parsed, include_attributes=True) == dumped
+    plain = "def g(x):\n    if x > 1:\n        return x\n"
+    assert with_branches(ast.parse(plain), plain, "g.py").body[0].body[0].test.__class__ is ast.Compare
+
+
+def test_each_way_is_recorded_in_runs_only():
+    branches = Branches()
+    namespace = {"__builtins__": {**builtins.__dict__, BRANCH: branches}}
+    exec(compile(with_branches(ast.parse(SOURCE), SOURCE, "f.py"), "f.py", "exec"), namespace)
+    f = namespace["f"]
+    assert f(9, None) == "none" and f(9, 0) == "many" and branches.ways == {}  # outside a run: module code
+    with Run():
+        assert (f(1, 0), f(3, 0)) == ("few", "few")
+    assert branches.one_way() == [("f.py", 4, "num_seqs <= 4")]
+    with Run():
+        assert f(8, 0) == "many"
+    assert branches.one_way() == []
+
+
+def test_an_if_in_a_match_case_or_an_except_is_recorded():
+    source = (
+        "def f(x, n):\n    match x:\n        case 1:\n            if n <= 4:\n                return 1\n"
+        "    try:\n        pass\n    except ValueError:\n        if n > 8:\n            return 2\n"
+    )
+    module = with_branches(ast.parse(source), source, "f.py")
+    assert [node.test.func.id for node in ast.walk(module) if isinstance(node, ast.If)] == [BRANCH, BRANCH]
