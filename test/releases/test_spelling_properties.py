@@ -252,7 +252,7 @@ def used_len(d: Drawn) -> str:
 
 
 #: a fork's branch for batches larger than any of check's base probes (harness.paths.PROBES: 3 sequences at most;
-#: harness.paths.EXTRA runs where such an ``if`` went one way on them)
+#: harness.paths.past gives the probes run where such an ``if`` went one way on them)
 MANY = "{} > 4"
 
 
@@ -506,8 +506,8 @@ def capacity_checks(draw: Callable) -> Spelling:
 #: found by hand on the kind the other sites' examples show (not drawn before it was added): apply exited 0
 #: taking the fork's check, which runs only for 4 sequences or fewer, as the capacity check: from 5 sequences
 #: rows narrower than the kernel fills went unchecked ("common_template fills rows 46 wide (it writes 47)
-#: without a capacity check" at bs 5, topk 1, 3 steps). Refused since the harness runs its extra probes where
-#: an ``if`` ordering against a number went one way (harness.paths.EXTRA: docs/verification.md, "Fork
+#: without a capacity check" at bs 5, topk 1, 3 steps). Refused since the harness runs a probe one past the
+#: number of an ``if`` ordering against one that went one way (harness.paths.past: docs/verification.md, "Fork
 #: spellings drawn by hypothesis")
 CHECK_FOR_FEWER_BATCHES = Spelling(
     "capacity check, flashinfer | `seq_lens_sum * self.topk + bs * self.speculative_num_steps <="
@@ -526,6 +526,23 @@ CHECK_FOR_FEWER_BATCHES = Spelling(
 @SETTINGS
 def test_a_forks_own_capacity_check_is_patched_right_or_refused(fresh, spelling):
     never_a_wrong_patch(fresh, spelling)
+
+
+def test_a_capacity_check_for_up_to_12_sequences_is_run_past_12(fresh):
+    """The same check under ``if num_seqs <= 12:``: the yardstick above (5 sequences) cannot tell it from upstream's,
+    and fixed extra probes (8 sequences, then 5 at topk 16) never left the branch; the probe one past the ``if``'s
+    number (13 sequences, ``harness.paths.past``) finds the rows unchecked there, and apply writes nothing."""
+    root = fresh()
+    edit(draft_backend("flashinfer").file, "FlashInferMultiStepDraftBackend.common_template", KERNEL_LAUNCH, branch(
+        "num_seqs <= 12",
+        CHECK_27338.format(need="seq_lens_sum * self.topk + bs * self.speculative_num_steps",
+                           width="kv_indices_buffer.shape[1]"),
+    ) + "\n" + KERNEL_LAUNCH)(root)  # fmt: skip
+    before = tree_digest(root)
+    code, err = apply(root)
+    assert code == 2 and tree_digest(root) == before, err
+    assert "bs 13, topk 1, 3 steps (for `if num_seqs <= 12:` at srt/layers/attention/flashinfer_backend.py:" in err
+    assert "without a capacity check" in err
 
 
 def split_chain(d: Drawn, source: str, batch: list, moves: list) -> tuple[str, str]:

@@ -1,7 +1,8 @@
 """harness/branches.py: which way each ``if`` ordering against a number went in the runs.
 
-``invariant.judge`` runs ``paths.EXTRA`` where one went one way on every base probe (a fork's ``if num_seqs <= 4:``
-around its capacity check: test/releases/test_spelling_properties.py, ``CHECK_FOR_FEWER_BATCHES``).
+``invariant.judge`` runs a probe one past its number (``paths.past``) where one went one way on every base probe (a
+fork's ``if num_seqs <= 4:`` around its capacity check: test/releases/test_spelling_properties.py,
+``CHECK_FOR_FEWER_BATCHES``).
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 import ast
 import builtins
 
-from sglang_draft_layout.harness.branches import BRANCH, Branches, comparing, with_branches
+from sglang_draft_layout.harness.branches import BRANCH, Branches, comparing, numbers, with_branches
+from sglang_draft_layout.harness.paths import Probe, past
 from sglang_draft_layout.harness.unknown import Run
 
 SOURCE = """\
@@ -27,6 +29,13 @@ def f(num_seqs, rows):
 def test_only_an_ordering_against_a_number_past_what_the_probes_take_is_recorded():
     tests = ["num_seqs <= 4", "bs > 16", "a and 1 < bs < 8", "x > 1", "x is None", "x == 8", "4 >= x", "a < b"]
     assert [comparing(ast.parse(t, mode="eval").body) for t in tests] == [True, True, True] + [False] * 5
+
+
+def test_the_probes_past_a_number_take_sequences_then_topk_then_steps_within_their_bounds():
+    assert sorted(numbers(ast.parse("a and 1 < bs < 8 or n >= 12", mode="eval").body)) == [8, 12]
+    assert past(4) == [Probe(5, 1, 3), Probe(2, 5, 3), Probe(2, 2, 5)]
+    assert past(16) == [Probe(17, 1, 3), Probe(2, 17, 3)]  # 17 steps: past the steps' bound
+    assert past(128) == []
 
 
 def test_the_parsed_tree_is_left_as_it_is():

@@ -1198,9 +1198,9 @@ def chunks_for_larger_batches(sglang_tree, larger: int) -> tuple[str, object]:
 
 
 def test_the_splits_rows_bound_another_way_are_refused(sglang_tree):
-    """For batches larger than any probe runs (the extra ones too: harness.paths.EXTRA) the split's rewrite would be
-    judged on the probes' branch only (test_spelling_properties found the like patched)."""
-    text, finding = chunks_for_larger_batches(sglang_tree, 64)
+    """For batches larger than any probe runs (those past an ``if``'s number too: at most harness.paths.PAST_AT_MOST)
+    the split's rewrite would be judged on the probes' branch only (test_spelling_properties found the like patched)."""
+    text, finding = chunks_for_larger_batches(sglang_tree, 1024)
     line = line_of(text, f"out_cache_loc = {CHUNKS}")
     assert (finding.state, finding.line) == (State.UNRECOGNISED, line)
     assert finding.detail == (
@@ -1209,14 +1209,16 @@ def test_the_splits_rows_bound_another_way_are_refused(sglang_tree):
     )
 
 
-def test_a_layout_for_more_sequences_than_the_base_probes_is_run_on_the_extra_probes(sglang_tree):
-    """For more than 4 sequences (the base probes run 3 at most) the harness runs its extra probes, and the step
-    baking a chunk there refuses the site, naming the branch."""
-    text, finding = chunks_for_larger_batches(sglang_tree, 4)
+@pytest.mark.parametrize("larger", [4, 64])
+def test_a_layout_for_more_sequences_than_the_base_probes_is_run_past_the_ifs_number(sglang_tree, larger):
+    """For more than 4 (or 64) sequences (the base probes run 3 at most) the harness runs a probe one past the
+    ``if``'s number, and the step baking a chunk there refuses the site, naming the branch."""
+    text, finding = chunks_for_larger_batches(sglang_tree, larger)
     decode = line_of(text, "metadata = self.init_forward_metadata_decode(")
+    condition = f"if forward_batch.batch_size > {larger}:"
     assert (finding.state, finding.line) == (State.UNRECOGNISED, decode)
     assert finding.detail.startswith(
-        "the per-step out_cache_loc path: bs 8, topk 1, 3 steps (for `if forward_batch.batch_size > 4:` at"
-        f" srt/layers/attention/deepseek_v4_backend.py:{line_of(text, 'if forward_batch.batch_size > 4:')}): eager:"
+        f"the per-step out_cache_loc path: bs {larger + 1}, topk 1, 3 steps (for `{condition}` at"
+        f" srt/layers/attention/deepseek_v4_backend.py:{line_of(text, condition)}): eager:"
         " step 0 bakes slots [1000000, 1000001, 1000002"
     )

@@ -2,7 +2,7 @@
 
 ``Branches`` records which way each ``if`` ordering against a number (``comparing``: ``num_seqs <= 4``) went in
 the runs, its test handed to it (the tree's code as ``with_branches`` compiles it): one that every run took the
-same way is what the harness runs more probes for (``invariant.judge``).
+same way is what the harness runs more probes for (``invariant.judge``: probes one past its number, ``paths.past``).
 """
 
 from __future__ import annotations
@@ -23,15 +23,24 @@ _ORDERS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
 TAKEN = 2
 
 
-def comparing(test: ast.expr) -> bool:
-    """A test ordering against an int larger than ``TAKEN`` (``num_seqs <= 4``, ``bs > 16``: the number after
-    the operator)."""
-    return any(
-        isinstance(op, _ORDERS) and isinstance(right, ast.Constant) and type(right.value) is int and right.value > TAKEN
+def numbers(test: ast.expr) -> list[int]:
+    """The ints larger than ``TAKEN`` that ``test`` orders against (``num_seqs <= 4``, ``bs > 16``: the number
+    after the operator)."""
+    return [
+        right.value
         for node in ast.walk(test)
         if isinstance(node, ast.Compare)
         for op, right in zip(node.ops, node.comparators)
-    )
+        if isinstance(op, _ORDERS)
+        and isinstance(right, ast.Constant)
+        and type(right.value) is int
+        and right.value > TAKEN
+    ]
+
+
+def comparing(test: ast.expr) -> bool:
+    """A test ordering against an int larger than ``TAKEN`` (``numbers``)."""
+    return bool(numbers(test))
 
 
 #: where a line may order against a number larger than ``TAKEN`` (``comparing`` decides)

@@ -10,11 +10,13 @@ probe (``paths.run_path``) and says, one line each, where it differs.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Iterator, Optional
 
 from ..speculative import eagle_utils, spec_utils
+from .branches import numbers
 from .paths import (
     CONTEXT_LEN,
     EXTRA,
@@ -27,6 +29,7 @@ from .paths import (
     Probe,
     capacity_run,
     draft_paths,
+    past,
     run_path,
 )
 from .unknown import TAG
@@ -202,15 +205,27 @@ def judge(
 
 
 def _probes(tree: Tree) -> Iterator[tuple[Probe, str]]:
-    """(probe, its label in a problem): ``PROBES``, then each of ``EXTRA`` while an ``if`` ordering against a number
-    went one way in every run so far (``Tree.branches``: a fork's ``if num_seqs <= 4:``), the label naming it."""
+    """(probe, its label in a problem): ``PROBES``, then, while an ``if`` ordering against a number went one way in
+    every run so far (``Tree.branches``: a fork's ``if num_seqs <= 12:``), a probe one past its number
+    (``past``: sequences, topk, steps), the label naming it; ``EXTRA`` of them at most."""
     tree.branches.ways.clear()
     yield from ((probe, str(probe)) for probe in PROBES)
-    for probe in EXTRA:
-        one_way = tree.branches.one_way()
-        if not one_way:
+    tried = set(PROBES)
+    for _ in range(EXTRA):
+        found = next(
+            (
+                (key, probe)
+                for key in tree.branches.one_way()
+                for number in numbers(ast.parse(key[2], mode="eval").body)
+                for probe in past(number)
+                if probe not in tried
+            ),
+            None,
+        )
+        if found is None:
             return
-        filename, line, test = one_way[0]
+        (filename, line, test), probe = found
+        tried.add(probe)
         yield probe, f"{probe} (for `if {test[:60]}:` at {filename.rpartition('sglang/')[2]}:{line})"
 
 

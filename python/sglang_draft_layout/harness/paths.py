@@ -57,9 +57,18 @@ class Probe:
 
 
 PROBES = (Probe(1, 1, 2), Probe(3, 1, 4), Probe(2, 4, 3), Probe(1, 8, 5), Probe(2, 2, 1), Probe(1, 1, 1))
-#: run where an ``if`` ordering against a number (``coverage.comparing``) went one way on every run of ``PROBES``
-#: (``invariant.judge``): more sequences, then more of everything
-EXTRA = (Probe(8, 1, 3), Probe(5, 16, 7))
+#: how many probes a path runs past ``PROBES`` at most (``past``), and the most sequences, topk and steps they take
+EXTRA = 6
+PAST_AT_MOST = Probe(128, 128, 16)
+
+
+def past(number: int) -> list[Probe]:
+    """Where an ``if`` ordering against ``number`` went one way on every probe so far (``branches.numbers``): the
+    probes taking sequences, then topk, then steps one past it, each within ``PAST_AT_MOST``."""
+    n = number + 1
+    probes = (Probe(n, 1, 3), Probe(2, n, 3), Probe(2, 2, n))
+    most = (PAST_AT_MOST.num_seqs, PAST_AT_MOST.topk, PAST_AT_MOST.steps)
+    return [probe for probe, at_most in zip(probes, most) if n <= at_most]
 
 
 @dataclass(frozen=True)
