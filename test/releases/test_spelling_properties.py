@@ -528,20 +528,21 @@ def test_a_forks_own_capacity_check_is_patched_right_or_refused(fresh, spelling)
     never_a_wrong_patch(fresh, spelling)
 
 
-def test_a_capacity_check_for_up_to_12_sequences_is_run_past_12(fresh):
+@pytest.mark.parametrize("condition", ["num_seqs <= 12", "12 >= num_seqs"])
+def test_a_capacity_check_for_up_to_12_sequences_is_run_past_12(fresh, condition):
     """The same check under ``if num_seqs <= 12:``: the yardstick above (5 sequences) cannot tell it from upstream's,
     and fixed extra probes (8 sequences, then 5 at topk 16) never left the branch; the probe one past the ``if``'s
     number (13 sequences, ``harness.paths.past``) finds the rows unchecked there, and apply writes nothing."""
     root = fresh()
     edit(draft_backend("flashinfer").file, "FlashInferMultiStepDraftBackend.common_template", KERNEL_LAUNCH, branch(
-        "num_seqs <= 12",
+        condition,
         CHECK_27338.format(need="seq_lens_sum * self.topk + bs * self.speculative_num_steps",
                            width="kv_indices_buffer.shape[1]"),
     ) + "\n" + KERNEL_LAUNCH)(root)  # fmt: skip
     before = tree_digest(root)
     code, err = apply(root)
     assert code == 2 and tree_digest(root) == before, err
-    assert "bs 13, topk 1, 3 steps (for `if num_seqs <= 12:` at srt/layers/attention/flashinfer_backend.py:" in err
+    assert f"bs 13, topk 1, 3 steps (for `if {condition}:` at srt/layers/attention/flashinfer_backend.py:" in err
     assert "without a capacity check" in err
 
 

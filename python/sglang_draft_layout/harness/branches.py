@@ -24,17 +24,16 @@ TAKEN = 2
 
 
 def numbers(test: ast.expr) -> list[int]:
-    """The ints larger than ``TAKEN`` that ``test`` orders against (``num_seqs <= 4``, ``bs > 16``: the number
-    after the operator)."""
+    """The ints larger than ``TAKEN`` that ``test`` orders against, written on either side of the operator
+    (``num_seqs <= 4``, ``16 < bs``)."""
     return [
-        right.value
+        side.value
         for node in ast.walk(test)
         if isinstance(node, ast.Compare)
-        for op, right in zip(node.ops, node.comparators)
+        for op, left, right in zip(node.ops, [node.left, *node.comparators], node.comparators)
         if isinstance(op, _ORDERS)
-        and isinstance(right, ast.Constant)
-        and type(right.value) is int
-        and right.value > TAKEN
+        for side in (left, right)
+        if isinstance(side, ast.Constant) and type(side.value) is int and side.value > TAKEN
     ]
 
 
@@ -43,8 +42,9 @@ def comparing(test: ast.expr) -> bool:
     return bool(numbers(test))
 
 
-#: where a line may order against a number larger than ``TAKEN`` (``comparing`` decides)
-ORDERING = re.compile(r"[<>]=?[ \t]*(?:[3-9]|[1-9]\d)")
+#: where a line may order against a number larger than ``TAKEN``, after the operator or before it (``comparing``
+#: decides)
+ORDERING = re.compile(r"[<>]=?[ \t]*(?:[3-9]|[1-9]\d)|(?<![\w.])(?:[3-9]|[1-9]\d+)[ \t]*[<>]")
 
 
 def with_branches(module: ast.Module, text: str, filename: str) -> ast.Module:
