@@ -18,6 +18,8 @@ from .unknown import Run
 #: the name each ``if`` ordering against a number hands its test to, in the tree's code (``Tree.builtins``)
 BRANCH = "__sglang_draft_layout_branch__"
 _ORDERS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+#: the fields of a statement (and of an except handler or match case) holding statements
+BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 #: the base probes (``paths.PROBES``) take each layout parameter (sequences, topk, steps) at 1, 2 and more: a comparison
 #: of one with a number up to this went both ways on them already
 TAKEN = 2
@@ -71,7 +73,7 @@ def _with_branches(stmt: ast.AST, filename: str, lines: list[int]) -> ast.AST:
         return stmt
     fields = {
         name: new
-        for name in ("body", "orelse", "finalbody", "handlers", "cases")
+        for name in BODIES
         if isinstance(old := getattr(stmt, name, None), list) and (new := _body(old, filename, lines)) is not old
     }
     if isinstance(stmt, ast.If) and comparing(stmt.test):

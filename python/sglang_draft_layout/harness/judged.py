@@ -12,7 +12,6 @@ import ast
 import difflib
 import hashlib
 import inspect
-import re
 import types
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any, Collection, Iterator, Mapping, Optional
 
 from .coverage import Lines, layout_statements
 from .invariant import GUARDED, Verdict, judge, judge_paths
-from .paths import DraftPath
+from .paths import MARGIN, DraftPath
 from .world import Tree, compile_module
 
 #: (file name, text) -> its tree and its code, for every tree of the process (a check judges the tree before and
@@ -30,7 +29,7 @@ _CODE: dict[tuple[str, str], types.CodeType] = {}
 _TEXTS_KEPT = 128
 
 
-def _remember(memo: dict, key: tuple[str, str], make: Any) -> Any:
+def _remember(memo: dict, key: tuple, make: Any) -> Any:
     if key not in memo:
         if len(memo) >= _TEXTS_KEPT:
             del memo[next(iter(memo))]
@@ -109,7 +108,7 @@ def _class_statement(code: types.CodeType, text: str, filename: str, name: str) 
             return None
         first, last = bodies[-1].co_firstlineno, max(_code_lines(bodies[-1]))
         lines = text.split("\n")  # as Python numbers them (a form feed ends no line)
-        end = next((n for n in range(last, len(lines)) if _MARGIN.match(lines[n])), len(lines))
+        end = next((n for n in range(last, len(lines)) if MARGIN.match(lines[n])), len(lines))
         try:
             module = ast.parse("\n" * (first - 1) + "\n".join(lines[first - 1 : end]), filename)  # at its lines
         except SyntaxError:
@@ -119,10 +118,6 @@ def _class_statement(code: types.CodeType, text: str, filename: str, name: str) 
         return module.body[0]
 
     return _remember(_CLASSES, (filename, text, name), parse)
-
-
-#: a line at the left margin that is code (not blank, not a comment, not closing a bracket)
-_MARGIN = re.compile(r"[^\s#)\]}]")
 
 
 def _code_lines(code: types.CodeType) -> Iterator[int]:

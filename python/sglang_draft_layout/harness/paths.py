@@ -110,14 +110,15 @@ class Outcome:
 
 
 _CLASS = re.compile(r"^class (\w+)", re.MULTILINE)
-_TOP = re.compile(r"^[^\s#)\]}]", re.MULTILINE)
+#: a line at the left margin that is code (not blank, not a comment, not closing a bracket)
+MARGIN = re.compile(r"^[^\s#)\]}]", re.MULTILINE)
 
 
 def _class_blocks(text: str) -> list[tuple[str, str]]:
     """(name, text) of each top-level class, cut at the next top-level statement (no parse)."""
     blocks = []
     for match in _CLASS.finditer(text):
-        end = _TOP.search(text, match.end())
+        end = MARGIN.search(text, match.end())
         blocks.append((match.group(1), text[match.start() : end.start() if end else len(text)]))
     return blocks
 

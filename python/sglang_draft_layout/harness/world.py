@@ -18,7 +18,7 @@ import types
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .branches import BRANCH, ORDERING, Branches, with_branches
+from .branches import BODIES, BRANCH, ORDERING, Branches, with_branches
 from .unknown import TREE_FILES, Run, ServerArgsDict, Unknown, server_args
 
 KERNEL = "generate_draft_decode_kv_indices"
@@ -190,12 +190,12 @@ def _self_stores(node: ast.ClassDef, text: str) -> frozenset[str]:
 
     def statements(body: list) -> None:
         for stmt in body:
-            nested = [field for field in _BODIES if getattr(stmt, field, None)]
+            nested = [field for field in BODIES if getattr(stmt, field, None)]
             if not nested and "for" in "\n".join(lines[stmt.lineno - 1 : stmt.end_lineno]):
                 walk(stmt)
                 continue
             for field, value in ast.iter_fields(stmt):
-                if field in _BODIES:
+                if field in BODIES:
                     statements([i for i in value if isinstance(i, ast.stmt)])
                     for clause in (i for i in value if not isinstance(i, ast.stmt)):  # except handlers, match cases
                         walk_clause(clause)
@@ -215,8 +215,7 @@ def _self_stores(node: ast.ClassDef, text: str) -> frozenset[str]:
     return frozenset(found)
 
 
-#: the fields of a statement holding statements, and those holding its assignment targets
-_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
+#: the fields of a statement holding its assignment targets
 _TARGETS = ("targets", "target")
 
 
