@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import builtins
 
-from sglang_draft_layout.harness.branches import BRANCH, Branches, comparing, numbers, with_branches
+from sglang_draft_layout.harness.branches import BRANCH, Branches, numbers, with_branches
 from sglang_draft_layout.harness.paths import Probe, past
 from sglang_draft_layout.harness.unknown import Run
 
@@ -28,7 +28,7 @@ def f(num_seqs, rows):
 
 def test_only_an_ordering_against_a_number_past_what_the_probes_take_is_recorded():
     tests = ["num_seqs <= 4", "bs > 16", "a and 1 < bs < 8", "4 >= x", "x > 1", "x is None", "x == 8", "a < b"]
-    assert [comparing(ast.parse(t, mode="eval").body) for t in tests] == [True] * 4 + [False] * 4
+    assert [bool(numbers(ast.parse(t, mode="eval").body)) for t in tests] == [True] * 4 + [False] * 4
 
 
 def test_the_probes_past_a_number_take_sequences_then_topk_then_steps_within_their_bounds():
@@ -55,7 +55,7 @@ def test_each_way_is_recorded_in_runs_only():
     assert f(9, None) == "none" and f(9, 0) == "many" and branches.ways == {}  # outside a run: module code
     with Run():
         assert (f(1, 0), f(3, 0)) == ("few", "few")
-    assert branches.one_way() == [("f.py", 4, "num_seqs <= 4")]
+    assert branches.one_way() == [("f.py", 4, "num_seqs <= 4", (4,))]
     with Run():
         assert f(8, 0) == "many"
     assert branches.one_way() == []

@@ -1,6 +1,6 @@
 """Which way each ``if`` ordering against a number went in a tree's runs: where the probes need more.
 
-``Branches`` records which way each ``if`` ordering against a number (``comparing``: ``num_seqs <= 4``) went in
+``Branches`` records which way each ``if`` ordering against a number (``numbers``: ``num_seqs <= 4``) went in
 the runs, its test handed to it (the tree's code as ``with_branches`` compiles it): one that every run took the
 same way is what the harness runs more probes for (``invariant.judge``: probes one past its number, ``paths.past``).
 """
@@ -39,19 +39,15 @@ def numbers(test: ast.expr) -> list[int]:
     ]
 
 
-def comparing(test: ast.expr) -> bool:
-    """A test ordering against an int larger than ``TAKEN`` (``numbers``)."""
-    return bool(numbers(test))
-
-
-#: where a line may order against a number larger than ``TAKEN``, after the operator or before it (``comparing``
+#: where a line may order against a number larger than ``TAKEN``, after the operator or before it (``numbers``
 #: decides)
 ORDERING = re.compile(r"[<>]=?[ \t]*(?:[3-9]|[1-9]\d)|(?<![\w.])(?:[3-9]|[1-9]\d+)[ \t]*[<>]")
 
 
 def with_branches(module: ast.Module, text: str, filename: str) -> ast.Module:
-    """``module`` (``text`` parsed) with each ``if`` whose test is ``comparing`` testing ``BRANCH((filename, line,
-    the test's text), test)``; the parsed tree is never changed (a statement holding none is the parsed one)."""
+    """``module`` (``text`` parsed) with each ``if`` whose test orders against ``numbers`` testing
+    ``BRANCH((filename, line, the test's text, those numbers), test)``; the parsed tree is never changed (a statement
+    holding none is the parsed one)."""
     lines, line, at = [], 1, 0
     for match in ORDERING.finditer(text):
         line, at = line + text.count("\n", at, match.start()), match.start()
@@ -76,9 +72,10 @@ def _with_branches(stmt: ast.AST, filename: str, lines: list[int]) -> ast.AST:
         for name in BODIES
         if isinstance(old := getattr(stmt, name, None), list) and (new := _body(old, filename, lines)) is not old
     }
-    if isinstance(stmt, ast.If) and comparing(stmt.test):
+    ordered = numbers(stmt.test) if isinstance(stmt, ast.If) else []
+    if ordered:
         where = {k: getattr(stmt.test, k) for k in ("lineno", "col_offset", "end_lineno", "end_col_offset")}
-        key = ast.Constant((filename, stmt.lineno, ast.unparse(stmt.test)), **where)
+        key = ast.Constant((filename, stmt.lineno, ast.unparse(stmt.test), tuple(ordered)), **where)
         fields["test"] = ast.Call(ast.Name(BRANCH, ast.Load(), **where), [key, stmt.test], [], **where)
     if not fields:
         return stmt
@@ -89,17 +86,17 @@ def _with_branches(stmt: ast.AST, filename: str, lines: list[int]) -> ast.AST:
 
 
 class Branches:
-    """Which way each ``if`` whose test is ``comparing`` went, in runs (outside one: a module's own code, not
-    recorded)."""
+    """Which way each ``if`` ordering against ``numbers`` went, in runs (outside one: a module's own code, not
+    recorded), by its key: (file, line, test, the numbers)."""
 
     def __init__(self) -> None:
-        self.ways: dict[tuple[str, int, str], set[bool]] = {}
+        self.ways: dict[tuple[str, int, str, tuple[int, ...]], set[bool]] = {}
 
-    def __call__(self, key: tuple[str, int, str], value: Any) -> Any:
+    def __call__(self, key: tuple[str, int, str, tuple[int, ...]], value: Any) -> Any:
         if type(value) is bool and Run.current is not None:  # an unknown's is decided both ways (``paths.explore``)
             self.ways.setdefault(key, set()).add(value)
         return value
 
-    def one_way(self) -> list[tuple[str, int, str]]:
-        """(file, line, test) of each that every run so far took the same way."""
+    def one_way(self) -> list[tuple[str, int, str, tuple[int, ...]]]:
+        """The key of each that every run so far took the same way."""
         return [key for key, ways in self.ways.items() if len(ways) == 1]

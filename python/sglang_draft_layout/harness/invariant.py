@@ -10,13 +10,11 @@ probe (``paths.run_path``) and says, one line each, where it differs.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Iterator, Optional
 
 from ..speculative import eagle_utils, spec_utils
-from .branches import numbers
 from .paths import (
     CONTEXT_LEN,
     EXTRA,
@@ -216,7 +214,7 @@ def _probes(tree: Tree) -> Iterator[tuple[Probe, str]]:
             (
                 (key, probe)
                 for key in tree.branches.one_way()
-                for number in numbers(ast.parse(key[2], mode="eval").body)
+                for number in key[3]
                 for probe in past(number)
                 if probe not in tried
             ),
@@ -224,7 +222,7 @@ def _probes(tree: Tree) -> Iterator[tuple[Probe, str]]:
         )
         if found is None:
             return
-        (filename, line, test), probe = found
+        (filename, line, test, _numbers), probe = found
         tried.add(probe)
         yield probe, f"{probe} (for `if {test[:60]}:` at {filename.rpartition('sglang/')[2]}:{line})"
 
