@@ -35,7 +35,14 @@ DEMO_RELEASE = "0.5.12"
 #: ANSI colours of a state, by what it means for the user
 _RED, _YELLOW, _GREEN, _BOLD, _RESET = "\033[31m", "\033[33m", "\033[32m", "\033[1m", "\033[0m"
 _UNBROKEN = "\0"  # a space that textwrap does not break at
-_PLURALS = {api.HELPER: "helpers", api.CALL_SITE: "call sites", api.TEST: "tests", api.KEEP_COMMENT: "keep comments"}
+_PLURALS = {
+    api.HELPER: "helpers",
+    api.CALL_SITE: "call sites",
+    api.TEST: "test files",
+    api.KEEP_COMMENT: "keep comments",
+}
+#: a kind's name in a count of one, where it is not the kind itself (a CPU test and its harness: two test files)
+_SINGULARS = {api.TEST: "test file"}
 
 
 def package_version() -> str:
@@ -131,11 +138,11 @@ def stderr() -> Printer:
 
 
 def plural(count: int, kind: str) -> str:
-    return f"{count} {kind if count == 1 else _PLURALS.get(kind, kind + 's')}"
+    return f"{count} {_SINGULARS.get(kind, kind) if count == 1 else _PLURALS.get(kind, kind + 's')}"
 
 
 def summary(report: Report) -> str:
-    """``3 helpers to patch; 17 call sites: 16 to patch, 1 kept by the fork; 1 test to write; 3 call
+    """``3 helpers to patch; 17 call sites: 16 to patch, 1 kept by the fork; 2 test files to write; 3 call
     sites not in this release``: each kind counted apart, with the states of its items (which add up
     to its count), and the sites the tree does not have (rules for other releases) counted last,
     apart from the sites it has."""

@@ -8,6 +8,7 @@ Each file is registered to a suite the fork's own ``test/run_suite.py`` runs per
 GPU CI) only when asked for (``TestOptions.gpu_test``) or when the fork already has it. On a
 tree with no site left to patch (upstream 0.5.13 or later, or a fork patched before) a test
 not there yet is written only when asked for (``TestOptions.asks``); one there is kept up to date.
+The CPU test imports the harness ``check`` runs from a module written and kept with it (``HARNESS``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ FORK_TESTS = (
     ("test/registered/unit/speculative/test_draft_layout.py", "registered_cpu", "registered CPU test"),
     ("test/registered/spec/eagle/test_draft_layout_exact.py", "registered_gpu", "registered GPU test"),
 )
+#: (path under the fork root, template module, what it is) of the module the CPU test imports its harness from:
+#: test support in the package, as SGLang keeps its own (``sglang.test.test_utils``), written with that test
+HARNESS = ("python/sglang/test/draft_layout_harness.py", "draft_layout_harness", "the CPU test's harness")
 #: template -> (the HWBackend its register call names, the CLI option naming its suite)
 BACKENDS = {"registered_cpu": ("CPU", "--cpu-suite"), "registered_gpu": ("CUDA", "--cuda-suite")}
 _EMBED = re.compile(r"^# sglang-draft-layout: embed ([\w.]+)\n\n*", re.MULTILINE)
@@ -338,5 +342,9 @@ def generated_files(
         gone = kept is not None and suites is not None and not suites.accepts(BACKENDS[template][0], kept)
         label = f"{what} (suite {suite}" + (f"; was {kept}, not a suite of the fork)" if gone else ")")
         text = with_suite(render(template, kept_paths), suite, target.line_length)
+        if template == "registered_cpu":
+            harness = root / HARNESS[0]
+            stored_harness = StoredText.read(harness) if harness.is_file() else None
+            files.append(GeneratedFile(harness, HARNESS[2], render(HARNESS[1]), stored_harness))
         files.append(GeneratedFile(path, label, text, stored))
     return files, notes

@@ -21,7 +21,7 @@ import pytest
 
 from sglang_draft_layout import cli
 from sglang_draft_layout.fork_suites import choose_suite, read_suites
-from sglang_draft_layout.fork_tests import render, with_suite
+from sglang_draft_layout.fork_tests import HARNESS, render, with_suite
 
 from scratch_fork import CPU_TEST, GPU_TEST, RUN_SUITES, git, make_fork
 
@@ -95,12 +95,6 @@ def test_no_fitting_suite(tmp_path):
     assert (choose_suite(suites, "CPU"), choose_suite(suites, "CUDA")) == (None, None)
 
 
-def written_tests(capsys) -> dict[str, tuple[str, str]]:
-    """(what, state) of each test file a JSON report (the last command's output) lists."""
-    sites = json.loads(capsys.readouterr().out)["sites"]
-    return {site["file"]: (site["class_method"], site["state"]) for site in sites if site["kind"] == "test"}
-
-
 @pytest.mark.parametrize("era", sorted(ERAS))
 def test_the_forks_own_run_suite_accepts_and_selects_the_written_tests(era, tmp_path, capsys):
     version, register, cpu, cuda, validates = ERAS[era]
@@ -109,6 +103,7 @@ def test_the_forks_own_run_suite_accepts_and_selects_the_written_tests(era, tmp_
     assert written_tests(capsys) == {
         CPU_TEST: (f"registered CPU test (suite {cpu})", "written now"),
         GPU_TEST: (f"registered GPU test (suite {cuda})", "written now"),
+        HARNESS[0]: (HARNESS[2], "written now"),
     }
     assert selected(fork, "cpu", cpu, register) == {"selected": [CPU_TEST], "validated": validates}
     assert selected(fork, "cuda", cuda, register) == {"selected": [GPU_TEST], "validated": validates}

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from sglang_draft_layout import api, cli
+from sglang_draft_layout.fork_tests import HARNESS
 from sglang_draft_layout.releases import cache_dir
 
 pytestmark = pytest.mark.releases
@@ -101,9 +102,9 @@ def test_files_cover_every_file_check_reads_in_the_draft_folders_and_the_fork_te
     monkeypatch.setattr(builtins, "open", tracing_open)
     monkeypatch.setattr(io, "open", tracing_open)
     report = api.check(fork, gpu_test=True)
-    assert report.exit_code == 0 and report.kinds()["test"] == 2
+    assert report.exit_code == 0 and report.kinds()["test"] == 3
     files = re.compile(manifest()[HOOK]["files"])
-    draft = ("python/sglang/srt/layers/attention/", "python/sglang/srt/speculative/", "test/")
+    draft = ("python/sglang/srt/layers/attention/", "python/sglang/srt/speculative/", "test/", HARNESS[0])
     assert {item.file for item in report.items if item.line or item.kind == api.TEST} <= read
     assert [path for path in read if path.startswith(draft) and not files.search(path)] == []
     assert "test/run_suite.py" in read

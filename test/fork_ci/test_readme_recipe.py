@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from pre_commit.clientlib import load_manifest
+from sglang_draft_layout.fork_tests import HARNESS
 
 from scratch_fork import CPU_TEST, GPU_TEST, git
 from test_precommit_hook import readme_snippet
@@ -97,8 +98,9 @@ def test_the_readme_recipe_from_check_to_the_upgraded_fork(upstream, tmp_path, s
     ]
     checked = shell(fork, check)
     assert checked.returncode == 1, checked.stdout + checked.stderr
-    assert "3 helpers to patch; 17 call sites to patch; 1 test to write; 3 call sites not in this release" in " ".join(
-        checked.stdout.split()
+    assert (
+        "3 helpers to patch; 17 call sites to patch; 2 test files to write; 3 call sites not in this release"
+        in " ".join(checked.stdout.split())
     )
     assert checked.stdout.endswith("next: run\n  sglang-draft-layout apply .\n")
     diffed = shell(fork, diff)
@@ -109,7 +111,7 @@ def test_the_readme_recipe_from_check_to_the_upgraded_fork(upstream, tmp_path, s
     applied = shell(fork, apply)
     assert applied.returncode == 0, applied.stdout + applied.stderr
     files = written(applied.stdout)
-    assert sum(files.values()) == 1 and len(files) == 10  # 9 files patched, the CPU test new
+    assert sum(files.values()) == 2 and len(files) == 11  # 9 files patched, the CPU test and its harness new
     [git_add] = [line.strip() for line in applied.stdout.splitlines() if line.startswith("  git add ")]
     assert shell(fork, git_add).returncode == 0
     staged = git(fork, "status", "--porcelain").splitlines()
@@ -149,7 +151,9 @@ def test_the_readme_recipe_from_check_to_the_upgraded_fork(upstream, tmp_path, s
     done = shell(fork, commit)
     assert done.returncode == 0, done.stdout + done.stderr
     assert git(fork, "status", "--porcelain") == "" and git(fork, "log", "-1", "--format=%P").count(" ") == 1
-    assert git(fork, "diff", "--name-only", "v0.5.13", "HEAD", "--", "python") == ""  # upstream's package
+    assert (
+        git(fork, "diff", "--name-only", "v0.5.13", "HEAD", "--", "python") == f"{HARNESS[0]}\n"
+    )  # upstream's package, and the test's harness
     assert 'suite="base-a-test-cpu"' in (fork / CPU_TEST).read_text()
 
 
@@ -165,7 +169,7 @@ def test_the_readme_revert_before_committing_leaves_no_trace(fork, shell, flags)
     applied = shell(fork, f"sglang-draft-layout apply {flags} .".replace("  ", " "))
     assert applied.returncode == 0, applied.stdout + applied.stderr
     new = [path for path, is_new in written(applied.stdout).items() if is_new]
-    assert new == [CPU_TEST, GPU_TEST][: 2 if flags else 1]
+    assert new == [HARNESS[0], CPU_TEST, GPU_TEST][: 3 if flags else 2]
     assert "test/registered/unit/speculative" not in before and (fork / "test/registered/unit/speculative").is_dir()
     [command] = re.findall(r"Not yet committed: `([^`]+)`", README)
     command = " ".join(command.split()).replace("<the files apply listed as new>", " ".join(map(shlex.quote, new)))

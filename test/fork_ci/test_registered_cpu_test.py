@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from scratch_fork import CPU_TEST, ci_register, make_fork
 from sglang_draft_layout import cli
-from sglang_draft_layout.fork_tests import render
+from sglang_draft_layout.fork_tests import HARNESS, render
 from support import fork_edits
 
 pytestmark = pytest.mark.releases
@@ -58,9 +58,9 @@ def run_generated(python: Path, *forks: Path) -> list[subprocess.CompletedProces
     return results
 
 
-def cpu_test_state(capsys) -> str:
-    """The CPU test's state in the JSON report just printed."""
-    [state] = [s["state"] for s in json.loads(capsys.readouterr().out)["sites"] if s["file"] == CPU_TEST]
+def cpu_test_state(capsys, file: str = CPU_TEST) -> str:
+    """The CPU test's (or another written ``file``'s) state in the JSON report just printed."""
+    [state] = [s["state"] for s in json.loads(capsys.readouterr().out)["sites"] if s["file"] == file]
     return state
 
 
@@ -82,12 +82,21 @@ def test_apply_writes_it_once_and_check_reports_it(fork, capsys):
     assert cpu_test_state(capsys) == "stale"
     assert cli.main(["apply", str(fork)]) == 0
     assert written.read_text() == render("registered_cpu")
+    harness = fork / HARNESS[0]
+    assert harness.read_text() == render(HARNESS[1])
+    harness.write_text(harness.read_text() + "# edited by the fork\n")
+    capsys.readouterr()
+    assert cli.main(["check", "--format", "json", str(fork)]) == 1
+    assert cpu_test_state(capsys, HARNESS[0]) == "stale"
+    assert cli.main(["apply", str(fork)]) == 0
+    assert harness.read_text() == render(HARNESS[1])
 
 
 def test_no_tests_leaves_it_out(fork, capsys):
     """Patched without it, the fork has nothing left to do; --tests writes it still."""
     assert cli.main(["apply", "--no-tests", str(fork)]) == 0
     assert not (fork / "test/registered/unit/speculative").exists()
+    assert not (fork / HARNESS[0]).exists()
     assert cli.main(["check", "--no-tests", str(fork)]) == 0
     assert cli.main(["check", str(fork)]) == 0
     assert cli.main(["diff", "--exit-code", str(fork)]) == 0
@@ -109,6 +118,7 @@ def test_a_failed_write_leaves_no_file_and_no_folder(fork, monkeypatch):
     before = {p: p.read_text() for p in (fork / "python/sglang/srt").rglob("*.py")}
     assert cli.main(["apply", str(fork)]) == 2
     assert not (fork / "test/registered/unit/speculative").exists()
+    assert not (fork / HARNESS[0]).exists()
     assert {p: p.read_text() for p in before} == before
 
 
@@ -125,6 +135,7 @@ def test_collected_by_the_forks_own_collector(fork):
 def test_passes_patched_fails_unpatched(fork, proof_python, tmp_path):
     (fork / CPU_TEST).parent.mkdir(parents=True)
     (fork / CPU_TEST).write_text(render("registered_cpu"))
+    (fork / HARNESS[0]).write_text(render(HARNESS[1]))
     patched_fork = make_fork(tmp_path / "patched-fork")
     assert cli.main(["apply", str(patched_fork)]) == 0
     unpatched, patched = run_generated(proof_python, fork, patched_fork)

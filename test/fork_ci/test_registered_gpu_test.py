@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from sglang_draft_layout import cli
-from sglang_draft_layout.fork_tests import FORK_TESTS, render
+from sglang_draft_layout.fork_tests import FORK_TESTS, HARNESS, render
 
 from scratch_fork import GPU_TEST, VERSION, ci_register
 from support.sglang_release import pristine_tree
@@ -85,7 +85,7 @@ def test_collected_into_the_cuda_suite(fork):
     assert collected.est_time > 0
 
 
-@pytest.mark.parametrize("template", [template for _path, template, _what in FORK_TESTS])
+@pytest.mark.parametrize("template", [template for _path, template, _what in (*FORK_TESTS, HARNESS)])
 def test_black_and_isort_clean(tmp_path, template):
     path = tmp_path / f"test_{template}.py"
     path.write_text(render(template))

@@ -4,7 +4,8 @@ The templates import what the modules they embed import; `embed` only checks tha
 the import a template lacks. Modules of one package are embedded in order: a relative import is
 met by a module embedded above (or by the template's own import of the same names), never by
 one below; two embedded modules, or one and the template, never define the same name. The CPU
-test embeds the harness (its modules but the torch stand-in), verbatim.
+test's harness module embeds the harness (its modules but the torch stand-in), verbatim; the test
+imports it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from sglang_draft_layout import cli, fork_templates
-from sglang_draft_layout.fork_tests import FORK_TESTS, _module_source, _split_imports, embed, render
+from sglang_draft_layout.fork_tests import FORK_TESTS, HARNESS, _module_source, _split_imports, embed, render
 
 pytestmark = pytest.mark.releases
 TEMPLATES = Path(fork_templates.__file__).parent
@@ -43,7 +44,7 @@ def test_check_on_a_fork_imports_no_libcst(fork):
 
 @pytest.mark.parametrize(
     "template, needed",
-    [("registered_gpu", "import numpy as np"), ("registered_cpu", "from __future__ import annotations")],
+    [("registered_gpu", "import numpy as np"), (HARNESS[1], "from __future__ import annotations")],
 )
 def test_a_template_lacking_an_embedded_import_is_refused(template, needed):
     text = (TEMPLATES / f"{template}.py").read_text()
@@ -53,23 +54,28 @@ def test_a_template_lacking_an_embedded_import_is_refused(template, needed):
 
 
 def test_every_template_renders():
-    for _path, template, _what in FORK_TESTS:
+    for _path, template, _what in (*FORK_TESTS, HARNESS):
         assert "# sglang-draft-layout: embed" not in render(template)
 
 
-HARNESS = [
-    f"sglang_draft_layout.harness.{name}" for name in ("unknown", "world", "paths", "invariant", "torch_backend")
+EMBEDDED = [
+    f"sglang_draft_layout.harness.{name}"
+    for name in ("unknown", "branches", "world", "paths", "invariant", "torch_backend")
 ]
-CPU_TEMPLATE = (TEMPLATES / "registered_cpu.py").read_text()
+HARNESS_TEMPLATE = (TEMPLATES / f"{HARNESS[1]}.py").read_text()
 
 
-def test_the_cpu_test_embeds_the_harness_verbatim():
-    rendered = render("registered_cpu")
-    for module in HARNESS:
+def test_the_harness_module_embeds_the_harness_verbatim_and_the_cpu_test_imports_it():
+    rendered = render(HARNESS[1])
+    for module in EMBEDDED:
         assert f"# {module} (sglang-draft-layout), verbatim\n" in rendered
         assert _split_imports(_module_source(module))[1] in rendered
     assert "from ..speculative" not in rendered and "from .unknown" not in rendered
     assert "layout_patterns" not in rendered and "harness.tensors" not in rendered
+    assert "from sglang.test.draft_layout_harness import FACADE, GUARDED, Tree, judge_paths\n" in render(
+        "registered_cpu"
+    )
+    assert HARNESS[0] == "python/sglang/test/draft_layout_harness.py"
 
 
 def marker(module: str) -> str:
@@ -77,34 +83,32 @@ def marker(module: str) -> str:
 
 
 def test_a_relative_import_met_only_below_is_refused():
-    reordered = CPU_TEMPLATE.replace(marker(HARNESS[1]), "").replace(
-        marker(HARNESS[2]), marker(HARNESS[2]) + marker(HARNESS[1])
+    reordered = HARNESS_TEMPLATE.replace(marker(EMBEDDED[2]), "").replace(
+        marker(EMBEDDED[3]), marker(EMBEDDED[3]) + marker(EMBEDDED[2])
     )
     with pytest.raises(ValueError, match="embedded sglang_draft_layout.harness.paths needs `from .world import "):
-        embed(reordered, "registered_cpu")
+        embed(reordered, HARNESS[1])
 
 
 def test_a_relative_import_of_a_module_not_embedded_needs_the_templates_own():
-    text = CPU_TEMPLATE.replace("from sglang.srt.speculative import eagle_utils, spec_utils\n", "")
+    text = HARNESS_TEMPLATE.replace("from sglang.srt.speculative import eagle_utils, spec_utils\n", "")
     with pytest.raises(
         ValueError,
         match="embedded sglang_draft_layout.harness.paths needs `from ..speculative import "
         "eagle_utils` in the template",
     ):
-        embed(text, "registered_cpu")
-    wrong_module = CPU_TEMPLATE.replace("from sglang.srt.speculative import", "from sglang.srt.speculation import")
+        embed(text, HARNESS[1])
+    wrong_module = HARNESS_TEMPLATE.replace("from sglang.srt.speculative import", "from sglang.srt.speculation import")
     with pytest.raises(ValueError, match="needs `from ..speculative import eagle_utils`"):
-        embed(wrong_module, "registered_cpu")
+        embed(wrong_module, HARNESS[1])
 
 
 def test_an_import_an_embedded_module_needs_and_a_name_defined_twice_are_refused():
     with pytest.raises(ValueError, match="embedded sglang_draft_layout.harness.unknown needs `import dis`"):
-        embed(CPU_TEMPLATE.replace("import dis\n", ""), "registered_cpu")
-    twice = CPU_TEMPLATE.replace(
-        "\n\nclass TestDraftLayoutHelpers(", "\n\ndef judge():\n    pass\n\n\nclass TestDraftLayoutHelpers("
-    )
+        embed(HARNESS_TEMPLATE.replace("import dis\n", ""), HARNESS[1])
+    twice = HARNESS_TEMPLATE.replace("\n# fmt: off\n", "\n\ndef judge():\n    pass\n\n\n# fmt: off\n")
     with pytest.raises(
         ValueError,
-        match="embedded sglang_draft_layout.harness.invariant and registered_cpu both define judge",
+        match=f"embedded sglang_draft_layout.harness.invariant and {HARNESS[1]} both define judge",
     ):
-        embed(twice, "registered_cpu")
+        embed(twice, HARNESS[1])

@@ -161,7 +161,7 @@ def test_output_on_a_real_fork_fits_the_terminal(fork, capsys, monkeypatch, colu
                     "helper definition",
                 )
             )
-    summary = "3 helpers patched; 17 call sites patched; 2 tests present; 3 call sites not in this release"
+    summary = "3 helpers patched; 17 call sites patched; 3 test files present; 3 call sites not in this release"
     at = max(i for i, line in enumerate(lines) if not line.startswith("  "))  # the summary, wrapped where narrow
     assert " ".join(line.strip() for line in lines[at:]) == summary
 
@@ -187,7 +187,7 @@ def test_an_up_to_date_fork_has_nothing_to_write(pristine, tmp_path, capsys):
     assert run_cli(root, "diff", "--exit-code", ".").returncode == 0
 
     assert cli.main(["check", "--tests", str(root)]) == 1
-    assert "; 1 test to write" in capsys.readouterr().out
+    assert "; 2 test files to write" in capsys.readouterr().out
     assert cli.main(["apply", "--tests", str(root)]) == 0
     assert (root / CPU_TEST).is_file() and capsys.readouterr()
     assert cli.main(["check", "--format", "json", str(root)]) == 0

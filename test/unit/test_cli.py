@@ -31,6 +31,7 @@ from rule_test_support import (
     write_bystanders,
 )
 from sglang_draft_layout import api, cli
+from sglang_draft_layout.fork_tests import FORK_TESTS, HARNESS
 
 ANSI = re.compile(r"\033\[[0-9;]*m")
 #: upstream's test/run_suite.py of the 0.5.12 era (test/fork_ci/fixtures/run_suite/v0.5.12.py says its source)
@@ -291,8 +292,8 @@ def test_apply_prints_the_git_add_of_every_file_it_wrote(tmp_path, capsys, monke
     lines = out.splitlines()
     new = [line.split()[1] for line in lines if line.startswith("new ")]
     patched = [line.split()[1] for line in lines if line.startswith("patched ")]
-    assert code == 0 and len(new) == 2 and all(path.startswith("test/registered/") for path in new)
-    assert len(patched) == 4 and f"wrote {len(patched) + 2} files (2 new)" in lines
+    assert code == 0 and new == [HARNESS[0], *(path for path, _template, _what in FORK_TESTS)]
+    assert len(patched) == 4 and f"wrote {len(patched) + 3} files (3 new)" in lines
     lead = "SGLang 0.5.12 (_version.py), at "  # the root above: absolute (cut from the left to fit), not ../../..
     assert lines[0] == lead + cli.fit_left(str(root), 80 - len(lead)) and lines[0].endswith(f"/{root.name}")
     assert max(map(len, lines)) <= 80
@@ -622,9 +623,9 @@ def test_colour_on_a_real_terminal(tree):
 def test_api_options_and_overrides(tmp_path, capsys):
     fork = fork_layout(tmp_path, capsys)
     root = tmp_path / "fork"
-    assert api.check(root / "python").kinds()["test"] == 1  # the CPU test; the GPU test only when asked for
+    assert api.check(root / "python").kinds()["test"] == 2  # the CPU test, its harness; the GPU test when asked for
     with_tests = api.check(root / "python", gpu_test=True)
-    assert with_tests.kinds()["test"] == 2 and with_tests.exit_code == 1
+    assert with_tests.kinds()["test"] == 3 and with_tests.exit_code == 1
     assert api.check(root, api.Options(gpu_test=True)).kinds() == with_tests.kinds()
     assert "test" not in api.check(root, tests=False).kinds()
     assert api.check(root, api.Options(tests=False)).kinds() == api.check(root, tests=False).kinds()

@@ -6,12 +6,11 @@ stale when it differs from what the tool would write. Needs nothing but this tre
 * TestDraftLayoutHelpers: the values and asserts of upstream's helpers, the fork's own.
 * TestDraftPaths: every draft path of this tree (the EAGLE workers' draft_forward, the
   multi-step kv_indices backends, DeepSeek-V4-like per-step backends), found and run
-  with this tree's own code and real torch by the harness ``check`` runs (its modules
-  embedded below verbatim; ``fmt: off``: the tool's line length; the tool's caches and
-  the tracing of its own rewrites left out), must give upstream's values on every
-  probe where it shows a draft layout: each step writes and bakes its own row of
-  out_cache_loc, split once; kv_indices rows are num_seqs * topk * max_context_len wide
-  and step i reads draft_kv_indices_used_len(..., i + 1) of row i; FlashInfer's and
+  with this tree's own code and real torch by the harness ``check`` runs (written with
+  this test as python/sglang/test/draft_layout_harness.py), must give upstream's values
+  on every probe where it shows a draft layout: each step writes and bakes its own row
+  of out_cache_loc, split once; kv_indices rows are num_seqs * topk * max_context_len
+  wide and step i reads draft_kv_indices_used_len(..., i + 1) of row i; FlashInfer's and
   FlashInfer-MLA's common_template refuse rows narrower than they fill.
 
 A path the fork keeps (``# sglang-draft-layout: keep``, or ``apply --keep``) is listed in
@@ -20,27 +19,15 @@ A path the fork keeps (``# sglang-draft-layout: keep``, or ``apply --keep``) is 
 
 from __future__ import annotations
 
-import ast
-import bisect
-import builtins
-import contextlib
-import copy
-import dis
-import functools
-import inspect
-import re
-import sys
-import types
 import unittest
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Collection, Iterable, Iterator, Optional
 
 import torch
 
 import sglang
 from sglang.srt.speculative import eagle_utils, spec_utils
 from sglang.test.ci.ci_register import register_cpu_ci
+from sglang.test.draft_layout_harness import FACADE, GUARDED, Tree, judge_paths
 from sglang.test.test_utils import CustomTestCase
 
 register_cpu_ci(est_time=25, suite="stage-a-test-cpu")
@@ -53,16 +40,7 @@ if not hasattr(eagle_utils, "per_step_draft_out_cache_loc"):
 if MISSING:  # upstream's values below come from them: nothing here runs without them
     raise ImportError(f"sglang.srt.speculative has no {', '.join(MISSING)}: run apply")
 
-# fmt: off
 KEPT = ()  # sglang-draft-layout: the paths the fork keeps
-
-# sglang-draft-layout: embed sglang_draft_layout.harness.unknown
-# sglang-draft-layout: embed sglang_draft_layout.harness.branches
-# sglang-draft-layout: embed sglang_draft_layout.harness.world
-# sglang-draft-layout: embed sglang_draft_layout.harness.paths
-# sglang-draft-layout: embed sglang_draft_layout.harness.invariant
-# sglang-draft-layout: embed sglang_draft_layout.harness.torch_backend
-# fmt: on
 
 
 class TestDraftLayoutHelpers(CustomTestCase):

@@ -1,0 +1,40 @@
+"""The harness test/registered/unit/speculative/test_draft_layout.py runs.
+
+Written by sglang-draft-layout (``apply``) beside that test; ``sglang-draft-layout check``
+reports it stale when it differs from what the tool would write. It finds every draft path
+of this tree (the EAGLE workers' draft_forward, the multi-step kv_indices backends,
+DeepSeek-V4-like per-step backends), runs each with this tree's own code and real torch on
+probes, and holds what it does against upstream's values: ``judge_paths``. Its modules are
+the tool's, those ``check`` runs, verbatim (``fmt: off``: the tool's line length; the
+tool's caches and the tracing of its own rewrites left out).
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import builtins
+import contextlib
+import copy
+import dis
+import functools
+import inspect
+import re
+import sys
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Collection, Iterable, Iterator, Optional
+
+import torch
+
+from sglang.srt.speculative import eagle_utils, spec_utils
+
+# fmt: off
+# sglang-draft-layout: embed sglang_draft_layout.harness.unknown
+# sglang-draft-layout: embed sglang_draft_layout.harness.branches
+# sglang-draft-layout: embed sglang_draft_layout.harness.world
+# sglang-draft-layout: embed sglang_draft_layout.harness.paths
+# sglang-draft-layout: embed sglang_draft_layout.harness.invariant
+# sglang-draft-layout: embed sglang_draft_layout.harness.torch_backend
+# fmt: on
