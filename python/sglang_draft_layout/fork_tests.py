@@ -93,8 +93,9 @@ def _module_source(module: str) -> str:
     return Path(spec.origin).read_text(encoding="utf-8")
 
 
-def _split_imports(source: str) -> tuple[list[tuple[str, str, Optional[str]]], str]:
-    """((module, name or "", alias) of each top-level import, the rest of the body's text).
+def _split_imports(source: str) -> tuple[list[tuple[str, str, Optional[str]]], str, set[str]]:
+    """((module, name or "", alias) of each top-level import, the rest of the body's text, the names
+    its top-level statements define).
 
     A relative import's module keeps its leading dots (``..speculative``). The module's
     docstring and its top-level import statements are left out of the text.
@@ -114,7 +115,7 @@ def _split_imports(source: str) -> tuple[list[tuple[str, str, Optional[str]]], s
             continue
         dropped.update(range(stmt.lineno - 1, stmt.end_lineno))
     body = "".join(line for number, line in enumerate(lines) if number not in dropped)
-    return imports, body.strip("\n") + "\n"
+    return imports, body.strip("\n") + "\n", _defined(tree)
 
 
 def _bound(tree: ast.Module, module: str, name: str, alias: Optional[str]) -> bool:
@@ -136,10 +137,10 @@ def _bound(tree: ast.Module, module: str, name: str, alias: Optional[str]) -> bo
     return False
 
 
-def _defined(text: str) -> set[str]:
+def _defined(tree: ast.Module) -> set[str]:
     """The names a module's top-level statements define (imports left out)."""
     names: set[str] = set()
-    for stmt in parse(text).body:
+    for stmt in tree.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(stmt.name)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
@@ -183,9 +184,10 @@ def embed(text: str, template: str) -> str:
     module imported whole, ``from . import arrays``, is bound to this file, ``sys.modules``).
     A name that two embedded modules, or one and the template, define is an error too.
     """
-    template_names = _defined(text) | {
+    tree = parse(text)  # its imports: what embedding adds has none
+    template_names = _defined(tree) | {
         (a.asname or a.name).split(".")[0]
-        for s in parse(text).body
+        for s in tree.body
         if isinstance(s, (ast.Import, ast.ImportFrom))
         for a in s.names
     }
@@ -193,9 +195,8 @@ def embed(text: str, template: str) -> str:
     whole_modules: set[str] = set()  # the names bound to this file for `from . import NAME`
     for marker in list(_EMBED.finditer(text)):
         module = marker.group(1)
-        imports, body = _split_imports(_module_source(module))
+        imports, body, own = _split_imports(_module_source(module))
         package = module.rpartition(".")[0]
-        tree = parse(text)
         bindings = []
         for imported, name, alias in imports:
             absolute = _absolute(imported, package)
@@ -216,7 +217,6 @@ def embed(text: str, template: str) -> str:
                     raise ValueError(f"{template}: the embedded {module} needs `{line}`: not in {absolute}")
             elif not _bound(tree, imported, name, alias):
                 raise ValueError(f"{template}: the embedded {module} needs `{line}` in the template")
-        own = _defined(body)
         for other, names in [(template, template_names), *embedded.items()]:
             clash = sorted(own & names)
             if clash:
