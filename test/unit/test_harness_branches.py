@@ -31,11 +31,13 @@ def test_only_an_ordering_against_a_number_past_what_the_probes_take_is_recorded
     assert [bool(numbers(ast.parse(t, mode="eval").body)) for t in tests] == [True] * 4 + [False] * 4
 
 
-def test_the_probes_past_a_number_take_sequences_then_topk_then_steps_within_their_bounds():
+def test_the_probes_past_a_number_take_sequences_topk_steps_then_context_within_their_bounds():
     assert sorted(numbers(ast.parse("a and 1 < bs < 8 or n >= 12", mode="eval").body)) == [8, 12]
-    assert past(4) == [Probe(5, 1, 3), Probe(2, 5, 3), Probe(2, 2, 5)]
+    assert past(4) == [Probe(5, 1, 3), Probe(2, 5, 3), Probe(2, 2, 5)]  # context 5: the side every probe took
     assert past(16) == [Probe(17, 1, 3), Probe(2, 17, 3)]  # 17 steps: past the steps' bound
-    assert past(128) == []
+    assert past(100) == [Probe(101, 1, 3), Probe(2, 101, 3), Probe(2, 2, 3, 101)]
+    assert past(256) == [Probe(257, 1, 3), Probe(2, 2, 3, 257)]
+    assert past(1 << 16) == []
 
 
 def test_the_parsed_tree_is_left_as_it_is():
