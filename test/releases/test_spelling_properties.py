@@ -546,6 +546,76 @@ def test_a_capacity_check_for_up_to_12_sequences_is_run_past_12(fresh, condition
     assert "without a capacity check" in err
 
 
+#: 27338's check as the fork writes it in FlashInfer's common_template (``checked_only_if``)
+FORK_CHECK = CHECK_27338.format(
+    need="seq_lens_sum * self.topk + bs * self.speculative_num_steps", width="kv_indices_buffer.shape[1]"
+)
+
+
+def checked_only_if(condition: str, otherwise: str = "") -> Callable[[Path], None]:
+    """The fork's capacity check in FlashInfer's common_template, run only ``if condition:`` (``otherwise`` else)."""
+    scope = "FlashInferMultiStepDraftBackend.common_template"
+    check = branch(condition, FORK_CHECK, otherwise)
+    return edit(draft_backend("flashinfer").file, scope, KERNEL_LAUNCH, check + "\n" + KERNEL_LAUNCH)
+
+
+@pytest.mark.parametrize(
+    "condition, past",
+    [
+        ("num_seqs < 256", "bs 257, topk 1, 3 steps"),
+        ("self.max_context_len <= 100", "bs 2, topk 2, 3 steps, context 101"),
+    ],
+)
+def test_a_capacity_check_for_fewer_sequences_or_a_shorter_context_is_run_past_the_ifs_number(fresh, condition, past):
+    """Under ``if num_seqs < 256:`` (past 128 sequences, the bound the probes had) or ``if self.max_context_len <=
+    100:`` (every probe took context 64; apply exited 0, and at context 128 real torch ran the kernel on rows 39 wide
+    for the 40 it writes, where upstream's check stops them) the probe past the number finds the rows unchecked."""
+    root = fresh()
+    checked_only_if(condition)(root)
+    before = tree_digest(root)
+    code, err = apply(root)
+    assert code == 2 and tree_digest(root) == before, err
+    assert f"{past} (for `if {condition}:` at srt/layers/attention/flashinfer_backend.py:" in err
+    assert "without a capacity check" in err
+
+
+def test_a_capacity_check_for_up_to_a_constants_number_of_sequences_is_run_past_it(fresh):
+    """Under ``if num_seqs <= MAX_SMALL:`` (a constant of 12: apply exited 0, the number unread) the probe one past
+    the constant's number finds the rows unchecked."""
+    root = fresh()
+    check = "        MAX_SMALL = 12\n" + branch("num_seqs <= MAX_SMALL", FORK_CHECK)
+    scope = "FlashInferMultiStepDraftBackend.common_template"
+    edit(draft_backend("flashinfer").file, scope, KERNEL_LAUNCH, check + "\n" + KERNEL_LAUNCH)(root)
+    before = tree_digest(root)
+    code, err = apply(root)
+    assert code == 2 and tree_digest(root) == before, err
+    assert (
+        "bs 13, topk 1, 3 steps (for `if num_seqs <= MAX_SMALL:` at srt/layers/attention/flashinfer_backend.py:" in err
+    )
+    assert "without a capacity check" in err
+
+
+def test_a_capacity_check_under_an_if_no_probe_takes_the_other_way_is_refused_naming_it(fresh):
+    """Past 1000 sequences no probe goes (``harness.paths.PAST_AT_MOST``): the ``if`` went one way on every probe,
+    and its other side, unjudged, refuses the patch (apply exited 0 before)."""
+    root = fresh()
+    checked_only_if("num_seqs <= 1000")(root)
+    before = tree_digest(root)
+    code, err = apply(root)
+    assert code == 2 and tree_digest(root) == before, err
+    assert "`if num_seqs <= 1000:` at srt/layers/attention/flashinfer_backend.py:" in err
+    assert "went the same way on every probe: its other side cannot be judged" in err
+
+
+def test_a_capacity_check_on_both_sides_of_an_if_on_the_context_is_patched(fresh):
+    """The same check on both sides of ``if self.max_context_len <= 100:``: patched, and upstream's values on the
+    yardstick's probes and the probe past 100 (context 101)."""
+    root = fresh()
+    checked_only_if("self.max_context_len <= 100", FORK_CHECK)(root)
+    assert apply(root)[0] == 0
+    assert not_upstream(root / "sglang") == {}
+
+
 def split_chain(d: Drawn, source: str, batch: list, moves: list) -> tuple[str, str]:
     """``source`` viewed [bs, topk, steps], steps moved first, flattened to [steps, bs * topk]; and the lines
     binding the locals it uses (``LOCALS``, indented for the method's body), or none."""

@@ -26,16 +26,19 @@ def f(num_seqs, rows):
 """
 
 
-def test_only_an_ordering_against_a_number_past_what_the_probes_take_is_recorded():
-    tests = ["num_seqs <= 4", "bs > 16", "a and 1 < bs < 8", "4 >= x", "x > 1", "x is None", "x == 8", "a < b"]
-    assert [bool(numbers(ast.parse(t, mode="eval").body)) for t in tests] == [True] * 4 + [False] * 4
+def test_only_an_ordering_against_a_number_past_what_the_probes_take_or_a_constant_is_recorded():
+    tests = ["num_seqs <= 4", "bs > 16", "a and 1 < bs < 8", "4 >= x", "x < MAX_BS", "MAX_BS >= x"]
+    tests += ["x > 1", "x is None", "x == 8", "a < b", "x < Max", "x < self.MAX_BS"]
+    assert [bool(numbers(ast.parse(t, mode="eval").body)) for t in tests] == [True] * 6 + [False] * 6
 
 
-def test_the_probes_past_a_number_take_sequences_then_topk_then_steps_within_their_bounds():
-    assert sorted(numbers(ast.parse("a and 1 < bs < 8 or n >= 12", mode="eval").body)) == [8, 12]
-    assert past(4) == [Probe(5, 1, 3), Probe(2, 5, 3), Probe(2, 2, 5)]
+def test_the_probes_past_a_number_take_sequences_topk_steps_then_context_within_their_bounds():
+    assert sorted(n.value for n in numbers(ast.parse("a and 1 < bs < 8 or n >= 12", mode="eval").body)) == [8, 12]
+    assert past(4) == [Probe(5, 1, 3), Probe(2, 5, 3), Probe(2, 2, 5)]  # context 5: the side every probe took
     assert past(16) == [Probe(17, 1, 3), Probe(2, 17, 3)]  # 17 steps: past the steps' bound
-    assert past(128) == []
+    assert past(100) == [Probe(101, 1, 3), Probe(2, 101, 3), Probe(2, 2, 3, 101)]
+    assert past(256) == [Probe(257, 1, 3), Probe(2, 2, 3, 257)]
+    assert past(1 << 16) == []
 
 
 def test_the_parsed_tree_is_left_as_it_is():
@@ -68,3 +71,13 @@ def test_an_if_in_a_match_case_or_an_except_is_recorded():
     )
     module = with_branches(ast.parse(source), source, "f.py")
     assert [node.test.func.id for node in ast.walk(module) if isinstance(node, ast.If)] == [BRANCH, BRANCH]
+
+
+def test_a_constants_number_is_read_when_the_test_runs():
+    source = "SMALL = 12\nTINY = 2\ndef f(num_seqs):\n    if num_seqs <= SMALL:\n        return 1\n    if num_seqs < TINY:\n        return 2\n"
+    branches = Branches()
+    namespace = {"__builtins__": {**builtins.__dict__, BRANCH: branches}}
+    exec(compile(with_branches(ast.parse(source), source, "f.py"), "f.py", "exec"), namespace)
+    with Run():
+        assert namespace["f"](13) is None
+    assert branches.one_way() == [("f.py", 4, "num_seqs <= SMALL", (12,))]  # 2: both ways on the base probes

@@ -1,8 +1,9 @@
 """Which way each ``if`` ordering against a number went in a tree's runs: where the probes need more.
 
-``Branches`` records which way each ``if`` ordering against a number (``numbers``: ``num_seqs <= 4``) went in
-the runs, its test handed to it (the tree's code as ``with_branches`` compiles it): one that every run took the
-same way is what the harness runs more probes for (``invariant.judge``: probes one past its number, ``paths.past``).
+``Branches`` records which way each ``if`` ordering against a number (``numbers``: ``num_seqs <= 4``,
+``num_seqs <= MAX_SMALL``) went in the runs, its test handed to it (the tree's code as
+``with_branches`` compiles it): one that every run took the same way is what the harness runs more probes for
+(``invariant.judge``: probes one past its number, ``paths.past``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from .unknown import Run
 #: the name each ``if`` ordering against a number hands its test to, in the tree's code (``Tree.builtins``)
 BRANCH = "__sglang_draft_layout_branch__"
 _ORDERS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+#: a name written in capitals: a constant's (``MAX_SMALL``), its number read when the test runs
+_CONSTANT = re.compile(r"[A-Z][A-Z0-9_]+")
 #: the fields of a statement (and of an except handler or match case) holding statements
 BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 #: the base probes (``paths.PROBES``) take each layout parameter (sequences, topk, steps) at 1, 2 and more: a comparison
@@ -25,29 +28,38 @@ BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 TAKEN = 2
 
 
-def numbers(test: ast.expr) -> list[int]:
-    """The ints larger than ``TAKEN`` that ``test`` orders against, written on either side of the operator
-    (``num_seqs <= 4``, ``16 < bs``)."""
+def numbers(test: ast.expr) -> list[ast.expr]:
+    """The numbers ``test`` orders against, written on either side of the operator: an int larger than ``TAKEN``
+    (``num_seqs <= 4``, ``16 < bs``) or a name in capitals, a constant's, read when the test runs
+    (``num_seqs <= MAX_SMALL``)."""
     return [
-        side.value
+        side
         for node in ast.walk(test)
         if isinstance(node, ast.Compare)
         for op, left, right in zip(node.ops, [node.left, *node.comparators], node.comparators)
         if isinstance(op, _ORDERS)
         for side in (left, right)
-        if isinstance(side, ast.Constant) and type(side.value) is int and side.value > TAKEN
+        if _is_number(side)
     ]
 
 
-#: where a line may order against a number larger than ``TAKEN``, after the operator or before it (``numbers``
-#: decides)
-ORDERING = re.compile(r"[<>]=?[ \t]*(?:[3-9]|[1-9]\d)|(?<![\w.])(?:[3-9]|[1-9]\d+)[ \t]*[<>]")
+def _is_number(side: ast.expr) -> bool:
+    if isinstance(side, ast.Name):
+        return bool(_CONSTANT.fullmatch(side.id))
+    return isinstance(side, ast.Constant) and type(side.value) is int and side.value > TAKEN
+
+
+#: where a line may order against a number larger than ``TAKEN`` or a name in capitals, after the operator or before
+#: it (``numbers`` decides)
+ORDERING = re.compile(
+    r"[<>]=?[ \t]*(?:[3-9]|[1-9]\d|[A-Z][A-Z0-9_])|(?<![\w.])(?:[3-9]|[1-9]\d+|[A-Z][A-Z0-9_]+)[ \t]*[<>]"
+)
 
 
 def with_branches(module: ast.Module, text: str, filename: str) -> ast.Module:
     """``module`` (``text`` parsed) with each ``if`` whose test orders against ``numbers`` testing
-    ``BRANCH((filename, line, the test's text, those numbers), test)``; the parsed tree is never changed (a statement
-    holding none is the parsed one)."""
+    ``BRANCH((filename, line, the test's text), test, *those numbers)``; the parsed tree is never changed (a
+    statement holding none is the parsed one)."""
     lines, line, at = [], 1, 0
     for match in ORDERING.finditer(text):
         line, at = line + text.count("\n", at, match.start()), match.start()
@@ -75,8 +87,9 @@ def _with_branches(stmt: ast.AST, filename: str, lines: list[int]) -> ast.AST:
     ordered = numbers(stmt.test) if isinstance(stmt, ast.If) else []
     if ordered:
         where = {k: getattr(stmt.test, k) for k in ("lineno", "col_offset", "end_lineno", "end_col_offset")}
-        key = ast.Constant((filename, stmt.lineno, ast.unparse(stmt.test), tuple(ordered)), **where)
-        fields["test"] = ast.Call(ast.Name(BRANCH, ast.Load(), **where), [key, stmt.test], [], **where)
+        key = ast.Constant((filename, stmt.lineno, ast.unparse(stmt.test)), **where)
+        again = [ast.copy_location(copy.copy(side), side) for side in ordered]  # each read again, as its own node
+        fields["test"] = ast.Call(ast.Name(BRANCH, ast.Load(), **where), [key, stmt.test, *again], [], **where)
     if not fields:
         return stmt
     new = copy.copy(stmt)
@@ -92,9 +105,10 @@ class Branches:
     def __init__(self) -> None:
         self.ways: dict[tuple[str, int, str, tuple[int, ...]], set[bool]] = {}
 
-    def __call__(self, key: tuple[str, int, str, tuple[int, ...]], value: Any) -> Any:
-        if type(value) is bool and Run.current is not None:  # an unknown's is decided both ways (``paths.explore``)
-            self.ways.setdefault(key, set()).add(value)
+    def __call__(self, key: tuple[str, int, str], value: Any, *numbers: Any) -> Any:
+        ints = tuple(n for n in numbers if type(n) is int and n > TAKEN)  # a constant's may be anything
+        if type(value) is bool and ints and Run.current is not None:  # an unknown's is decided both ways
+            self.ways.setdefault((*key, ints), set()).add(value)
         return value
 
     def one_way(self) -> list[tuple[str, int, str, tuple[int, ...]]]:

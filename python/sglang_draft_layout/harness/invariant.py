@@ -16,7 +16,6 @@ from typing import Any, Callable, Collection, Iterator, Optional
 
 from ..speculative import eagle_utils, spec_utils
 from .paths import (
-    CONTEXT_LEN,
     EXTRA,
     PROBES,
     ROWS,
@@ -68,7 +67,7 @@ class Upstream:
         rows = eagle_utils.per_step_draft_out_cache_loc(torch._probe_tensor(probe.buffer), n, topk, steps)
         self.rows = [torch._values(rows[i]) for i in range(steps)]
         self.whole = tuple(probe.buffer)
-        self.width = spec_utils.draft_kv_indices_buffer_width(n, topk, CONTEXT_LEN)
+        self.width = spec_utils.draft_kv_indices_buffer_width(n, topk, probe.context_len)
         self.used = [
             spec_utils.draft_kv_indices_used_len(sum(probe.seq_lens), topk, n * topk, i + 1) for i in range(steps)
         ]
@@ -197,7 +196,11 @@ def judge(
         judged += seen
     if len(refusals) == tried:
         return Verdict(path, cannot=f"no probe builds {path.cls}: {refusals[0]}")
-    unique = tuple(dict.fromkeys(problems))
+    one_way = [
+        f"{_branch(key)} went the same way on every probe: its other side cannot be judged"
+        for key in tree.branches.one_way()
+    ]
+    unique = tuple(dict.fromkeys(problems + one_way))
     return Verdict(path, unique, judged, split=tuple(sorted(split)), own=tuple(dict.fromkeys(own)),
                    baked=tuple(sorted(baked)), inits_steps=inits, driven_by=by_worker)  # fmt: skip
 
@@ -205,7 +208,8 @@ def judge(
 def _probes(tree: Tree) -> Iterator[tuple[Probe, str]]:
     """(probe, its label in a problem): ``PROBES``, then, while an ``if`` ordering against a number went one way in
     every run so far (``Tree.branches``: a fork's ``if num_seqs <= 12:``), a probe one past its number
-    (``past``: sequences, topk, steps), the label naming it; ``EXTRA`` of them at most."""
+    (``past``: sequences, topk, steps, context length), the label naming it; ``EXTRA`` of them at most. One still
+    one way after them is a problem (``judge``)."""
     tree.branches.ways.clear()
     yield from ((probe, str(probe)) for probe in PROBES)
     tried = set(PROBES)
@@ -222,9 +226,14 @@ def _probes(tree: Tree) -> Iterator[tuple[Probe, str]]:
         )
         if found is None:
             return
-        (filename, line, test, _numbers), probe = found
+        key, probe = found
         tried.add(probe)
-        yield probe, f"{probe} (for `if {test[:60]}:` at {filename.rpartition('sglang/')[2]}:{line})"
+        yield probe, f"{probe} (for {_branch(key)})"
+
+
+def _branch(key: tuple[str, int, str, tuple[int, ...]]) -> str:
+    filename, line, test, _numbers = key
+    return f"`if {test[:60]}:` at {filename.rpartition('sglang/')[2]}:{line}"
 
 
 def _bases(tree: Tree, path: DraftPath) -> list[str]:

@@ -43,6 +43,7 @@ class Probe:
     num_seqs: int
     topk: int
     steps: int
+    context_len: int = CONTEXT_LEN
 
     @property
     def seq_lens(self) -> list[int]:
@@ -53,22 +54,25 @@ class Probe:
         return list(range(BASE, BASE + self.num_seqs * self.topk * self.steps))
 
     def __str__(self) -> str:
-        return f"bs {self.num_seqs}, topk {self.topk}, {self.steps} step{'s' * (self.steps > 1)}"
+        context = f", context {self.context_len}" if self.context_len != CONTEXT_LEN else ""
+        return f"bs {self.num_seqs}, topk {self.topk}, {self.steps} step{'s' * (self.steps > 1)}{context}"
 
 
 PROBES = (Probe(1, 1, 2), Probe(3, 1, 4), Probe(2, 4, 3), Probe(1, 8, 5), Probe(2, 2, 1), Probe(1, 1, 1))
-#: how many probes a path runs past ``PROBES`` at most (``past``), and the most sequences, topk and steps they take
+#: how many probes a path runs past ``PROBES`` at most (``past``), and the most sequences, topk, steps and context
+#: length they take
 EXTRA = 6
-PAST_AT_MOST = Probe(128, 128, 16)
+PAST_AT_MOST = Probe(512, 128, 16, 1 << 16)
 
 
 def past(number: int) -> list[Probe]:
     """Where an ``if`` ordering against ``number`` went one way on every probe so far (``branches.numbers``): the
-    probes taking sequences, then topk, then steps one past it, each within ``PAST_AT_MOST``."""
-    n = number + 1
-    probes = (Probe(n, 1, 3), Probe(2, n, 3), Probe(2, 2, n))
-    most = (PAST_AT_MOST.num_seqs, PAST_AT_MOST.topk, PAST_AT_MOST.steps)
-    return [probe for probe, at_most in zip(probes, most) if n <= at_most]
+    probes taking sequences, then topk, then steps, then context length one past it, each within ``PAST_AT_MOST``
+    (the context only past ``CONTEXT_LEN``, which every other probe takes)."""
+    n, most = number + 1, PAST_AT_MOST
+    probes = [Probe(n, 1, 3), Probe(2, n, 3), Probe(2, 2, n)]
+    within = [probe for probe, at_most in zip(probes, (most.num_seqs, most.topk, most.steps)) if n <= at_most]
+    return within + ([Probe(2, 2, 3, n)] if CONTEXT_LEN < n <= most.context_len else [])
 
 
 @dataclass(frozen=True)
@@ -338,7 +342,7 @@ def facts(probe: Probe) -> dict:
     """What one run's world knows: server args with the probe's topk and steps (``model_runner.server_args``,
     ``get_spec()`` and the like: ``unknown.server_args``), a model runner, the pools it shares with every batch."""
     server = Known("server_args", speculative_eagle_topk=probe.topk, speculative_num_steps=probe.steps, device="cpu")
-    config = Known("model_runner.model_config", context_len=CONTEXT_LEN)
+    config = Known("model_runner.model_config", context_len=probe.context_len)
     shared = {name: Unknown(name) for name in SHARED}
     runner = Known("model_runner", server_args=server, model_config=config, device="cpu", **shared)
     return {"server_args": server, "model_runner": runner, **shared}
@@ -370,7 +374,7 @@ def construct(cls: type, probe: Probe, **given: Any) -> Any:
             kwargs[name] = Unknown(name)
     instance = cls(**kwargs)
     if isinstance(instance.__dict__.get("max_context_len"), Unknown):  # read off its per-step backends
-        instance.max_context_len = CONTEXT_LEN
+        instance.max_context_len = probe.context_len
     return instance
 
 
