@@ -514,9 +514,10 @@ def _plan(
             _rendered(path, relative, stored[relative], sources[relative], file_findings, file_rules, target)
         )
     changes = [FileChange.of(path, text, new) for path, _relative, text, _rules, new in rendered]
-    after = _judged_after(target, findings, sources, texts, changes, created, render_changes)
+    after, rewritten = _judged_after(target, findings, sources, texts, changes, created, render_changes)
     kept = judgement.kept(after if after is not None else before, findings)
-    refused = judgement.refusals(after, findings) if after is not None else []
+    rewritten_files = {relative: (texts[relative], new) for relative, new in rewritten.items() if relative in texts}
+    refused = judgement.refusals(after, findings, rewritten_files) if after is not None else []
     stale = _stale_keeps(target, by_file, sources, findings, keep)
     if refused:  # a refused tree is not written: what its rules find in it after rendering is moot
         changes = []
@@ -561,12 +562,13 @@ def _judged_after(
     changes: Sequence[FileChange],
     created: Collection[str],
     rendered: bool,
-) -> Optional[dict]:
+) -> tuple[Optional[dict], dict[str, str]]:
     """The verdicts of the rewritten tree's draft paths (None: nothing to rewrite), judged once: on the text to
-    be written where it was rendered (``apply``, ``diff``), else on the edits spliced in as text (``check``)."""
+    be written where it was rendered (``apply``, ``diff``), else on the edits spliced in as text (``check``); and
+    the texts judged in place of files (by path under the package)."""
     to_patch = [f for f in findings if f.state is State.TO_PATCH]
     if not to_patch:
-        return None
+        return None, {}
     if rendered:
         new = {change.path.relative_to(target.package).as_posix(): change.new for change in changes}
     else:
@@ -581,7 +583,7 @@ def _judged_after(
     after = {**texts, **new}
     modules = [relative for relative in after if relative.startswith(GUARDED_FOLDERS)]
     try:
-        return judgement.verdicts(target.package, after, modules)
+        return judgement.verdicts(target.package, after, modules), new
     except SyntaxError as error:  # in a text the harness read in place of its file: the rewrite's, not the tree's
         if error.filename in {str(target.package / relative) for relative in new}:
             raise _invalid_rewrite(error.filename, error) from None

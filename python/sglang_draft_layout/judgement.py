@@ -8,6 +8,8 @@ of the rewritten tree gives upstream's values (``refusals``); what the paths gav
 
 from __future__ import annotations
 
+import difflib
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Collection, Mapping, Optional
@@ -60,10 +62,12 @@ def kept(verdicts: Mapping[DraftPath, Verdict], findings: Collection[Finding]) -
     )
 
 
-def refusals(after: Mapping[DraftPath, Verdict], findings: Collection[Finding]) -> list[Finding]:
+def refusals(
+    after: Mapping[DraftPath, Verdict], findings: Collection[Finding], rewrites: Mapping[str, tuple[str, str]]
+) -> list[Finding]:
     """A finding for each path through a site's class that, in the rewritten tree, does not give upstream's
     values, cannot be run, or runs none of a rewritten class's code on any probe, unless a site of its classes
-    is kept by the fork. (A path through no site's class is another backend's, and one whose sites a rule finds
+    is kept by the fork (``rewrites``: each rewritten file's text and the rewrite's, for ``on_disk``). (A path through no site's class is another backend's, and one whose sites a rule finds
     not affected keeps the tree's own layout: reported, never refused. A path of a file with an unrecognised
     site is not judged again: the engine rewrites no such file, and that site refuses the plan already.)"""
     kept, rewritten = _sites(findings, [State.KEPT]), _sites(findings, [State.TO_PATCH])
@@ -90,8 +94,35 @@ def refusals(after: Mapping[DraftPath, Verdict], findings: Collection[Finding]) 
         why = describe(verdict) if verdict.cannot or not unseen else "the rewritten code never runs on the probes"
         rule = Rule(f"path:{path.module}:{path.cls}", path.module, f"{path.cls}.<{path.kind}>", PATH_SITE, "", _no_find,
                     counts_as_site=False)  # fmt: skip
-        refused.append(rule.report(State.UNRECOGNISED, detail=f"after the rewrite, {why}"))
+        refused.append(rule.report(State.UNRECOGNISED, detail=f"after the rewrite, {on_disk(why, rewrites)}"))
     return refused
+
+
+#: a line of the package as the harness names it (``srt/layers/attention/flashinfer_backend.py:1561``)
+_PLACE = re.compile(r"\b(srt/[\w/]+\.py):(\d+)\b")
+
+
+def on_disk(why: str, rewrites: Mapping[str, tuple[str, str]]) -> str:
+    """``why`` with each line it names in a rewritten file (module -> its text, the rewrite's) numbered as the file
+    on disk has it, or said to be a line the rewrite wrote."""
+
+    def place(match: re.Match) -> str:
+        module, line = match.group(1), int(match.group(2))
+        if module not in rewrites:
+            return match.group(0)
+        old = _line_before(*rewrites[module], line)
+        return f"{module}:{old}" if old is not None else f"{module}:{line} (a line the rewrite wrote)"
+
+    return _PLACE.sub(place, why)
+
+
+def _line_before(old: str, new: str, line: int) -> Optional[int]:
+    """Line ``line`` of ``new``'s number in ``old``, where the rewrite left it as it was."""
+    matcher = difflib.SequenceMatcher(None, old.splitlines(), new.splitlines(), autojunk=False)
+    for tag, i1, _i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal" and j1 < line <= j2:
+            return i1 + line - j1
+    return None
 
 
 def _no_find(rule: Rule, _source: object) -> Finding:

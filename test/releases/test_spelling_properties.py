@@ -603,7 +603,9 @@ def test_a_capacity_check_under_an_if_no_probe_takes_the_other_way_is_refused_na
     before = tree_digest(root)
     code, err = apply(root)
     assert code == 2 and tree_digest(root) == before, err
-    assert "`if num_seqs <= 1000:` at srt/layers/attention/flashinfer_backend.py:" in err
+    lines = (root / "sglang" / draft_backend("flashinfer").file).read_text().splitlines()
+    line = lines.index("        if num_seqs <= 1000:") + 1  # the fork's line, not the rewrite's (imports added above)
+    assert f"`if num_seqs <= 1000:` at srt/layers/attention/flashinfer_backend.py:{line} went the same way" in err
     assert "went the same way on every probe: its other side cannot be judged" in err
 
 

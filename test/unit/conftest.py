@@ -343,7 +343,7 @@ def rules_alone(request, monkeypatch):
     if request.node.get_closest_marker("judged") is None:
         from sglang_draft_layout import judgement
 
-        monkeypatch.setattr(judgement, "refusals", lambda after, findings: [])
+        monkeypatch.setattr(judgement, "refusals", lambda *_args: [])
 
 
 sys.modules.setdefault("rule_test_support", sys.modules[__name__])
