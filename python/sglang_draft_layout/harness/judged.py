@@ -15,8 +15,9 @@ import inspect
 import types
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Collection, Iterator, Mapping, Optional
+from typing import Any, Collection, Mapping, Optional
 
+from .branches import code_lines
 from .coverage import Lines, layout_statements
 from .invariant import GUARDED, Verdict, judge, judge_paths
 from .paths import MARGIN, DraftPath
@@ -106,7 +107,7 @@ def _class_statement(code: types.CodeType, text: str, filename: str, name: str) 
         ]  # fmt: skip
         if not bodies:
             return None
-        first, last = bodies[-1].co_firstlineno, max(_code_lines(bodies[-1]))
+        first, last = bodies[-1].co_firstlineno, max(code_lines(bodies[-1]))
         lines = text.split("\n")  # as Python numbers them (a form feed ends no line)
         end = next((n for n in range(last, len(lines)) if MARGIN.match(lines[n])), len(lines))
         try:
@@ -118,14 +119,6 @@ def _class_statement(code: types.CodeType, text: str, filename: str, name: str) 
         return module.body[0]
 
     return _remember(_CLASSES, (filename, text, name), parse)
-
-
-def _code_lines(code: types.CodeType) -> Iterator[int]:
-    """The line of every instruction of ``code`` and of the code nested in it."""
-    yield from (line for _start, _end, line in code.co_lines() if line is not None)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            yield from _code_lines(const)
 
 
 def _layout_lines(tree: Rewritten, path: DraftPath) -> Lines:
