@@ -11,7 +11,8 @@ import ast
 import builtins
 import types
 
-from sglang_draft_layout.harness.branches import BRANCH, Branches, code_with_branches, numbers, with_branches
+from sglang_draft_layout.harness.branches import BRANCH, Branches, numbers, with_branches
+from sglang_draft_layout.harness.functions_alone import code_with_branches
 from sglang_draft_layout.harness.paths import Probe, past
 from sglang_draft_layout.harness.unknown import Run
 

@@ -20,7 +20,6 @@ A path the fork keeps (``# sglang-draft-layout: keep``, or ``apply --keep``) is 
 
 from __future__ import annotations
 
-import __future__
 import ast
 import bisect
 import builtins

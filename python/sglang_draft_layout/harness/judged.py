@@ -18,7 +18,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Collection, Mapping, Optional
 
+from .branches import ORDERING
 from .coverage import Lines, layout_statements
+from .functions_alone import code_with_branches
 from .invariant import GUARDED, Verdict, judge, judge_paths
 from .paths import DraftPath
 from .world import Tree, compile_module
@@ -47,8 +49,18 @@ def parsed(text: str, filename: str) -> ast.Module:
 
 def compiled(text: str, filename: str) -> types.CodeType:
     """The code of ``text`` (``world.compile_module``), compiled once a process: the tree before and after its
-    rewrite share the files not rewritten, and the texts ``apply`` writes are compiled here first."""
-    return _remember(_CODE, (filename, text), lambda: compile_module(text, filename, parsed))
+    rewrite share the files not rewritten, and the texts ``apply`` writes are compiled here first. Where a line may
+    order against a number, compiled from the text with only the functions holding one parsed
+    (``code_with_branches``: the same code), else the module parsed."""
+
+    def compile_text() -> types.CodeType:
+        if ORDERING.search(text):
+            code = code_with_branches(compile(text, filename, "exec", dont_inherit=True), text, filename)
+            if code is not None:
+                return code
+        return compile_module(text, filename, parsed)
+
+    return _remember(_CODE, (filename, text), compile_text)
 
 
 class Rewritten(Tree):
