@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import ast
 import builtins
+import types
 
 from sglang_draft_layout.harness.branches import BRANCH, Branches, numbers, with_branches
+from sglang_draft_layout.harness.functions_alone import code_with_branches
 from sglang_draft_layout.harness.paths import Probe, past
 from sglang_draft_layout.harness.unknown import Run
 
@@ -81,3 +83,62 @@ def test_a_constants_number_is_read_when_the_test_runs():
     with Run():
         assert namespace["f"](13) is None
     assert branches.one_way() == [("f.py", 4, "num_seqs <= SMALL", (12,))]  # 2: both ways on the base probes
+
+
+MODULE = '''\
+from __future__ import annotations
+
+import torch
+
+LIMIT = 1 << 20  # a module's line that names no if
+
+
+class Backend:
+    """Up to 16 rows (a docstring's line)."""
+
+    def __init__(self, num_seqs: int) -> None:
+        self.rows = torch.empty(num_seqs) if num_seqs > 1 else None  # torch.empty: an imported name's attribute
+        if num_seqs <= 12:
+            self.small = torch.zeros(
+                num_seqs,
+            )
+        # more than 4: a comment after its last line
+
+    def other(self):
+        return super().other()
+
+
+def helper(bs):
+    def inner(n: int) -> bool:
+        return n >= 8
+
+    if bs > 16 and inner(bs):
+        return torch.ones(bs)
+'''
+
+
+def test_a_module_compiled_with_its_functions_parsed_alone_is_the_module_parsed_whole():
+    plain = compile(MODULE, "m.py", "exec", dont_inherit=True)
+    whole = compile(with_branches(ast.parse(MODULE), MODULE, "m.py"), "m.py", "exec", dont_inherit=True)
+    alone = code_with_branches(plain, MODULE, "m.py")
+    assert alone is None  # the module's own line: parse the module
+    module = MODULE.replace("LIMIT = 1 << 20", "LIMIT = 1")
+    whole = compile(with_branches(ast.parse(module), module, "m.py"), "m.py", "exec", dont_inherit=True)
+    alone = code_with_branches(compile(module, "m.py", "exec", dont_inherit=True), module, "m.py")
+    assert alone is not None and alone != compile(module, "m.py", "exec", dont_inherit=True)
+
+    def codes(code):
+        yield code, code.co_qualname
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                yield from codes(const)
+
+    assert list(codes(alone)) == list(codes(whole))
+    assert sum(BRANCH in c.co_names for c, _name in codes(alone)) == 2  # __init__'s if, helper's if
+
+
+def test_a_function_under_another_statement_or_not_parsing_alone_has_the_module_parsed():
+    nested = "import sys\nif sys:\n    def f(n):\n        if n > 4:\n            return n\n"
+    assert code_with_branches(compile(nested, "n.py", "exec"), nested, "n.py") is None
+    in_class = "class A:\n    if True:\n        def f(self, n):\n            if n > 4:\n                return n\n"
+    assert code_with_branches(compile(in_class, "c.py", "exec"), in_class, "c.py") is None

@@ -12,7 +12,7 @@ import ast
 import bisect
 import copy
 import re
-from typing import Any
+from typing import Any, Optional
 
 from .unknown import Run
 
@@ -56,17 +56,28 @@ ORDERING = re.compile(
 )
 
 
-def with_branches(module: ast.Module, text: str, filename: str) -> ast.Module:
-    """``module`` (``text`` parsed) with each ``if`` whose test orders against ``numbers`` testing
-    ``BRANCH((filename, line, the test's text), test, *those numbers)``; the parsed tree is never changed (a
-    statement holding none is the parsed one)."""
-    lines, line, at = [], 1, 0
-    for match in ORDERING.finditer(text):
-        line, at = line + text.count("\n", at, match.start()), match.start()
-        lines += [line] if not lines or lines[-1] != line else []
-    if not lines:
-        return module
-    return ast.Module(body=_body(module.body, filename, lines), type_ignores=module.type_ignores)
+_OPERATOR = re.compile(r"[<>]")
+
+
+def ordering_lines(text: str) -> list[int]:
+    """The lines of ``text`` where ``ORDERING`` matches, in order (only the lines holding a ``<`` or ``>`` searched)."""
+    lines, line, at, end = [], 1, 0, -1
+    for operator in _OPERATOR.finditer(text):
+        if operator.start() < end:  # on the line searched last
+            continue
+        start, end = text.rfind("\n", 0, operator.start()) + 1, text.find("\n", operator.start()) % (len(text) + 1)
+        if ORDERING.search(text, start, end):
+            line, at = line + text.count("\n", at, start), start
+            lines.append(line)
+    return lines
+
+
+def with_branches(module: ast.Module, text: str, filename: str, lines: Optional[list[int]] = None) -> ast.Module:
+    """``module`` (``text`` parsed) with each ``if`` whose test orders against ``numbers`` and whose lines hold one of
+    ``lines`` (``ordering_lines``) testing ``BRANCH((filename, line, the test's text), test, *those numbers)``; the
+    parsed tree is never changed (a statement holding none is the parsed one, ``module`` itself where none does)."""
+    body = _body(module.body, filename, ordering_lines(text) if lines is None else lines)
+    return module if body is module.body else ast.Module(body=body, type_ignores=module.type_ignores)
 
 
 def _body(body: list, filename: str, lines: list[int]) -> list:

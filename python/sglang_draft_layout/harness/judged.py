@@ -12,19 +12,22 @@ import ast
 import difflib
 import hashlib
 import inspect
+import re
 import types
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Collection, Iterator, Mapping, Optional
+from typing import Any, Collection, Mapping, Optional
 
+from .branches import ORDERING
 from .coverage import Lines, layout_statements
+from .functions_alone import code_with_branches
 from .invariant import GUARDED, Verdict, judge, judge_paths
-from .paths import MARGIN, DraftPath
+from .paths import DraftPath
 from .world import Tree, compile_module
 
-#: (file name, text) -> its tree and its code, for every tree of the process (a check judges the tree before and
+#: text -> its tree, (file name, text) -> its code, for every tree of the process (a check judges the tree before and
 #: after the rewrite: the files it does not rewrite are parsed and compiled once); the oldest let go past _TEXTS_KEPT
-_PARSED: dict[tuple[str, str], ast.Module] = {}
+_PARSED: dict[str, ast.Module] = {}
 _CODE: dict[tuple[str, str], types.CodeType] = {}
 _TEXTS_KEPT = 128
 
@@ -38,14 +41,26 @@ def _remember(memo: dict, key: tuple, make: Any) -> Any:
 
 
 def parsed(text: str, filename: str) -> ast.Module:
-    """The tree of ``text``, parsed once a process (callers read it, never change it)."""
-    return _remember(_PARSED, (filename, text), lambda: ast.parse(text, filename))
+    """The tree of ``text``, parsed once a process under whichever file name it came first (callers read it, never
+    change it): a class block the rules parse (``rules.base.Source.class_blocks``) is the one ``_class_statement``
+    parses."""
+    return _remember(_PARSED, text, lambda: ast.parse(text, filename))
 
 
 def compiled(text: str, filename: str) -> types.CodeType:
     """The code of ``text`` (``world.compile_module``), compiled once a process: the tree before and after its
-    rewrite share the files not rewritten, and the texts ``apply`` writes are compiled here first."""
-    return _remember(_CODE, (filename, text), lambda: compile_module(text, filename, parsed))
+    rewrite share the files not rewritten, and the texts ``apply`` writes are compiled here first. Where a line may
+    order against a number, compiled from the text with only the functions holding one parsed
+    (``code_with_branches``: the same code), else the module parsed."""
+
+    def compile_text() -> types.CodeType:
+        if ORDERING.search(text):
+            code = code_with_branches(compile(text, filename, "exec", dont_inherit=True), text, filename)
+            if code is not None:
+                return code
+        return compile_module(text, filename, parsed)
+
+    return _remember(_CODE, (filename, text), compile_text)
 
 
 class Rewritten(Tree):
@@ -94,10 +109,15 @@ class Rewritten(Tree):
 _CLASSES: dict[tuple[str, str, str], Any] = {}
 
 
+#: a line that starts a top-level definition or its decorators: a file's blocks are cut at them
+TOP_LEVEL_START = re.compile(r"(@|class\s|def\s|async\s+def\s)")
+
+
 def _class_statement(code: types.CodeType, text: str, filename: str, name: str) -> Any:
-    """The last top-level ``class name`` of ``text`` parsed alone (its lines found from the module's ``code``: the
-    class body's first line to the first line at the margin after its last code line), once per process; False
-    where that cut does not parse as one top-level class (the class is not at the margin, say): parse the module."""
+    """The last top-level ``class name`` of ``text`` parsed alone, once per process: the block from the class body's
+    first line (the module's ``code`` gives it) to the next line at the margin starting a definition other than its
+    own (``TOP_LEVEL_START``), as the rules cut and parse it (``parsed``); False where that block does not parse
+    starting with that class (the class is not at the margin, say): parse the module."""
 
     def parse() -> Any:
         bodies = [
@@ -106,26 +126,26 @@ def _class_statement(code: types.CodeType, text: str, filename: str, name: str) 
         ]  # fmt: skip
         if not bodies:
             return None
-        first, last = bodies[-1].co_firstlineno, max(_code_lines(bodies[-1]))
-        lines = text.split("\n")  # as Python numbers them (a form feed ends no line)
-        end = next((n for n in range(last, len(lines)) if MARGIN.match(lines[n])), len(lines))
-        try:
-            module = ast.parse("\n" * (first - 1) + "\n".join(lines[first - 1 : end]), filename)  # at its lines
+        start, lines = bodies[-1].co_firstlineno - 1, text.split(
+            "\n"
+        )  # as Python numbers lines (a form feed ends none)
+        end, decorated = len(lines), lines[start].startswith("@")
+        for n in range(start + 1, len(lines)):
+            if TOP_LEVEL_START.match(lines[n]):
+                if not decorated:
+                    end = n
+                    break
+                decorated = lines[n].startswith("@")
+        at = sum(len(line) + 1 for line in lines[:start])
+        try:  # at its lines
+            module = parsed("\n" * start + text[at : at + sum(len(line) + 1 for line in lines[start:end])], filename)
         except SyntaxError:
             return False
-        if len(module.body) != 1 or not isinstance(module.body[0], ast.ClassDef) or module.body[0].name != name:
+        if not module.body or not isinstance(module.body[0], ast.ClassDef) or module.body[0].name != name:
             return False
         return module.body[0]
 
     return _remember(_CLASSES, (filename, text, name), parse)
-
-
-def _code_lines(code: types.CodeType) -> Iterator[int]:
-    """The line of every instruction of ``code`` and of the code nested in it."""
-    yield from (line for _start, _end, line in code.co_lines() if line is not None)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            yield from _code_lines(const)
 
 
 def _layout_lines(tree: Rewritten, path: DraftPath) -> Lines:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import ast
 import enum
-import re
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence, Union
 
+from ..harness.judged import TOP_LEVEL_START, parsed
 from ..layout_patterns.ast_walk import parse
 
 SPEC_UTILS = "sglang.srt.speculative.spec_utils"
@@ -22,8 +22,6 @@ EAGLE_UTILS = "sglang.srt.speculative.eagle_utils"
 #: the scope of a rule that judges module-level definitions (its file is parsed whole)
 MODULE_SCOPE = "<module>"
 Definition = Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef]
-#: a line that starts a top-level definition (or its decorators)
-_TOP_LEVEL_START = re.compile(r"(@|class\s|def\s|async\s+def\s)")
 
 
 class State(enum.Enum):
@@ -155,15 +153,15 @@ class Source:
         """
         source = cls.__new__(cls)
         source._start(path, code)
-        starts = [i for i, line in enumerate(source.lines) if _TOP_LEVEL_START.match(line)]
+        starts = [i for i, line in enumerate(source.lines) if TOP_LEVEL_START.match(line)]
         starts = [s for i, s in enumerate(starts) if i == 0 or not source.lines[starts[i - 1]].startswith("@")]
         body: list[ast.stmt] = []
         for start, end in zip(starts, [*starts[1:], len(source.lines)]):
             text = "".join(source.lines[start:end])
             if not wanted(text):
                 continue
-            try:  # blank lines ahead give the file's line numbers, no pass over the tree
-                block = parse("\n" * start + text, path)
+            try:  # blank lines ahead give the file's line numbers, no pass over the tree; the harness's block too
+                block = parsed("\n" * start + text, path)
             except SyntaxError:
                 return cls(path, code)
             body += [stmt for stmt in block.body if isinstance(stmt, ast.ClassDef)]
