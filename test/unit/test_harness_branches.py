@@ -12,7 +12,7 @@ import builtins
 import types
 
 from sglang_draft_layout.harness.branches import BRANCH, Branches, numbers, with_branches
-from sglang_draft_layout.harness.functions_alone import code_with_branches
+from sglang_draft_layout.harness.functions_alone import _imported, code_with_branches
 from sglang_draft_layout.harness.paths import Probe, past
 from sglang_draft_layout.harness.unknown import Run
 
@@ -142,3 +142,9 @@ def test_a_function_under_another_statement_or_not_parsing_alone_has_the_module_
     assert code_with_branches(compile(nested, "n.py", "exec"), nested, "n.py") is None
     in_class = "class A:\n    if True:\n        def f(self, n):\n            if n > 4:\n                return n\n"
     assert code_with_branches(compile(in_class, "c.py", "exec"), in_class, "c.py") is None
+
+
+def test_the_names_a_module_binds_by_importing_are_read_off_its_code():
+    """Read with ``dis`` (no opcode table of one Python: 3.12 has no IMPORT_STAR)."""
+    source = "import os\nimport os.path as osp\nfrom json import *\nfrom sys import argv, path as p\nX = 1\n"
+    assert _imported(compile(source, "i.py", "exec")) == ["os", "osp", "argv", "p"]

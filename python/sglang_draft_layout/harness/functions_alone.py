@@ -128,19 +128,12 @@ def _is_code(text: str) -> bool:
 def _imported(code: types.CodeType) -> list[str]:
     """The names the module's ``code`` binds by importing (``import a.b``, ``from a import b as c``): the compiler looks
     them up (a method called on one is loaded as an attribute)."""
-    names, importing, extended, raw = [], False, 0, code.co_code
-    for at in range(0, len(raw), 2):
-        operation, argument = raw[at], raw[at + 1] | extended
-        extended = argument << 8 if operation == _OPS["EXTENDED_ARG"] else 0
-        if operation in (_OPS["IMPORT_NAME"], _OPS["IMPORT_FROM"], _OPS["IMPORT_STAR"]):
-            importing = operation != _OPS["IMPORT_STAR"]
-        elif operation in (_OPS["STORE_NAME"], _OPS["STORE_GLOBAL"]):
-            names += [code.co_names[argument]] if importing else []
-            importing = False
+    names, importing = [], False
+    for instruction in dis.get_instructions(code):
+        if importing and instruction.opname in ("STORE_NAME", "STORE_GLOBAL"):
+            names.append(instruction.argval)
+        importing = instruction.opname in ("IMPORT_NAME", "IMPORT_FROM")
     return list(dict.fromkeys(names))
-
-
-_OPS = dis.opmap
 
 
 def _compiled(module: ast.Module, imported: list[str], filename: str, code: types.CodeType) -> types.CodeType:
@@ -159,7 +152,11 @@ def _defined(code: types.CodeType, cls: Optional[types.CodeType], function: type
         code = next((c for c in code.co_consts if isinstance(c, types.CodeType) and c.co_name == name), None)
         if code is None:
             return None
-    return code if code.co_qualname == function.co_qualname else None
+    return code if _qualname(code) == _qualname(function) else None
+
+
+def _qualname(code: types.CodeType) -> str:
+    return getattr(code, "co_qualname", code.co_name)  # Python 3.10 has none: the code's equality decides
 
 
 def _replaced(code: types.CodeType, replaced: dict[int, types.CodeType]) -> types.CodeType:
