@@ -46,7 +46,8 @@ def test_each_number_is_recorded_with_its_operand_and_whether_an_equality():
 
 
 def test_the_probes_at_a_value_take_sequences_topk_steps_then_context_within_their_bounds():
-    assert past(5) == [Probe(5, 1, 3), Probe(2, 5, 3), Probe(2, 2, 5)]  # context 5: the side every probe took
+    assert past(5) == [Probe(5, 1, 3), Probe(2, 5, 3)]  # 5 steps, context 5: a base probe took them
+    assert past(3) == [Probe(2, 3, 3)]  # only topk 3 no base probe took
     assert past(17) == [Probe(17, 1, 3), Probe(2, 17, 3)]  # 17 steps: past the steps' bound
     assert past(101) == [Probe(101, 1, 3), Probe(2, 101, 3), Probe(2, 2, 3, 101)]
     assert past(257) == [Probe(257, 1, 3), Probe(2, 2, 3, 257)]

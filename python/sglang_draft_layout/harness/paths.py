@@ -71,11 +71,15 @@ OTHER_CONTEXT = Probe(2, 1, 3, 2 * CONTEXT_LEN)
 def past(value: int) -> list[Probe]:
     """Where an ``if`` comparing with a number went one way on every probe so far (``branches.comparisons``): the
     probes taking sequences, then topk, then steps, then context length at ``value``, the other side's (one past an
-    ordering's number, an equality's number), each within ``PAST_AT_MOST`` (the context only past ``CONTEXT_LEN``,
-    which every other probe takes)."""
-    most = PAST_AT_MOST
+    ordering's number, an equality's number), each within ``PAST_AT_MOST`` and where no base probe took it (there the
+    ``if`` went one way already: the context only past ``CONTEXT_LEN``)."""
+    most, taken = PAST_AT_MOST, [{getattr(probe, name) for probe in PROBES} for name in ("num_seqs", "topk", "steps")]
     probes = [Probe(value, 1, 3), Probe(2, value, 3), Probe(2, 2, value)]
-    within = [probe for probe, at_most in zip(probes, (most.num_seqs, most.topk, most.steps)) if value <= at_most]
+    within = [
+        probe
+        for probe, at_most, base in zip(probes, (most.num_seqs, most.topk, most.steps), taken)
+        if value <= at_most and value not in base
+    ]
     return within + ([Probe(2, 2, 3, value)] if CONTEXT_LEN < value <= most.context_len else [])
 
 
