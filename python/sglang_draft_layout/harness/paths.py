@@ -71,8 +71,8 @@ OTHER_CONTEXT = Probe(2, 1, 3, 2 * CONTEXT_LEN)
 def past(value: int) -> list[Probe]:
     """Where an ``if`` comparing with a number went one way on every probe so far (``branches.comparisons``): the
     probes taking sequences, then topk, then steps, then context length at ``value``, the other side's (one past an
-    ordering's number, an equality's number), each within ``PAST_AT_MOST`` and where no base probe took it (there the
-    ``if`` went one way already: the context only past ``CONTEXT_LEN``)."""
+    ordering's number, an equality's number), each within ``PAST_AT_MOST`` and where no base probe took it (an ``if``
+    on that parameter took its other side there: the context only past ``CONTEXT_LEN``)."""
     most, taken = PAST_AT_MOST, [{getattr(probe, name) for probe in PROBES} for name in ("num_seqs", "topk", "steps")]
     probes = [Probe(value, 1, 3), Probe(2, value, 3), Probe(2, 2, value)]
     within = [
