@@ -609,6 +609,29 @@ def test_a_capacity_check_under_an_if_no_probe_takes_the_other_way_is_refused_na
     assert "went the same way on every probe: its other side cannot be judged" in err
 
 
+@pytest.mark.parametrize(
+    "condition, taken, otherwise",
+    [("num_seqs != 5", FORK_CHECK, ""), ("num_seqs == 5", "        pass\n", FORK_CHECK)],
+    ids=["checked if != 5", "checked in the else of == 5"],
+)
+def test_a_capacity_check_skipped_for_5_sequences_is_run_at_5(fresh, condition, taken, otherwise):
+    """Under ``if num_seqs != 5:`` (or in the ``else`` of ``if num_seqs == 5:``) the check runs on every base probe
+    (apply exited 0: an equality was not recorded); the probe at the ``if``'s number (5 sequences, not one past it)
+    finds the rows unchecked there, naming the ``if`` at the fork's line."""
+    root = fresh()
+    scope = "FlashInferMultiStepDraftBackend.common_template"
+    edit(draft_backend("flashinfer").file, scope, KERNEL_LAUNCH, branch(condition, taken, otherwise) + KERNEL_LAUNCH)(
+        root
+    )
+    before = tree_digest(root)
+    code, err = apply(root)
+    assert code == 2 and tree_digest(root) == before, err
+    lines = (root / "sglang" / draft_backend("flashinfer").file).read_text().splitlines()
+    line = lines.index(f"        if {condition}:") + 1
+    assert f"bs 5, topk 1, 3 steps (for `if {condition}:` at srt/layers/attention/flashinfer_backend.py:{line})" in err
+    assert "without a capacity check" in err
+
+
 def test_a_capacity_check_on_both_sides_of_an_if_on_the_context_is_patched(fresh):
     """The same check on both sides of ``if self.max_context_len <= 100:``: patched, and upstream's values on the
     yardstick's probes and the probe past 100 (context 101)."""

@@ -1,8 +1,8 @@
-"""harness/branches.py: which way each ``if`` ordering against a number went in the runs.
+"""harness/branches.py: which way each ``if`` ordering against or equal to a number went in the runs.
 
-``invariant.judge`` runs a probe one past its number (``paths.past``) where one went one way on every base probe (a
-fork's ``if num_seqs <= 4:`` around its capacity check: test/releases/test_spelling_properties.py,
-``CHECK_FOR_FEWER_BATCHES``).
+``invariant.judge`` runs a probe one past its number (an equality's: at it; ``paths.past``) where one went one way on
+every base probe (a fork's ``if num_seqs <= 4:`` around its capacity check: test/releases/test_spelling_properties.py,
+``CHECK_FOR_FEWER_BATCHES``), and refuses one still one way whose operand varied.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import ast
 import builtins
 import types
 
-from sglang_draft_layout.harness.branches import BRANCH, Branches, numbers, with_branches
+from sglang_draft_layout.harness.branches import BRANCH, Branches, comparisons, ordering_lines, with_branches
 from sglang_draft_layout.harness.functions_alone import _imported, code_with_branches
 from sglang_draft_layout.harness.paths import Probe, past
 from sglang_draft_layout.harness.unknown import Run
@@ -28,19 +28,30 @@ def f(num_seqs, rows):
 """
 
 
-def test_only_an_ordering_against_a_number_past_what_the_probes_take_or_a_constant_is_recorded():
-    tests = ["num_seqs <= 4", "bs > 16", "a and 1 < bs < 8", "4 >= x", "x < MAX_BS", "MAX_BS >= x"]
-    tests += ["x > 1", "x is None", "x == 8", "a < b", "x < Max", "x < self.MAX_BS"]
-    assert [bool(numbers(ast.parse(t, mode="eval").body)) for t in tests] == [True] * 6 + [False] * 6
+def test_only_a_comparison_with_a_number_past_what_the_probes_take_or_a_constant_is_recorded():
+    tests = ["num_seqs <= 4", "bs > 16", "a and 1 < bs < 8", "4 >= x", "x < MAX_BS", "MAX_BS >= x", "x == 8"]
+    tests += ["5 != x", "x == MAX_BS", "x > 1", "x is None", "x == 2", "a < b", "x < Max", "x < self.MAX_BS", "x = 8"]
+    assert [bool(comparisons(ast.parse(t))) for t in tests] == [True] * 9 + [False] * 7
 
 
-def test_the_probes_past_a_number_take_sequences_topk_steps_then_context_within_their_bounds():
-    assert sorted(n.value for n in numbers(ast.parse("a and 1 < bs < 8 or n >= 12", mode="eval").body)) == [8, 12]
-    assert past(4) == [Probe(5, 1, 3), Probe(2, 5, 3), Probe(2, 2, 5)]  # context 5: the side every probe took
-    assert past(16) == [Probe(17, 1, 3), Probe(2, 17, 3)]  # 17 steps: past the steps' bound
-    assert past(100) == [Probe(101, 1, 3), Probe(2, 101, 3), Probe(2, 2, 3, 101)]
-    assert past(256) == [Probe(257, 1, 3), Probe(2, 2, 3, 257)]
-    assert past(1 << 16) == []
+def test_the_lines_that_may_compare_with_such_a_number_are_found_without_parsing():
+    text = "n = 5\nif x == 5:\n    f(n=16)\nif 16 != y or x == 0:\n    pass\nif x==MAX_BS or a <= 4:\n    pass\n"
+    assert ordering_lines(text) == [2, 4, 6]
+
+
+def test_each_number_is_recorded_with_its_operand_and_whether_an_equality():
+    found = comparisons(ast.parse("a and 1 < bs < 8 or n >= 12 or self.v == 3", mode="eval").body)
+    assert sorted((n.value, equal, ast.unparse(o)) for n, equal, o in found) == [(3, True, "self.v"), (8, False, "bs"),
+                                                                                (12, False, "n")]  # fmt: skip
+
+
+def test_the_probes_at_a_value_take_sequences_topk_steps_then_context_within_their_bounds():
+    assert past(5) == [Probe(5, 1, 3), Probe(2, 5, 3)]  # 5 steps, context 5: a base probe took them
+    assert past(3) == [Probe(2, 3, 3)]  # only topk 3 no base probe took
+    assert past(17) == [Probe(17, 1, 3), Probe(2, 17, 3)]  # 17 steps: past the steps' bound
+    assert past(101) == [Probe(101, 1, 3), Probe(2, 101, 3), Probe(2, 2, 3, 101)]
+    assert past(257) == [Probe(257, 1, 3), Probe(2, 2, 3, 257)]
+    assert past((1 << 16) + 1) == []
 
 
 def test_the_parsed_tree_is_left_as_it_is():
@@ -60,7 +71,7 @@ def test_each_way_is_recorded_in_runs_only():
     assert f(9, None) == "none" and f(9, 0) == "many" and branches.ways == {}  # outside a run: module code
     with Run():
         assert (f(1, 0), f(3, 0)) == ("few", "few")
-    assert branches.one_way() == [("f.py", 4, "num_seqs <= 4", (4,))]
+    assert branches.one_way() == [("f.py", 4, "num_seqs <= 4", (5,))]  # its other side: 5 sequences
     with Run():
         assert f(8, 0) == "many"
     assert branches.one_way() == []
@@ -82,7 +93,53 @@ def test_a_constants_number_is_read_when_the_test_runs():
     exec(compile(with_branches(ast.parse(source), source, "f.py"), "f.py", "exec"), namespace)
     with Run():
         assert namespace["f"](13) is None
-    assert branches.one_way() == [("f.py", 4, "num_seqs <= SMALL", (12,))]  # 2: both ways on the base probes
+    assert branches.one_way() == [("f.py", 4, "num_seqs <= SMALL", (13,))]  # 2: both ways on the base probes
+
+
+CONFIGURED = """\
+class Backend:
+    def __init__(self, num_seqs):
+        self.num_seqs, self.fa_impl_ver = num_seqs, 3
+
+    def rows(self):
+        if self.fa_impl_ver == 3:
+            pass
+        if abs(self.fa_impl_ver) == 3:
+            pass
+        if self.num_seqs != 5:
+            return 1
+"""
+
+
+def test_an_if_one_way_on_a_configuration_value_is_told_from_one_on_a_layout_parameter():
+    """``self.fa_impl_ver == 3`` (the same value on every probe, one of another context among them) is configuration,
+    not refused (``invariant.judge``); ``self.num_seqs != 5`` (one value a probe) is not, nor an operand not read again
+    (a call)."""
+    branches = Branches()
+    namespace = {"__builtins__": {**builtins.__dict__, BRANCH: branches}}
+    exec(compile(with_branches(ast.parse(CONFIGURED), CONFIGURED, "b.py"), "b.py", "exec"), namespace)
+    for num_seqs, other_context in ((1, False), (3, False), (2, False), (2, True)):
+        with Run():
+            assert namespace["Backend"](num_seqs).rows() == 1
+        if other_context:
+            assert [branches.configuration(key) for key in branches.one_way()] == [False] * 3  # the context unmoved
+        branches.probed(other_context)
+    assert [(key[2], key[3]) for key in branches.one_way()] == [
+        ("self.fa_impl_ver == 3", (3,)), ("abs(self.fa_impl_ver) == 3", (3,)), ("self.num_seqs != 5", (5,))
+    ]  # fmt: skip
+    assert [branches.configuration(key) for key in branches.one_way()] == [True, False, False]
+
+
+def test_an_operand_is_handed_where_the_test_reads_it_never_read_again():
+    source = "def f(rows):\n    if rows is not None and rows.n == 5:\n        return 1\n    return 0\n"
+    branches = Branches()
+    namespace = {"__builtins__": {**builtins.__dict__, BRANCH: branches}}
+    exec(compile(with_branches(ast.parse(source), source, "f.py"), "f.py", "exec"), namespace)
+    with Run():
+        assert namespace["f"](None) == 0  # rows.n unread: no AttributeError
+        assert namespace["f"](types.SimpleNamespace(n=4)) == 0
+    branches.probed(other_context=True)
+    assert branches.read == {("f.py", 2): {(int, 4)}}
 
 
 MODULE = '''\

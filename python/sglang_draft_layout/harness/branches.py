@@ -1,9 +1,10 @@
-"""Which way each ``if`` ordering against a number went in a tree's runs: where the probes need more.
+"""Which way each ``if`` comparing with a number went in a tree's runs: where the probes need more.
 
-``Branches`` records which way each ``if`` ordering against a number (``numbers``: ``num_seqs <= 4``,
-``num_seqs <= MAX_SMALL``) went in the runs, its test handed to it (the tree's code as
-``with_branches`` compiles it): one that every run took the same way is what the harness runs more probes for
-(``invariant.judge``: probes one past its number, ``paths.past``).
+``Branches`` records which way each ``if`` ordering against or equal to a number (``comparisons``: ``num_seqs <= 4``,
+``num_seqs <= MAX_SMALL``, ``num_seqs != 5``) went in the runs, its test handed to it (the tree's code as
+``with_branches`` compiles it), and the values its operand took: one that every run took the same way is what the
+harness runs more probes for (``invariant.judge``: probes on its other side, ``paths.past``), and refuses where it stays
+one way, but where its operand took the same values on every probe (a configuration value, not a layout parameter).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from typing import Any, Optional
 
 from .unknown import Run
 
-#: the name each ``if`` ordering against a number hands its test to, in the tree's code (``Tree.builtins``)
+#: the name each ``if`` comparing with a number hands its test to, in the tree's code (``Tree.builtins``)
 BRANCH = "__sglang_draft_layout_branch__"
 _ORDERS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+_EQUALS = (ast.Eq, ast.NotEq)
 #: a name written in capitals: a constant's (``MAX_SMALL``), its number read when the test runs
 _CONSTANT = re.compile(r"[A-Z][A-Z0-9_]+")
 #: the fields of a statement (and of an except handler or match case) holding statements
@@ -26,19 +28,24 @@ BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 #: the base probes (``paths.PROBES``) take each layout parameter (sequences, topk, steps) at 1, 2 and more: a comparison
 #: of one with a number up to this went both ways on them already
 TAKEN = 2
+#: the values an operand may hold and still be one configuration value (read the same on every probe)
+PLAIN = (int, float, str, bool, type(None))
+#: an operand's value that is not ``PLAIN``; what ``Branches.read`` holds for an ``if`` whose operands took other values
+#: on one probe than on another
+VARIED = "varied"
 
 
-def numbers(test: ast.expr) -> list[ast.expr]:
-    """The numbers ``test`` orders against, written on either side of the operator: an int larger than ``TAKEN``
-    (``num_seqs <= 4``, ``16 < bs``) or a name in capitals, a constant's, read when the test runs
-    (``num_seqs <= MAX_SMALL``)."""
+def comparisons(test: ast.expr) -> list[tuple[ast.expr, bool, ast.expr]]:
+    """(number, whether an equality, operand) of each comparison in ``test`` ordering against or equal to a number,
+    written on either side of the operator: an int larger than ``TAKEN`` (``num_seqs <= 4``, ``16 < bs``, ``bs != 5``)
+    or a name in capitals, a constant's, read when the test runs (``num_seqs <= MAX_SMALL``)."""
     return [
-        side
+        (side, isinstance(op, _EQUALS), other)
         for node in ast.walk(test)
         if isinstance(node, ast.Compare)
         for op, left, right in zip(node.ops, [node.left, *node.comparators], node.comparators)
-        if isinstance(op, _ORDERS)
-        for side in (left, right)
+        if isinstance(op, _ORDERS + _EQUALS)
+        for side, other in ((left, right), (right, left))
         if _is_number(side)
     ]
 
@@ -49,18 +56,29 @@ def _is_number(side: ast.expr) -> bool:
     return isinstance(side, ast.Constant) and type(side.value) is int and side.value > TAKEN
 
 
-#: where a line may order against a number larger than ``TAKEN`` or a name in capitals, after the operator or before
-#: it (``numbers`` decides)
+def _read_free(operand: ast.expr) -> bool:
+    """A name or a chain of attributes of one (``num_seqs``, ``self.fa_impl_ver``): a value the code holds, not one the
+    test computes (a call's, a sum's, a subscript's: an ``if`` comparing one is taken as comparing a layout
+    parameter)."""
+    while isinstance(operand, ast.Attribute):
+        operand = operand.value
+    return isinstance(operand, ast.Name)
+
+
+#: where a line may order against or equal a number larger than ``TAKEN`` or a name in capitals, after the operator or
+#: before it (``comparisons`` decides)
 ORDERING = re.compile(
-    r"[<>]=?[ \t]*(?:[3-9]|[1-9]\d|[A-Z][A-Z0-9_])|(?<![\w.])(?:[3-9]|[1-9]\d+|[A-Z][A-Z0-9_]+)[ \t]*[<>]"
+    r"(?:[<>]=?|[=!]=)[ \t]*(?:[3-9]|[1-9]\d|[A-Z][A-Z0-9_])"
+    r"|(?<![\w.])(?:[3-9]|[1-9]\d+|[A-Z][A-Z0-9_]+)[ \t]*(?:[<>]|[=!]=)"
 )
 
 
-_OPERATOR = re.compile(r"[<>]")
+_OPERATOR = re.compile(r"[<>]|[=!]=")
 
 
 def ordering_lines(text: str) -> list[int]:
-    """The lines of ``text`` where ``ORDERING`` matches, in order (only the lines holding a ``<`` or ``>`` searched)."""
+    """The lines of ``text`` where ``ORDERING`` matches, in order (only the lines holding a ``<``, ``>``, ``==`` or
+    ``!=`` searched)."""
     lines, line, at, end = [], 1, 0, -1
     for operator in _OPERATOR.finditer(text):
         if operator.start() < end:  # on the line searched last
@@ -73,9 +91,11 @@ def ordering_lines(text: str) -> list[int]:
 
 
 def with_branches(module: ast.Module, text: str, filename: str, lines: Optional[list[int]] = None) -> ast.Module:
-    """``module`` (``text`` parsed) with each ``if`` whose test orders against ``numbers`` and whose lines hold one of
-    ``lines`` (``ordering_lines``) testing ``BRANCH((filename, line, the test's text), test, *those numbers)``; the
-    parsed tree is never changed (a statement holding none is the parsed one, ``module`` itself where none does)."""
+    """``module`` (``text`` parsed) with each ``if`` whose test compares with ``comparisons``' numbers and whose lines
+    hold one of ``lines`` (``ordering_lines``) testing ``BRANCH((filename, line, the test's text, whether each is an
+    equality), test, *those numbers)``, its operands each handed to ``BRANCH.operand((filename, line), operand)`` where
+    the test reads it (never read again: ``x is not None and x.n == 5``) where every one is ``_read_free``; the parsed tree is never changed (a statement holding none is
+    the parsed one, ``module`` itself where none does)."""
     body = _body(module.body, filename, ordering_lines(text) if lines is None else lines)
     return module if body is module.body else ast.Module(body=body, type_ignores=module.type_ignores)
 
@@ -88,19 +108,23 @@ def _body(body: list, filename: str, lines: list[int]) -> list:
 def _with_branches(stmt: ast.AST, filename: str, lines: list[int]) -> ast.AST:
     first = getattr(stmt, "lineno", None)  # a match statement's case has no lines of its own: its body has
     at = bisect.bisect_left(lines, first) if first is not None else None
-    if at is not None and (at == len(lines) or lines[at] > (stmt.end_lineno or first)):  # none orders against a number
+    if at is not None and (at == len(lines) or lines[at] > (stmt.end_lineno or first)):  # none compares with a number
         return stmt
     fields = {
         name: new
         for name in BODIES
         if isinstance(old := getattr(stmt, name, None), list) and (new := _body(old, filename, lines)) is not old
     }
-    ordered = numbers(stmt.test) if isinstance(stmt, ast.If) else []
-    if ordered:
+    compared = comparisons(stmt.test) if isinstance(stmt, ast.If) else []
+    if compared:
         where = {k: getattr(stmt.test, k) for k in ("lineno", "col_offset", "end_lineno", "end_col_offset")}
-        key = ast.Constant((filename, stmt.lineno, ast.unparse(stmt.test)), **where)
-        again = [ast.copy_location(copy.copy(side), side) for side in ordered]  # each read again, as its own node
-        fields["test"] = ast.Call(ast.Name(BRANCH, ast.Load(), **where), [key, stmt.test, *again], [], **where)
+        equalities = tuple(equality for _number, equality, _operand in compared)
+        key = ast.Constant((filename, stmt.lineno, ast.unparse(stmt.test), equalities), **where)
+        test = stmt.test
+        if all(_read_free(operand) for _number, _equality, operand in compared):
+            test = _operands_handed(test, (filename, stmt.lineno), [operand for _n, _e, operand in compared])
+        again = [ast.copy_location(copy.copy(number), number) for number, _equality, _operand in compared]
+        fields["test"] = ast.Call(ast.Name(BRANCH, ast.Load(), **where), [key, test, *again], [], **where)
     if not fields:
         return stmt
     new = copy.copy(stmt)
@@ -109,19 +133,77 @@ def _with_branches(stmt: ast.AST, filename: str, lines: list[int]) -> ast.AST:
     return new
 
 
+def _operands_handed(test: ast.expr, key: tuple[str, int], operands: list[ast.expr]) -> ast.expr:
+    """A copy of ``test`` with each of ``operands`` read through ``BRANCH.operand(key, operand)``."""
+    copies: dict = {}
+    new = copy.deepcopy(test, copies)
+    handed = {id(copies[id(operand)]) for operand in operands}
+
+    class Hand(ast.NodeTransformer):
+        def visit(self, node: ast.AST) -> ast.AST:
+            if id(node) not in handed:
+                return self.generic_visit(node)
+            recorder = ast.Attribute(ast.Name(BRANCH, ast.Load()), "operand", ast.Load())
+            return ast.copy_location(ast.Call(recorder, [ast.Constant(key), node], []), node)
+
+    return ast.fix_missing_locations(Hand().visit(new))
+
+
 class Branches:
-    """Which way each ``if`` ordering against ``numbers`` went, in runs (outside one: a module's own code, not
-    recorded), by its key: (file, line, test, the numbers)."""
+    """Which way each ``if`` comparing with ``comparisons``' numbers went, in runs (outside one: a module's own code,
+    not recorded), by its key: (file, line, test, the values its other side takes: one past an ordering's number, an
+    equality's number); and by (file, line), the plain values its operands took where a way was recorded
+    (``reading``: as its test runs; ``on_probe``: on the probe running), ``read`` the same on every probe so far
+    (``VARIED``: not), ``other_context`` read on a probe of another context length than the base probes'."""
 
     def __init__(self) -> None:
         self.ways: dict[tuple[str, int, str, tuple[int, ...]], set[bool]] = {}
+        self.reading: dict[tuple[str, int], set] = {}
+        self.on_probe: dict[tuple[str, int], set] = {}
+        self.read: dict[tuple[str, int], Any] = {}
+        self.other_context: set[tuple[str, int]] = set()
 
-    def __call__(self, key: tuple[str, int, str], value: Any, *numbers: Any) -> Any:
-        ints = tuple(n for n in numbers if type(n) is int and n > TAKEN)  # a constant's may be anything
-        if type(value) is bool and ints and Run.current is not None:  # an unknown's is decided both ways
-            self.ways.setdefault((*key, ints), set()).add(value)
+    def __call__(self, key: tuple[str, int, str, tuple[bool, ...]], value: Any, *numbers: Any) -> Any:
+        filename, line, test, equalities = key
+        read = self.reading.pop((filename, line), None)
+        other_side = tuple(  # a constant's number may be anything
+            n + (not equality) for n, equality in zip(numbers, equalities) if type(n) is int and n > TAKEN
+        )
+        if type(value) is bool and other_side and Run.current is not None:  # an unknown's is decided both ways
+            self.ways.setdefault((filename, line, test, other_side), set()).add(value)
+            self.on_probe.setdefault((filename, line), set()).update(read or ())
         return value
+
+    def operand(self, key: tuple[str, int], value: Any) -> Any:
+        """``value``, an operand of the comparisons of the ``if`` at ``key`` as its test reads it, noted in a run."""
+        if Run.current is not None:
+            self.reading.setdefault(key, set()).add((type(value), value) if type(value) in PLAIN else VARIED)
+        return value
+
+    def probed(self, other_context: bool) -> None:
+        """The probe run last is over (``other_context``: it took another context length than the base probes)."""
+        for where, values in self.on_probe.items():
+            if not values or VARIED in values or self.read.setdefault(where, values) != values:
+                self.read[where] = VARIED
+            if other_context:
+                self.other_context.add(where)
+        self.on_probe.clear()
+        self.reading.clear()
+
+    def clear(self) -> None:
+        for noted in (self.ways, self.reading, self.on_probe, self.read, self.other_context):
+            noted.clear()
 
     def one_way(self) -> list[tuple[str, int, str, tuple[int, ...]]]:
         """The key of each that every run so far took the same way."""
         return [key for key, ways in self.ways.items() if len(ways) == 1]
+
+    def varied(self, key: tuple[str, int, str, tuple[int, ...]]) -> bool:
+        """Whether the operands of the ``if`` at ``key`` took other values on one probe than on another, or one not
+        plain, or were not read (a call's, say): a layout parameter."""
+        return self.read.get(key[:2], VARIED) == VARIED
+
+    def configuration(self, key: tuple[str, int, str, tuple[int, ...]]) -> bool:
+        """Whether the operands of the ``if`` at ``key`` took the same plain values on every probe, one of another
+        context length among them (``self.fa_impl_ver == 3``): no layout parameter decides it."""
+        return not self.varied(key) and key[:2] in self.other_context

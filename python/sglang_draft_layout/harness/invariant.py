@@ -16,7 +16,9 @@ from typing import Any, Callable, Collection, Iterator, Optional
 
 from ..speculative import eagle_utils, spec_utils
 from .paths import (
+    CONTEXT_LEN,
     EXTRA,
+    OTHER_CONTEXT,
     PROBES,
     ROWS,
     STEPS,
@@ -29,6 +31,7 @@ from .paths import (
     past,
     run_path,
 )
+from .branches import Branches
 from .unknown import TAG
 from .world import Tree
 
@@ -199,6 +202,7 @@ def judge(
     one_way = [
         f"{_branch(key)} went the same way on every probe: its other side cannot be judged"
         for key in tree.branches.one_way()
+        if not tree.branches.configuration(key)
     ]
     unique = tuple(dict.fromkeys(problems + one_way))
     return Verdict(path, unique, judged, split=tuple(sorted(split)), own=tuple(dict.fromkeys(own)),
@@ -206,29 +210,34 @@ def judge(
 
 
 def _probes(tree: Tree) -> Iterator[tuple[Probe, str]]:
-    """(probe, its label in a problem): ``PROBES``, then, while an ``if`` ordering against a number went one way in
-    every run so far (``Tree.branches``: a fork's ``if num_seqs <= 12:``), a probe one past its number
-    (``past``: sequences, topk, steps, context length), the label naming it; ``EXTRA`` of them at most. One still
-    one way after them is a problem (``judge``)."""
-    tree.branches.ways.clear()
-    yield from ((probe, str(probe)) for probe in PROBES)
+    """(probe, its label in a problem): ``PROBES``, then, while an ``if`` comparing with a number went one way in
+    every run so far (``Tree.branches``: a fork's ``if num_seqs <= 12:``, ``if num_seqs != 5:``), a probe taking the
+    value of its other side (``past``: sequences, topk, steps, context length), then, where its operand took the same
+    values on every probe, ``OTHER_CONTEXT``; the label naming it; ``EXTRA`` of them at most, those of an ``if`` whose
+    operand varied first. One still one way after them is a problem but where its operand is configuration
+    (``judge``)."""
+    branches = tree.branches
+    branches.clear()
+    for probe in PROBES:
+        yield probe, str(probe)
+        branches.probed(other_context=False)
     tried = set(PROBES)
     for _ in range(EXTRA):
-        found = next(
-            (
-                (key, probe)
-                for key in tree.branches.one_way()
-                for number in key[3]
-                for probe in past(number)
-                if probe not in tried
-            ),
-            None,
-        )
+        one_way = sorted(branches.one_way(), key=lambda key: not branches.varied(key))
+        found = next(((key, probe) for key in one_way for probe in _past(branches, key) if probe not in tried), None)
         if found is None:
             return
         key, probe = found
         tried.add(probe)
         yield probe, f"{probe} (for {_branch(key)})"
+        branches.probed(other_context=probe.context_len != CONTEXT_LEN)
+
+
+def _past(branches: Branches, key: tuple[str, int, str, tuple[int, ...]]) -> list[Probe]:
+    """The probes for the ``if`` at ``key``: at each value of its other side, then, where its operand has not varied
+    (configuration, or the context length), ``OTHER_CONTEXT``."""
+    probes = [probe for value in key[3] for probe in past(value)]
+    return probes if branches.varied(key) else [*probes, OTHER_CONTEXT]
 
 
 def _branch(key: tuple[str, int, str, tuple[int, ...]]) -> str:

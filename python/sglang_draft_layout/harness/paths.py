@@ -63,16 +63,24 @@ PROBES = (Probe(1, 1, 2), Probe(3, 1, 4), Probe(2, 4, 3), Probe(1, 8, 5), Probe(
 #: length they take
 EXTRA = 6
 PAST_AT_MOST = Probe(512, 128, 16, 1 << 16)
+#: the probe showing whether an ``if``'s operand, the same on every probe so far, follows the context length (which
+#: every base probe takes at ``CONTEXT_LEN``)
+OTHER_CONTEXT = Probe(2, 1, 3, 2 * CONTEXT_LEN)
 
 
-def past(number: int) -> list[Probe]:
-    """Where an ``if`` ordering against ``number`` went one way on every probe so far (``branches.numbers``): the
-    probes taking sequences, then topk, then steps, then context length one past it, each within ``PAST_AT_MOST``
-    (the context only past ``CONTEXT_LEN``, which every other probe takes)."""
-    n, most = number + 1, PAST_AT_MOST
-    probes = [Probe(n, 1, 3), Probe(2, n, 3), Probe(2, 2, n)]
-    within = [probe for probe, at_most in zip(probes, (most.num_seqs, most.topk, most.steps)) if n <= at_most]
-    return within + ([Probe(2, 2, 3, n)] if CONTEXT_LEN < n <= most.context_len else [])
+def past(value: int) -> list[Probe]:
+    """Where an ``if`` comparing with a number went one way on every probe so far (``branches.comparisons``): the
+    probes taking sequences, then topk, then steps, then context length at ``value``, the other side's (one past an
+    ordering's number, an equality's number), each within ``PAST_AT_MOST`` and where no base probe took it (an ``if``
+    on that parameter took its other side there: the context only past ``CONTEXT_LEN``)."""
+    most, taken = PAST_AT_MOST, [{getattr(probe, name) for probe in PROBES} for name in ("num_seqs", "topk", "steps")]
+    probes = [Probe(value, 1, 3), Probe(2, value, 3), Probe(2, 2, value)]
+    within = [
+        probe
+        for probe, at_most, base in zip(probes, (most.num_seqs, most.topk, most.steps), taken)
+        if value <= at_most and value not in base
+    ]
+    return within + ([Probe(2, 2, 3, value)] if CONTEXT_LEN < value <= most.context_len else [])
 
 
 @dataclass(frozen=True)
