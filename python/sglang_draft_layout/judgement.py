@@ -67,9 +67,10 @@ def refusals(
 ) -> list[Finding]:
     """A finding for each path through a site's class that, in the rewritten tree, does not give upstream's
     values, cannot be run, or runs none of a rewritten class's code on any probe, unless a site of its classes
-    is kept by the fork (``rewrites``: each rewritten file's text and the rewrite's, for ``on_disk``). (A path through no site's class is another backend's, and one whose sites a rule finds
-    not affected keeps the tree's own layout: reported, never refused. A path of a file with an unrecognised
-    site is not judged again: the engine rewrites no such file, and that site refuses the plan already.)"""
+    is kept by the fork (``rewrites``: each rewritten file's text and the rewrite's, for ``on_disk``). (A path
+    through no site's class is another backend's, and one whose sites a rule finds not affected keeps the tree's
+    own layout: reported, never refused. A path of a file with an unrecognised site is not judged again: the
+    engine rewrites no such file, and that site refuses the plan already.)"""
     kept, rewritten = _sites(findings, [State.KEPT]), _sites(findings, [State.TO_PATCH])
     sited = _sites(findings, JUDGED_STATES)
     unrecognised = {file for file, _cls in _sites(findings, [State.UNRECOGNISED])}

@@ -93,9 +93,10 @@ def ordering_lines(text: str) -> list[int]:
 def with_branches(module: ast.Module, text: str, filename: str, lines: Optional[list[int]] = None) -> ast.Module:
     """``module`` (``text`` parsed) with each ``if`` whose test compares with ``comparisons``' numbers and whose lines
     hold one of ``lines`` (``ordering_lines``) testing ``BRANCH((filename, line, the test's text, whether each is an
-    equality), test, *those numbers)``, its operands each handed to ``BRANCH.operand((filename, line), operand)`` where
-    the test reads it (never read again: ``x is not None and x.n == 5``) where every one is ``_read_free``; the parsed tree is never changed (a statement holding none is
-    the parsed one, ``module`` itself where none does)."""
+    equality), test, *those numbers)``; where every operand is ``_read_free``, each is handed to
+    ``BRANCH.operand((filename, line), operand)`` where the test reads it (never read again: ``x is not None and
+    x.n == 5``). The parsed tree is never changed (a statement holding none is the parsed one, ``module`` itself
+    where none does)."""
     body = _body(module.body, filename, ordering_lines(text) if lines is None else lines)
     return module if body is module.body else ast.Module(body=body, type_ignores=module.type_ignores)
 

@@ -160,7 +160,8 @@ def _qualname(code: types.CodeType) -> str:
 
 
 def _replaced(code: types.CodeType, replaced: dict[int, types.CodeType]) -> types.CodeType:
-    """``code`` with each function in its constants, and in its class bodies', replaced where ``replaced`` has its id."""
+    """``code`` with each function in its constants, and in its class bodies', replaced where ``replaced`` has its
+    id."""
     consts = tuple(
         _replaced(c, replaced) if isinstance(c, types.CodeType) and not c.co_flags & inspect.CO_NEWLOCALS
         else replaced.get(id(c), c)
