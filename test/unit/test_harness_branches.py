@@ -28,6 +28,14 @@ def f(num_seqs, rows):
 """
 
 
+def recorded(source: str, filename: str) -> tuple[Branches, dict]:
+    """``source`` run with its ``if``s recording to a ``Branches`` (as ``Tree`` builds its modules): both."""
+    branches = Branches()
+    namespace = {"__builtins__": {**builtins.__dict__, BRANCH: branches}}
+    exec(compile(with_branches(ast.parse(source), source, filename), filename, "exec"), namespace)
+    return branches, namespace
+
+
 def test_only_a_comparison_with_a_number_past_what_the_probes_take_or_a_constant_is_recorded():
     tests = ["num_seqs <= 4", "bs > 16", "a and 1 < bs < 8", "4 >= x", "x < MAX_BS", "MAX_BS >= x", "x == 8"]
     tests += ["5 != x", "x == MAX_BS", "x > 1", "x is None", "x == 2", "a < b", "x < Max", "x < self.MAX_BS", "x = 8"]
@@ -64,9 +72,7 @@ def test_the_parsed_tree_is_left_as_it_is():
 
 
 def test_each_way_is_recorded_in_runs_only():
-    branches = Branches()
-    namespace = {"__builtins__": {**builtins.__dict__, BRANCH: branches}}
-    exec(compile(with_branches(ast.parse(SOURCE), SOURCE, "f.py"), "f.py", "exec"), namespace)
+    branches, namespace = recorded(SOURCE, "f.py")
     f = namespace["f"]
     assert f(9, None) == "none" and f(9, 0) == "many" and branches.ways == {}  # outside a run: module code
     with Run():
@@ -88,9 +94,7 @@ def test_an_if_in_a_match_case_or_an_except_is_recorded():
 
 def test_a_constants_number_is_read_when_the_test_runs():
     source = "SMALL = 12\nTINY = 2\ndef f(num_seqs):\n    if num_seqs <= SMALL:\n        return 1\n    if num_seqs < TINY:\n        return 2\n"
-    branches = Branches()
-    namespace = {"__builtins__": {**builtins.__dict__, BRANCH: branches}}
-    exec(compile(with_branches(ast.parse(source), source, "f.py"), "f.py", "exec"), namespace)
+    branches, namespace = recorded(source, "f.py")
     with Run():
         assert namespace["f"](13) is None
     assert branches.one_way() == [("f.py", 4, "num_seqs <= SMALL", (13,))]  # 2: both ways on the base probes
@@ -115,9 +119,7 @@ def test_an_if_one_way_on_a_configuration_value_is_told_from_one_on_a_layout_par
     """``self.fa_impl_ver == 3`` (the same value on every probe, one of another context among them) is configuration,
     not refused (``invariant.judge``); ``self.num_seqs != 5`` (one value a probe) is not, nor an operand not read again
     (a call)."""
-    branches = Branches()
-    namespace = {"__builtins__": {**builtins.__dict__, BRANCH: branches}}
-    exec(compile(with_branches(ast.parse(CONFIGURED), CONFIGURED, "b.py"), "b.py", "exec"), namespace)
+    branches, namespace = recorded(CONFIGURED, "b.py")
     for num_seqs, other_context in ((1, False), (3, False), (2, False), (2, True)):
         with Run():
             assert namespace["Backend"](num_seqs).rows() == 1
@@ -132,9 +134,7 @@ def test_an_if_one_way_on_a_configuration_value_is_told_from_one_on_a_layout_par
 
 def test_an_operand_is_handed_where_the_test_reads_it_never_read_again():
     source = "def f(rows):\n    if rows is not None and rows.n == 5:\n        return 1\n    return 0\n"
-    branches = Branches()
-    namespace = {"__builtins__": {**builtins.__dict__, BRANCH: branches}}
-    exec(compile(with_branches(ast.parse(source), source, "f.py"), "f.py", "exec"), namespace)
+    branches, namespace = recorded(source, "f.py")
     with Run():
         assert namespace["f"](None) == 0  # rows.n unread: no AttributeError
         assert namespace["f"](types.SimpleNamespace(n=4)) == 0
