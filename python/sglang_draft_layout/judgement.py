@@ -8,14 +8,13 @@ of the rewritten tree gives upstream's values (``refusals``); what the paths gav
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Collection, Mapping, Optional
 
 from .harness.invariant import Verdict
-from .harness.judged import judge_tree
+from .harness.judged import judge_tree, line_blocks
 from .harness.paths import STEPS, DraftPath
 from .harness.tensors import FACADE
 from .layout_patterns.baking import IN_GRAPH as IN_GRAPH_METHOD
@@ -105,25 +104,21 @@ _PLACE = re.compile(r"\b(srt/[\w/]+\.py):(\d+)\b")
 
 def on_disk(why: str, rewrites: Mapping[str, tuple[str, str]]) -> str:
     """``why`` with each line it names in a rewritten file (module -> its text, the rewrite's) numbered as the file
-    on disk has it, or said to be a line the rewrite wrote."""
+    on disk has it, or said to be a line the rewrite wrote (``judged.line_blocks``: the lines it left as they were)."""
+    blocks: dict[str, list] = {}
 
     def place(match: re.Match) -> str:
         module, line = match.group(1), int(match.group(2))
         if module not in rewrites:
             return match.group(0)
-        old = _line_before(*rewrites[module], line)
+        if module not in blocks:
+            blocks[module] = line_blocks(*rewrites[module])
+        old = next(
+            (i1 + line - j1 for tag, i1, _i2, j1, j2 in blocks[module] if tag == "equal" and j1 < line <= j2), None
+        )
         return f"{module}:{old}" if old is not None else f"{module}:{line} (a line the rewrite wrote)"
 
     return _PLACE.sub(place, why)
-
-
-def _line_before(old: str, new: str, line: int) -> Optional[int]:
-    """Line ``line`` of ``new``'s number in ``old``, where the rewrite left it as it was."""
-    matcher = difflib.SequenceMatcher(None, old.splitlines(), new.splitlines(), autojunk=False)
-    for tag, i1, _i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal" and j1 < line <= j2:
-            return i1 + line - j1
-    return None
 
 
 def _no_find(rule: Rule, _source: object) -> Finding:

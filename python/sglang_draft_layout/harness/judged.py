@@ -93,17 +93,26 @@ class Rewritten(Tree):
         text, path = self.texts.get(relative), self.package / relative if self.package is not None else None
         if relative not in self.given or text is None or path is None or not path.is_file():
             return set()
-        old, new = path.read_bytes().decode("utf-8", "replace").splitlines(), text.splitlines()
-        same, short = 0, min(len(old), len(new))  # the lines alike at both ends first: the diff only between
-        while same < short and old[same] == new[same]:
-            same += 1
-        end = 0
-        while end < short - same and old[-1 - end] == new[-1 - end]:
-            end += 1
-        matcher = difflib.SequenceMatcher(None, old[same : len(old) - end], new[same : len(new) - end], autojunk=False)
-        return {
-            same + n + 1 for tag, _i1, _i2, j1, j2 in matcher.get_opcodes() if tag != "equal" for n in range(j1, j2)
-        }
+        old = path.read_bytes().decode("utf-8", "replace")
+        return {n + 1 for tag, _i1, _i2, j1, j2 in line_blocks(old, text) if tag != "equal" for n in range(j1, j2)}
+
+
+def line_blocks(old: str, new: str) -> list[tuple[str, int, int, int, int]]:
+    """``difflib``'s opcodes of ``new`` against ``old``, line by line (0-based, the whole texts'): the lines alike at
+    both ends matched first, the diff only between."""
+    before, after = old.splitlines(), new.splitlines()
+    same, short = 0, min(len(before), len(after))
+    while same < short and before[same] == after[same]:
+        same += 1
+    end = 0
+    while end < short - same and before[-1 - end] == after[-1 - end]:
+        end += 1
+    matcher = difflib.SequenceMatcher(
+        None, before[same : len(before) - end], after[same : len(after) - end], autojunk=False
+    )
+    blocks = [("equal", 0, same, 0, same)] if same else []
+    blocks += [(tag, same + i1, same + i2, same + j1, same + j2) for tag, i1, i2, j1, j2 in matcher.get_opcodes()]
+    return blocks + ([("equal", len(before) - end, len(before), len(after) - end, len(after))] if end else [])
 
 
 _CLASSES: dict[tuple[str, str, str], Any] = {}
@@ -126,9 +135,8 @@ def _class_statement(code: types.CodeType, text: str, filename: str, name: str) 
         ]  # fmt: skip
         if not bodies:
             return None
-        start, lines = bodies[-1].co_firstlineno - 1, text.split(
-            "\n"
-        )  # as Python numbers lines (a form feed ends none)
+        start = bodies[-1].co_firstlineno - 1
+        lines = text.split("\n")  # as Python numbers lines (a form feed ends none)
         end, decorated = len(lines), lines[start].startswith("@")
         for n in range(start + 1, len(lines)):
             if TOP_LEVEL_START.match(lines[n]):
