@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from sglang_draft_layout import engine, verdict_cache
-from sglang_draft_layout.harness import invariant, judged, paths
+from sglang_draft_layout.harness import apart, judged, paths
 from sglang_draft_layout.target import resolve
 
 pytestmark = pytest.mark.releases
@@ -22,9 +22,9 @@ def runs(monkeypatch, tmp_path):
     the files each look had a text in place of."""
     monkeypatch.setenv("SGLANG_DRAFT_LAYOUT_CACHE", str(tmp_path / "cache"))
     counted = []
-    real = invariant.draft_paths
+    real = apart.draft_paths
     monkeypatch.setattr(
-        invariant, "draft_paths", lambda tree, modules: counted.append(tree.given) or real(tree, modules)
+        apart, "draft_paths", lambda tree, modules: counted.append(tree.given) or real(tree, modules)
     )
 
     def plan(tree):
@@ -68,4 +68,4 @@ def test_an_unwritable_cache_is_no_cache(scratch, runs, tmp_path, monkeypatch):
 def test_the_store_is_the_tools_only_while_a_plan_runs(tmp_path):
     with verdict_cache.in_use(tmp_path):
         assert isinstance(judged.store, verdict_cache.DiskStore)
-    assert judged.store is None and paths.draft_paths is invariant.draft_paths
+    assert judged.store is None and paths.draft_paths is apart.draft_paths

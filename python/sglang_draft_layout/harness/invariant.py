@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Iterator, Optional
+from typing import Any, Callable, Collection, Iterator, Optional, Sequence
 
 from ..speculative import eagle_utils, spec_utils
 from .paths import (
@@ -264,7 +264,13 @@ def judge_paths(
 ) -> dict[DraftPath, Verdict]:
     """Each draft path of ``modules`` (under the package) and its verdict (``judge_path``: ``judge``'s): the workers
     first, so that a per-step path runs as a worker that inits each step's backend with its row would."""
-    paths = draft_paths(tree, sorted(modules))
+    return judge_each(tree, draft_paths(tree, sorted(modules)), judge_path)
+
+
+def judge_each(
+    tree: Tree, paths: Sequence[DraftPath], judge_path: Callable[..., Verdict] = judge
+) -> dict[DraftPath, Verdict]:
+    """Each of the draft ``paths`` and its verdict, as ``judge_paths`` judges them."""
     workers = {path: judge_path(tree, path) for path in paths if path.kind == WORKER}
     by_worker = next((p for p, v in workers.items() if v.inits_steps), None)
     return {path: workers.get(path) or judge_path(tree, path, by_worker) for path in paths}

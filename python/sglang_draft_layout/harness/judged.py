@@ -18,10 +18,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Collection, Mapping, Optional
 
+from .apart import judge_apart
 from .branches import ORDERING
 from .coverage import Lines, layout_statements
 from .functions_alone import code_with_branches
-from .invariant import GUARDED, Verdict, judge, judge_paths
+from .invariant import GUARDED, Verdict, judge
 from .paths import DraftPath
 from .world import Tree, compile_module
 
@@ -205,10 +206,9 @@ def judge_tree(
             del _JUDGED[next(iter(_JUDGED))]
         found = store.load(key, package) if store else None
         if found is None:
-            tree = Rewritten(package, torch, texts)
-            found = judge_paths(tree, modules, judge_traced)
+            found, read = judge_apart(Rewritten(package, torch, texts), modules, judge_traced)
             if store:
-                store.save(key, package, found, tree.texts)
+                store.save(key, package, found, read)
         _JUDGED[key] = found
     return _JUDGED[key]
 
