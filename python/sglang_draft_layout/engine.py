@@ -268,24 +268,38 @@ def _sources(
     """Each file the rules read, and each other file of the structural guard's folders whose
     text names a draft layout, each read and parsed once: whole where a rule judges
     module-level definitions, else by the class blocks that matter (``_parse``); and each
-    one's bytes (``StoredText``). A file that cannot be decoded is a TargetError naming it."""
-    sources, stored = {}, {}
-    for relative, file_rules in _rules_by_file(rules).items():
-        path = target.package / relative
+    one's bytes (``StoredText``). A file that cannot be decoded is a TargetError naming it.
+    The tree's draft paths begin to be judged once the files are read (``judgement.begin``)."""
+    by_file, stored = _rules_by_file(rules), {}
+    for relative in by_file:
         gate.check()
-        if path.is_file():
-            stored[relative] = StoredText.read(path)
-            sources[relative] = _parse(path, relative, stored[relative].text, _parsed_classes(relative, file_rules))
+        if (target.package / relative).is_file():
+            stored[relative] = StoredText.read(target.package / relative)
     for folder in GUARDED_FOLDERS:
         for path in sorted((target.package / folder).rglob("*.py")):
             relative = path.relative_to(target.package).as_posix()
             gate.check()
-            if relative not in sources:
+            if relative not in by_file:
                 text = StoredText.read(path)
                 if names_draft_layout(text.text):
                     stored[relative] = text
-                    sources[relative] = _parse(path, relative, text.text, _read_classes(relative))
+    judgement.begin(target.package, *_texts_and_modules(stored))
+    sources = {
+        relative: _parse(
+            target.package / relative,
+            relative,
+            text.text,
+            _parsed_classes(relative, by_file[relative]) if relative in by_file else _read_classes(relative),
+        )
+        for relative, text in stored.items()
+    }
     return sources, stored
+
+
+def _texts_and_modules(stored: dict[str, StoredText]) -> tuple[dict[str, str], list[str]]:
+    """The texts read (by path under the package), and those of them the draft paths are looked for in."""
+    texts = {relative: text.text for relative, text in stored.items()}
+    return texts, [relative for relative in texts if relative.startswith(GUARDED_FOLDERS)]
 
 
 def _parsed_classes(relative: str, rules: Sequence[Rule]) -> Optional[set[str]]:
@@ -377,6 +391,8 @@ def plan(
                 return _plan(target, rules, render_changes, test_options, keep, gate)
             except SyntaxError as error:  # a file of the tree the harness read (``_parse`` reads the rules' files)
                 raise _not_valid_python(error.filename, error) from None
+            finally:
+                judgement.cancel_begun()
 
 
 @contextlib.contextmanager
@@ -490,8 +506,7 @@ def _plan(
     ]
     by_file = _rules_by_file([*rules, *guarded])
     findings, created = _findings(target, by_file, sources, keep)
-    texts = {relative: text.text for relative, text in stored.items()}
-    modules = [relative for relative in texts if relative.startswith(GUARDED_FOLDERS)]
+    texts, modules = _texts_and_modules(stored)
     before = judgement.verdicts(target.package, texts, modules)
     findings = judgement.with_before(findings, before)
     rendered: list[tuple[Path, str, Optional[StoredText], list[Rule], str]] = []

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Collection, Mapping, Optional
 
 from .harness.invariant import Verdict
-from .harness.judged import judge_tree, line_blocks
+from .harness import judged
+from .harness.judged import cancel_begun, judge_tree, line_blocks
 from .harness.paths import STEPS, DraftPath
 from .harness.tensors import FACADE
 from .layout_patterns.baking import IN_GRAPH as IN_GRAPH_METHOD
@@ -25,6 +26,11 @@ from .rules.who_splits import IN_GRAPH as IN_GRAPH_PHASE
 def verdicts(package: Optional[Path], texts: Mapping[str, str], modules: Collection[str]) -> dict[DraftPath, Verdict]:
     """Each draft path of ``modules`` (paths under the package; ``texts`` stand in for their files) and its verdict."""
     return judge_tree(package, FACADE, texts, modules)
+
+
+def begin(package: Optional[Path], texts: Mapping[str, str], modules: Collection[str]) -> None:
+    """Begin ``verdicts``' judging (in a child process where it can): the caller goes on reading the tree."""
+    judged.begin(package, FACADE, texts, modules)
 
 
 def classes(path: DraftPath) -> set[str]:

@@ -1,17 +1,20 @@
 """harness.apart: a tree's draft paths judged in two processes give one process's verdicts; a child that dies or
-raises; claims taken once each."""
+raises; claims taken once each; a judging begun early (``judged.begin``) finished once, or ended."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
-from sglang_draft_layout.harness import apart
+from sglang_draft_layout import engine
+from sglang_draft_layout.harness import apart, judged
 from sglang_draft_layout.harness.invariant import GUARDED, judge, judge_paths
 from sglang_draft_layout.harness.paths import STEPS, DraftPath
 from sglang_draft_layout.harness.tensors import FACADE
 from sglang_draft_layout.harness.world import Tree
+from sglang_draft_layout.target import TargetError, resolve
 from support.sglang_release import pristine_tree
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -34,7 +37,7 @@ def test_two_processes_give_one_process_verdicts(release, two_cpus, monkeypatch)
     forked = []
     fork = os.fork
     monkeypatch.setattr(os, "fork", lambda: forked.append(1) or fork())
-    found, read = apart.judge_apart(Tree(package, FACADE), modules, judge)
+    found, read = apart.Judging(Tree(package, FACADE), modules, judge).finish()
     assert forked == [1]
     alone = judge_paths(Tree(package, FACADE), modules)
     assert list(found) == list(alone) and len(found) == 7
@@ -46,14 +49,14 @@ def test_one_job_judges_in_this_process(release, monkeypatch):
     package, modules = release
     monkeypatch.setenv(apart.JOBS, "1")
     monkeypatch.setattr(os, "fork", lambda: pytest.fail("forked with SGLANG_DRAFT_LAYOUT_JOBS=1"))
-    found, _read = apart.judge_apart(Tree(package, FACADE), modules, judge)
+    found, _read = apart.Judging(Tree(package, FACADE), modules, judge).finish()
     assert found == judge_paths(Tree(package, FACADE), modules)
 
 
 def test_a_child_that_dies_leaves_its_paths_here(release, two_cpus, monkeypatch):
     package, modules = release
     monkeypatch.setattr(apart, "_judge_share", lambda *args: os._exit(1))
-    found, _read = apart.judge_apart(Tree(package, FACADE), modules, judge)
+    found, _read = apart.Judging(Tree(package, FACADE), modules, judge).finish()
     assert found == judge_paths(Tree(package, FACADE), modules)
 
 
@@ -67,7 +70,7 @@ def test_what_the_child_raises_is_raised_here(release, two_cpus):
         return judge(tree, path, *by_worker)
 
     with pytest.raises(SyntaxError, match="in the child"):
-        apart.judge_apart(Tree(package, FACADE), modules, judged)
+        apart.Judging(Tree(package, FACADE), modules, judged).finish()
 
 
 def test_each_path_is_claimed_once():
@@ -83,3 +86,47 @@ def test_each_path_is_claimed_once():
     os.close(reader)
     assert asked == [True, False, False, True, True, False, False, True, True, False]
     assert first.taken == {others[0], others[2], others[4]} and second.taken == {others[1], others[3]}
+
+
+def test_a_judging_begun_is_finished_by_judge_tree_once(release, two_cpus, monkeypatch):
+    package, modules = release
+    texts = {m: (package / m).read_text() for m in modules}
+    judged._JUDGED.clear()
+    begun = []
+    real = apart.Judging.__init__
+    monkeypatch.setattr(apart.Judging, "__init__", lambda self, *a: begun.append(1) or real(self, *a))
+    judged.begin(package, FACADE, texts, modules)
+    judged.begin(package, FACADE, texts, modules)  # begun already: nothing more
+    assert len(begun) == 1 and len(judged._BEGUN) == 1 and next(iter(judged._BEGUN.values())).child
+    found = judged.judge_tree(package, FACADE, texts, modules)
+    assert not judged._BEGUN and len(begun) == 1
+    assert found == judge_paths(judged.Rewritten(package, FACADE, texts), modules, judged.judge_traced)
+
+
+def test_a_judging_no_one_asks_for_is_ended(release, two_cpus):
+    package, modules = release
+    judged._JUDGED.clear()
+    judged.begin(package, FACADE, {m: (package / m).read_text() for m in modules}, modules)
+    child = next(iter(judged._BEGUN.values())).child
+    judged.cancel_begun()
+    assert not judged._BEGUN
+    with pytest.raises(ChildProcessError):  # killed and reaped
+        os.waitpid(child, os.WNOHANG)
+
+
+def test_a_plan_refused_while_judging_leaves_no_child(tmp_path, two_cpus, monkeypatch):
+    scratch = tmp_path / "tree"
+    shutil.copytree(pristine_tree("0.5.12") / "sglang", scratch / "sglang")
+    worker = scratch / "sglang/srt/speculative/eagle_worker.py"
+    text = worker.read_text()  # a class the rules parse, after the judging began (``engine._sources``)
+    head = text.index(":\n", text.index("\nclass EAGLEWorker(")) + 2
+    worker.write_text(text[:head] + "    def broken(:\n" + text[head:])
+    cancelled = []
+    real = apart.Judging.cancel
+    monkeypatch.setattr(apart.Judging, "cancel", lambda self: cancelled.append(self.child) or real(self))
+    judged._JUDGED.clear()
+    with pytest.raises(TargetError, match="eagle_worker.py:.*not valid Python"):
+        engine.plan(resolve(str(scratch)), render_changes=False)
+    assert not judged._BEGUN and len(cancelled) == 1 and cancelled[0]
+    with pytest.raises(ChildProcessError):
+        os.waitpid(cancelled[0], os.WNOHANG)

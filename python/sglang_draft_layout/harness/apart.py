@@ -22,41 +22,62 @@ from .world import Tree
 JOBS = "SGLANG_DRAFT_LAYOUT_JOBS"
 
 
-def judge_apart(
-    tree: Tree, modules: Collection[str], judge_path: Callable[..., Verdict]
-) -> tuple[dict[DraftPath, Verdict], set[str]]:
-    """Each draft path of ``modules`` and its verdict (``invariant.judge_paths``'s), and the files (under the
-    package) read to judge them."""
-    paths = draft_paths(tree, sorted(modules))
-    others = sorted(
-        (path for path in paths if path.kind != WORKER), key=lambda path: -len(tree.text(path.module) or "")
-    )
-    if not 2 <= len(others) < 256 or not _two_processes():
-        return judge_each(tree, paths, judge_path), set(tree.texts)
-    order = [*(path for path in paths if path.kind == WORKER), *others]
-    claims, back = os.pipe(), os.pipe()
-    os.write(claims[1], bytes(range(len(others))))  # each path's index, a byte each: within a pipe's buffer
-    os.close(claims[1])
-    child = os.fork()
-    if child == 0:  # never returns
-        os.close(back[0])
-        _judge_share(tree, order, judge_path, _Claims(claims[0], others), back[1])
-    os.close(back[1])
-    mine = _Claims(claims[0], others)
-    found = judge_each(tree, order, _only(judge_path, mine))
-    os.close(claims[0])
-    with os.fdopen(back[0], "rb") as pipe:
-        handed = pipe.read()
-    os.waitpid(child, 0)
-    theirs = [path for path in others if path not in mine.taken]
-    try:
-        verdicts, read, error = pickle.loads(handed)
-    except Exception:  # the child ended without its verdicts (killed, say): its paths judged here
-        verdicts, read, error = judge_each(tree, order, _only(judge_path, set(theirs).__contains__)), (), None
-    if error is not None:
-        raise error
-    found.update((path, verdicts[path]) for path in theirs)
-    return {path: found[path] for path in paths}, {*tree.texts, *read}
+class Judging:
+    """A tree's draft paths being judged: where two processes may (``_two_processes``) and two paths or more are
+    not workers, a child forked at once claims paths while this process goes on (reading the tree for the rules,
+    say); ``finish`` judges here the paths the child has not claimed and gathers its verdicts; ``cancel`` ends a
+    child whose verdicts no one will ask for."""
+
+    def __init__(self, tree: Tree, modules: Collection[str], judge_path: Callable[..., Verdict]) -> None:
+        self.tree, self.judge_path, self.child = tree, judge_path, 0
+        self.paths = draft_paths(tree, sorted(modules))
+        others = sorted(
+            (path for path in self.paths if path.kind != WORKER), key=lambda path: -len(tree.text(path.module) or "")
+        )
+        self.order = [*(path for path in self.paths if path.kind == WORKER), *others]
+        if not 2 <= len(others) < 256 or not _two_processes():
+            return
+        claims, back = os.pipe(), os.pipe()
+        os.write(claims[1], bytes(range(len(others))))  # each path's index, a byte each: within a pipe's buffer
+        os.close(claims[1])
+        self.child = os.fork()
+        if self.child == 0:  # never returns
+            os.close(back[0])
+            _judge_share(tree, self.order, judge_path, _Claims(claims[0], others), back[1])
+        os.close(back[1])
+        self.claims, self.back, self.others = _Claims(claims[0], others), back[0], others
+
+    def finish(self) -> tuple[dict[DraftPath, Verdict], set[str]]:
+        """Each draft path and its verdict (``invariant.judge_paths``'s), and the files (under the package) read to
+        judge them."""
+        tree, judge_path = self.tree, self.judge_path
+        if not self.child:
+            return judge_each(tree, self.paths, judge_path), set(tree.texts)
+        found = judge_each(tree, self.order, _only(judge_path, self.claims))
+        handed = self._gathered()
+        theirs = [path for path in self.others if path not in self.claims.taken]
+        try:
+            verdicts, read, error = pickle.loads(handed)
+        except Exception:  # the child ended without its verdicts (killed, say): its paths judged here
+            verdicts, read, error = judge_each(tree, self.order, _only(judge_path, set(theirs).__contains__)), (), None
+        if error is not None:
+            raise error
+        found.update((path, verdicts[path]) for path in theirs)
+        return {path: found[path] for path in self.paths}, {*tree.texts, *read}
+
+    def cancel(self) -> None:
+        if self.child:
+            os.kill(self.child, signal.SIGKILL)
+            self._gathered()
+
+    def _gathered(self) -> bytes:
+        """What the child handed back, once it has ended (its pipes closed here)."""
+        os.close(self.claims.reader)
+        with os.fdopen(self.back, "rb") as pipe:
+            handed = pipe.read()
+        os.waitpid(self.child, 0)
+        self.child = 0
+        return handed
 
 
 class _Claims:

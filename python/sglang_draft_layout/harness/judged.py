@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Collection, Mapping, Optional
 
-from .apart import judge_apart
+from .apart import Judging
 from .branches import ORDERING
 from .coverage import Lines, layout_statements
 from .functions_alone import code_with_branches
@@ -194,23 +194,54 @@ _KEPT = 64
 store: Any = None
 
 
+def _key(package: Optional[Path], torch: Any, texts: Mapping[str, str], modules: Collection[str]) -> tuple:
+    given = tuple(sorted((m, hashlib.sha1(t.encode()).hexdigest()) for m, t in texts.items()))
+    return str(package), getattr(torch, "__name__", type(torch).__qualname__), given, tuple(sorted(modules))
+
+
+#: the judgings begun (``begin``) and not yet asked for, by ``judge_tree``'s key
+_BEGUN: dict[tuple, Judging] = {}
+
+
+def begin(package: Optional[Path], torch: Any, texts: Mapping[str, str], modules: Collection[str]) -> None:
+    """Begin ``judge_tree``'s judging of these paths, in a child process where it can (``apart.Judging``), for
+    ``judge_tree`` to finish: the caller goes on meanwhile. ``cancel_begun`` ends those never asked for."""
+    key = _key(package, torch, texts, modules)
+    if key in _JUDGED or key in _BEGUN:
+        return
+    found = store.load(key, package) if store else None
+    if found is not None:
+        _judged(key, found)
+    else:
+        _BEGUN[key] = Judging(Rewritten(package, torch, texts), modules, judge_traced)
+
+
+def cancel_begun() -> None:
+    while _BEGUN:
+        _BEGUN.popitem()[1].cancel()
+
+
 def judge_tree(
     package: Optional[Path], torch: Any, texts: Mapping[str, str], modules: Collection[str]
 ) -> dict[DraftPath, Verdict]:
     """Each draft path of ``modules`` (under the package; ``texts`` stand in for files) and its verdict, on
     ``torch`` (``Tree``), judged once per process for the same texts."""
-    given = tuple(sorted((m, hashlib.sha1(t.encode()).hexdigest()) for m, t in texts.items()))
-    key = (str(package), getattr(torch, "__name__", type(torch).__qualname__), given, tuple(sorted(modules)))
+    key = _key(package, torch, texts, modules)
     if key not in _JUDGED:
-        if len(_JUDGED) >= _KEPT:
-            del _JUDGED[next(iter(_JUDGED))]
-        found = store.load(key, package) if store else None
+        found = store.load(key, package) if store and key not in _BEGUN else None
         if found is None:
-            found, read = judge_apart(Rewritten(package, torch, texts), modules, judge_traced)
+            judging = _BEGUN.pop(key, None) or Judging(Rewritten(package, torch, texts), modules, judge_traced)
+            found, read = judging.finish()
             if store:
                 store.save(key, package, found, read)
-        _JUDGED[key] = found
+        _judged(key, found)
     return _JUDGED[key]
+
+
+def _judged(key: tuple, found: dict[DraftPath, Verdict]) -> None:
+    if len(_JUDGED) >= _KEPT:
+        del _JUDGED[next(iter(_JUDGED))]
+    _JUDGED[key] = found
 
 
 def verdict_of(
