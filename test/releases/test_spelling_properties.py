@@ -579,19 +579,19 @@ def test_a_capacity_check_for_fewer_sequences_or_a_shorter_context_is_run_past_t
     assert "without a capacity check" in err
 
 
-def test_a_capacity_check_for_up_to_a_constants_number_of_sequences_is_run_past_it(fresh):
-    """Under ``if num_seqs <= MAX_SMALL:`` (a constant of 12: apply exited 0, the number unread) the probe one past
-    the constant's number finds the rows unchecked."""
+@pytest.mark.parametrize("constant", ["MAX_SMALL", "self.MAX_SMALL"])
+def test_a_capacity_check_for_up_to_a_constants_number_of_sequences_is_run_past_it(fresh, constant):
+    """Under ``if num_seqs <= MAX_SMALL:`` or ``if num_seqs <= self.MAX_SMALL:`` (a constant of 12: apply exited 0, the
+    number unread) the probe one past the constant's number finds the rows unchecked."""
     root = fresh()
-    check = "        MAX_SMALL = 12\n" + branch("num_seqs <= MAX_SMALL", FORK_CHECK)
+    check = f"        {constant} = 12\n" + branch(f"num_seqs <= {constant}", FORK_CHECK)
     scope = "FlashInferMultiStepDraftBackend.common_template"
     edit(draft_backend("flashinfer").file, scope, KERNEL_LAUNCH, check + "\n" + KERNEL_LAUNCH)(root)
     before = tree_digest(root)
     code, err = apply(root)
     assert code == 2 and tree_digest(root) == before, err
-    assert (
-        "bs 13, topk 1, 3 steps (for `if num_seqs <= MAX_SMALL:` at srt/layers/attention/flashinfer_backend.py:" in err
-    )
+    at = "srt/layers/attention/flashinfer_backend.py:"
+    assert f"bs 13, topk 1, 3 steps (for `if num_seqs <= {constant}:` at {at}" in err
     assert "without a capacity check" in err
 
 

@@ -23,9 +23,7 @@ def runs(monkeypatch, tmp_path):
     monkeypatch.setenv("SGLANG_DRAFT_LAYOUT_CACHE", str(tmp_path / "cache"))
     counted = []
     real = apart.draft_paths
-    monkeypatch.setattr(
-        apart, "draft_paths", lambda tree, modules: counted.append(tree.given) or real(tree, modules)
-    )
+    monkeypatch.setattr(apart, "draft_paths", lambda tree, modules: counted.append(tree.given) or real(tree, modules))
 
     def plan(tree):
         judged._JUDGED.clear()

@@ -38,13 +38,15 @@ def recorded(source: str, filename: str) -> tuple[Branches, dict]:
 
 def test_only_a_comparison_with_a_number_past_what_the_probes_take_or_a_constant_is_recorded():
     tests = ["num_seqs <= 4", "bs > 16", "a and 1 < bs < 8", "4 >= x", "x < MAX_BS", "MAX_BS >= x", "x == 8"]
-    tests += ["5 != x", "x == MAX_BS", "x > 1", "x is None", "x == 2", "a < b", "x < Max", "x < self.MAX_BS", "x = 8"]
-    assert [bool(comparisons(ast.parse(t))) for t in tests] == [True] * 9 + [False] * 7
+    tests += ["5 != x", "x == MAX_BS", "x < self.MAX_BS", "cls.LIMIT >= bs"]
+    tests += ["x > 1", "x is None", "x == 2", "a < b", "x < Max", "x < self.Max", "x = 8"]
+    assert [bool(comparisons(ast.parse(t))) for t in tests] == [True] * 11 + [False] * 7
 
 
 def test_the_lines_that_may_compare_with_such_a_number_are_found_without_parsing():
     text = "n = 5\nif x == 5:\n    f(n=16)\nif 16 != y or x == 0:\n    pass\nif x==MAX_BS or a <= 4:\n    pass\n"
-    assert ordering_lines(text) == [2, 4, 6]
+    text += "if x <= self.MAX_BS:\n    pass\nif cls.LIMIT > x:\n    pass\nif x <= self.max_bs:\n    pass\n"
+    assert ordering_lines(text) == [2, 4, 6, 8, 10]
 
 
 def test_each_number_is_recorded_with_its_operand_and_whether_an_equality():
@@ -103,7 +105,7 @@ def test_a_constants_number_is_read_when_the_test_runs():
 CONFIGURED = """\
 class Backend:
     def __init__(self, num_seqs):
-        self.num_seqs, self.fa_impl_ver = num_seqs, 3
+        self.num_seqs, self.fa_impl_ver, self.paged = num_seqs, 3, True
 
     def rows(self):
         if self.fa_impl_ver == 3:
@@ -112,6 +114,19 @@ class Backend:
             pass
         if self.num_seqs != 5:
             return 1
+"""
+
+#: ifs of ``CONFIGURED.rows`` whose tests compute a value of their own, or read one that varies, beside one that is
+#: configuration
+BESIDE = """\
+        if self.num_seqs > 10**6 and self.fa_impl_ver == 3:
+            pass
+        if self.paged and not self.fa_impl_ver != 3:
+            pass
+        if self.num_seqs in (8, 9) or self.fa_impl_ver == 4:
+            pass
+        if self.num_seqs and self.fa_impl_ver == 4:
+            pass
 """
 
 
@@ -132,6 +147,29 @@ def test_an_if_one_way_on_a_configuration_value_is_told_from_one_on_a_layout_par
     assert [branches.configuration(key) for key in branches.one_way()] == [True, False, False]
 
 
+def test_an_if_that_computes_a_value_or_reads_one_that_varies_beside_a_configuration_value_is_not_configuration():
+    """``f(bs) and self.fa_impl_ver == 3`` went one way for its call's sake, not the configuration value's: it is
+    refused where one way (each of these was taken as configuration before); ``self.paged and not self.fa_impl_ver !=
+    3`` reads only configuration values."""
+    branches, namespace = recorded(
+        CONFIGURED.replace("        if self.num_seqs != 5:", BESIDE + "        if self.num_seqs != 5:"), "b.py"
+    )
+    for num_seqs, other_context in ((1, False), (3, False), (2, False), (2, True)):
+        with Run():
+            assert namespace["Backend"](num_seqs).rows() == 1
+        branches.probed(other_context)
+    configuration = {key[2]: branches.configuration(key) for key in branches.one_way()}
+    assert configuration == {
+        "self.fa_impl_ver == 3": True,
+        "abs(self.fa_impl_ver) == 3": False,
+        "self.num_seqs > 10 ** 6 and self.fa_impl_ver == 3": False,
+        "self.paged and (not self.fa_impl_ver != 3)": True,
+        "self.num_seqs in (8, 9) or self.fa_impl_ver == 4": False,
+        "self.num_seqs and self.fa_impl_ver == 4": False,
+        "self.num_seqs != 5": False,
+    }
+
+
 def test_an_operand_is_handed_where_the_test_reads_it_never_read_again():
     source = "def f(rows):\n    if rows is not None and rows.n == 5:\n        return 1\n    return 0\n"
     branches, namespace = recorded(source, "f.py")
@@ -139,7 +177,7 @@ def test_an_operand_is_handed_where_the_test_reads_it_never_read_again():
         assert namespace["f"](None) == 0  # rows.n unread: no AttributeError
         assert namespace["f"](types.SimpleNamespace(n=4)) == 0
     branches.probed(other_context=True)
-    assert branches.read == {("f.py", 2): {(int, 4)}}
+    assert branches.read == {("f.py", 2): {(bool, False), (bool, True), (int, 4)}}  # of `rows`, whether it is None
 
 
 MODULE = '''\

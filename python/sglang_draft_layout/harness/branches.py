@@ -2,9 +2,10 @@
 
 ``Branches`` records which way each ``if`` ordering against or equal to a number (``comparisons``: ``num_seqs <= 4``,
 ``num_seqs <= MAX_SMALL``, ``num_seqs != 5``) went in the runs, its test handed to it (the tree's code as
-``with_branches`` compiles it), and the values its operand took: one that every run took the same way is what the
+``with_branches`` compiles it), and the values its test read: one that every run took the same way is what the
 harness runs more probes for (``invariant.judge``: probes on its other side, ``paths.past``), and refuses where it stays
-one way, but where its operand took the same values on every probe (a configuration value, not a layout parameter).
+one way, but where its test computes nothing and the values it read were the same on every probe (configuration
+values, not a layout parameter).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from .unknown import Run
 BRANCH = "__sglang_draft_layout_branch__"
 _ORDERS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
 _EQUALS = (ast.Eq, ast.NotEq)
-#: a name written in capitals: a constant's (``MAX_SMALL``), its number read when the test runs
+#: a name written in capitals: a constant's (``MAX_SMALL``, ``self.MAX_BS``), its number read when the test runs
 _CONSTANT = re.compile(r"[A-Z][A-Z0-9_]+")
 #: the fields of a statement (and of an except handler or match case) holding statements
 BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
@@ -38,7 +39,8 @@ VARIED = "varied"
 def comparisons(test: ast.expr) -> list[tuple[ast.expr, bool, ast.expr]]:
     """(number, whether an equality, operand) of each comparison in ``test`` ordering against or equal to a number,
     written on either side of the operator: an int larger than ``TAKEN`` (``num_seqs <= 4``, ``16 < bs``, ``bs != 5``)
-    or a name in capitals, a constant's, read when the test runs (``num_seqs <= MAX_SMALL``)."""
+    or a name in capitals (or an attribute so named), a constant's, read when the test runs (``num_seqs <= MAX_SMALL``,
+    ``bs < self.MAX_BS``)."""
     return [
         (side, isinstance(op, _EQUALS), other)
         for node in ast.walk(test)
@@ -51,25 +53,51 @@ def comparisons(test: ast.expr) -> list[tuple[ast.expr, bool, ast.expr]]:
 
 
 def _is_number(side: ast.expr) -> bool:
-    if isinstance(side, ast.Name):
-        return bool(_CONSTANT.fullmatch(side.id))
+    if isinstance(side, (ast.Name, ast.Attribute)):  # ``MAX_BS``, ``self.MAX_BS``
+        return bool(_CONSTANT.fullmatch(side.id if isinstance(side, ast.Name) else side.attr))
     return isinstance(side, ast.Constant) and type(side.value) is int and side.value > TAKEN
 
 
 def _read_free(operand: ast.expr) -> bool:
     """A name or a chain of attributes of one (``num_seqs``, ``self.fa_impl_ver``): a value the code holds, not one the
-    test computes (a call's, a sum's, a subscript's: an ``if`` comparing one is taken as comparing a layout
-    parameter)."""
+    test computes (a call's, a sum's, a subscript's)."""
     while isinstance(operand, ast.Attribute):
         operand = operand.value
     return isinstance(operand, ast.Name)
 
 
-#: where a line may order against or equal a number larger than ``TAKEN`` or a name in capitals, after the operator or
-#: before it (``comparisons`` decides)
+def _is_none_test(test: ast.Compare) -> bool:
+    """``x is None``, ``self.rows is not None``."""
+    return (
+        _read_free(test.left)
+        and all(isinstance(op, (ast.Is, ast.IsNot)) for op in test.ops)
+        and all(isinstance(side, ast.Constant) and side.value is None for side in test.comparators)
+    )
+
+
+def _values_read(test: ast.expr) -> Optional[list[ast.expr]]:
+    """The values the code holds that ``test`` reads (``_read_free``), where it combines only them and constants with
+    ``and``, ``or``, ``not`` and comparisons (``self.fa_impl_ver == 3 and self.paged``; of ``x is None``, whether it is);
+    None where it computes one (``f(bs) and self.fa_impl_ver == 3``: the ``if`` is taken as deciding on a layout
+    parameter)."""
+    if isinstance(test, ast.BoolOp):
+        parts = [_values_read(value) for value in test.values]
+    elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        parts = [_values_read(test.operand)]
+    elif isinstance(test, ast.Compare) and _is_none_test(test):
+        return [test]  # whether it is None: a plain value, where the object is not
+    elif isinstance(test, ast.Compare):
+        parts = [_values_read(side) for side in (test.left, *test.comparators)]
+    else:
+        return [] if isinstance(test, ast.Constant) or _is_number(test) else [test] if _read_free(test) else None
+    return None if None in parts else [value for part in parts for value in part]
+
+
+#: where a line may order against or equal a number larger than ``TAKEN`` or a name in capitals (an attribute's too),
+#: after the operator or before it (``comparisons`` decides)
 ORDERING = re.compile(
-    r"(?:[<>]=?|[=!]=)[ \t]*(?:[3-9]|[1-9]\d|[A-Z][A-Z0-9_])"
-    r"|(?<![\w.])(?:[3-9]|[1-9]\d+|[A-Z][A-Z0-9_]+)[ \t]*(?:[<>]|[=!]=)"
+    r"(?:[<>]=?|[=!]=)[ \t]*(?:[3-9]|[1-9]\d|(?:[A-Za-z_]\w*\.)*[A-Z][A-Z0-9_])"
+    r"|(?<![\w.])(?:[3-9]|[1-9]\d+|(?:[A-Za-z_]\w*\.)*[A-Z][A-Z0-9_]+)[ \t]*(?:[<>]|[=!]=)"
 )
 
 
@@ -93,8 +121,8 @@ def ordering_lines(text: str) -> list[int]:
 def with_branches(module: ast.Module, text: str, filename: str, lines: Optional[list[int]] = None) -> ast.Module:
     """``module`` (``text`` parsed) with each ``if`` whose test compares with ``comparisons``' numbers and whose lines
     hold one of ``lines`` (``ordering_lines``) testing ``BRANCH((filename, line, the test's text, whether each is an
-    equality), test, *those numbers)``; where every operand is ``_read_free``, each is handed to
-    ``BRANCH.operand((filename, line), operand)`` where the test reads it (never read again: ``x is not None and
+    equality), test, *those numbers)``; where the test reads only values the code holds and constants (``_values_read``),
+    each value is handed to ``BRANCH.operand((filename, line), value)`` where the test reads it (never read again: ``x is not None and
     x.n == 5``). The parsed tree is never changed (a statement holding none is the parsed one, ``module`` itself
     where none does)."""
     body = _body(module.body, filename, ordering_lines(text) if lines is None else lines)
@@ -122,8 +150,9 @@ def _with_branches(stmt: ast.AST, filename: str, lines: list[int]) -> ast.AST:
         equalities = tuple(equality for _number, equality, _operand in compared)
         key = ast.Constant((filename, stmt.lineno, ast.unparse(stmt.test), equalities), **where)
         test = stmt.test
-        if all(_read_free(operand) for _number, _equality, operand in compared):
-            test = _operands_handed(test, (filename, stmt.lineno), [operand for _n, _e, operand in compared])
+        values = _values_read(test)
+        if values is not None:
+            test = _operands_handed(test, (filename, stmt.lineno), values)
         again = [ast.copy_location(copy.copy(number), number) for number, _equality, _operand in compared]
         fields["test"] = ast.Call(ast.Name(BRANCH, ast.Load(), **where), [key, test, *again], [], **where)
     if not fields:
