@@ -32,7 +32,7 @@ from .paths import (
     run_path,
 )
 from .branches import Branches
-from .unknown import TAG
+from .unknown import TAG, in_package
 from .world import Tree
 
 #: the backends whose common_template upstream checks (and every class deriving from them)
@@ -242,7 +242,7 @@ def _past(branches: Branches, key: tuple[str, int, str, tuple[int, ...]]) -> lis
 
 def _branch(key: tuple[str, int, str, tuple[int, ...]]) -> str:
     filename, line, test, _numbers = key
-    return f"`if {test[:60]}:` at {filename.rpartition('sglang/')[2]}:{line}"
+    return f"`if {test[:60]}:` at {in_package(filename)}:{line}"
 
 
 def _bases(tree: Tree, path: DraftPath) -> list[str]:

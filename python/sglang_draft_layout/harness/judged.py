@@ -24,6 +24,7 @@ from .coverage import Lines, layout_statements
 from .functions_alone import code_with_branches
 from .invariant import GUARDED, Verdict, judge
 from .paths import DraftPath
+from .unknown import in_package
 from .world import Tree, compile_module
 
 #: text -> its tree, (file name, text) -> its code, for every tree of the process (a check judges the tree before and
@@ -178,7 +179,7 @@ def judge_traced(tree: Rewritten, path: DraftPath, by_worker: Optional[DraftPath
     lines = _layout_lines(tree, path)
     verdict = judge(tree, path, by_worker, lines)
     unrun = [
-        f"{s.filename.rpartition('sglang/')[2]}:{s.first}: a per-step split that no probe runs "
+        f"{in_package(s.filename)}:{s.first}: a per-step split that no probe runs "
         f"(`{s.text[:80]}`): cannot be judged"
         for s in lines.unrun()
     ]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from ..speculative import eagle_utils
-from .unknown import TAG, TREE_FILES, Known, NeedsValue, Run, Unknown, note, refused_by_decision
+from .unknown import TAG, TREE_FILES, Known, NeedsValue, Run, Unknown, in_package, note, refused_by_decision
 from .world import KERNEL, Tree
 
 BASE = 1_000_000  # the draft buffer's slots
@@ -116,7 +116,7 @@ class Outcome:
         tb, line = self.error.__traceback__ if self.error else None, ""
         while tb is not None:
             if tb.tb_frame.f_code.co_filename in TREE_FILES:
-                line = f"{tb.tb_frame.f_code.co_filename.rpartition('sglang/')[2]}:{tb.tb_lineno}"
+                line = f"{in_package(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
             tb = tb.tb_next
         return f"{type(self.error).__name__} at {line or 'the harness'}: {str(self.error)[:120]}"
 

@@ -23,6 +23,11 @@ TREE_FILES: set[str] = set()
 _INSTRUCTIONS: dict[Any, dict[int, dis.Instruction]] = {}
 
 
+def in_package(filename: str) -> str:
+    """A file of the tree as a problem names it: its path under the ``sglang`` package."""
+    return filename.rpartition("sglang/")[2]
+
+
 class NeedsValue(Exception):
     """Python needs a number from an unknown: this path cannot be run."""
 
