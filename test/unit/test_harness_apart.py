@@ -130,3 +130,21 @@ def test_a_plan_refused_while_judging_leaves_no_child(tmp_path, two_cpus, monkey
     assert not judged._BEGUN and len(cancelled) == 1 and cancelled[0]
     with pytest.raises(ChildProcessError):
         os.waitpid(cancelled[0], os.WNOHANG)
+
+
+def test_what_this_process_raises_ends_the_child(release, two_cpus, monkeypatch):
+    package, modules = release
+    parent, cancelled = os.getpid(), []
+    real = apart.Judging.cancel
+    monkeypatch.setattr(apart.Judging, "cancel", lambda self: cancelled.append(self.child) or real(self))
+
+    def judged(tree, path, *by_worker):
+        if os.getpid() == parent:
+            raise KeyError("here")
+        return judge(tree, path, *by_worker)
+
+    with pytest.raises(KeyError, match="here"):
+        apart.Judging(Tree(package, FACADE), modules, judged).finish()
+    assert len(cancelled) == 1 and cancelled[0]
+    with pytest.raises(ChildProcessError):
+        os.waitpid(cancelled[0], os.WNOHANG)

@@ -53,7 +53,11 @@ class Judging:
         tree, judge_path = self.tree, self.judge_path
         if not self.child:
             return judge_each(tree, self.paths, judge_path), set(tree.texts)
-        found = judge_each(tree, self.order, _only(judge_path, self.claims))
+        try:
+            found = judge_each(tree, self.order, _only(judge_path, self.claims))
+        except BaseException:
+            self.cancel()
+            raise
         handed = self._gathered()
         theirs = [path for path in self.others if path not in self.claims.taken]
         try:
