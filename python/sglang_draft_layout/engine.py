@@ -7,15 +7,17 @@ import contextlib
 import copy
 import difflib
 import fcntl
+import functools
 import gc
 import hashlib
 import tempfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Collection, Iterator, Optional, Sequence
+from typing import Callable, Collection, Iterator, Optional, Sequence
 
 from . import fork_tests, judgement, stale_keeps, transaction, verdict_cache
+from .harness.apart import each_apart
 from .harness.judged import compiled
 from .imports import add_imports
 from .layout_patterns.ast_walk import parsing_once
@@ -509,7 +511,7 @@ def _plan(
     texts, modules = _texts_and_modules(stored)
     before = judgement.verdicts(target.package, texts, modules)
     findings = judgement.with_before(findings, before)
-    rendered: list[tuple[Path, str, Optional[StoredText], list[Rule], str]] = []
+    to_render: list[tuple[Path, str, Optional[StoredText], list[Finding], list[Rule], Callable[[], str]]] = []
     for relative, file_rules in by_file.items():
         gate.check()
         path = target.package / relative
@@ -520,14 +522,16 @@ def _plan(
             or not any(f.state is State.TO_PATCH for f in file_findings)
         ):
             continue
-        if relative in created:
-            rendered.append(
-                (path, relative, None, file_rules, helper_definitions.new_module(relative, target.line_length))
-            )
-            continue
-        rendered.append(
-            _rendered(path, relative, stored[relative], sources[relative], file_findings, file_rules, target)
+        new = (
+            functools.partial(helper_definitions.new_module, relative, target.line_length)
+            if relative in created
+            else functools.partial(_new_text, path, stored[relative], sources[relative], file_findings, target)
         )
+        to_render.append((path, relative, stored.get(relative) if relative not in created else None, file_findings,
+                          file_rules, new))  # fmt: skip
+    # each file rendered by one of two processes where they may (libcst's rendering is most of an apply's time)
+    news = each_apart([new for *_file, new in to_render])
+    rendered = [_rendered(*file, new) for (*file, _make), new in zip(to_render, news)]
     changes = [FileChange.of(path, text, new) for path, _relative, text, _rules, new in rendered]
     after, rewritten = _judged_after(target, findings, sources, texts, changes, created, render_changes)
     kept = judgement.kept(after if after is not None else before, findings)
@@ -613,22 +617,25 @@ def _as_a_program(source: Source, findings: Sequence[Finding]) -> str:
     return spliced(source, [e for f in findings for e in f.edits]).rstrip("\n") + "\n" + "".join(lines)
 
 
-def _rendered(
-    path: Path,
-    relative: str,
-    stored: StoredText,
-    source: Source,
-    findings: Sequence[Finding],
-    file_rules: Sequence[Rule],
-    target: Target,
-) -> tuple[Path, str, StoredText, list[Rule], str]:
-    """One file with sites to patch and none unrecognised, rendered: (path, relative, its text as read, the rules
-    to find their sites in upstream's form in it, the new text)."""
+def _new_text(path: Path, stored: StoredText, source: Source, findings: Sequence[Finding], target: Target) -> str:
+    """The new text of one file with sites to patch and none unrecognised."""
     try:  # a file written must be valid Python as a whole, not only its classes
         compiled(stored.text, str(path))
     except SyntaxError as error:
         raise _not_valid_python(path, error) from None
-    new = render(path, source, findings, target.line_length)
+    return render(path, source, findings, target.line_length)
+
+
+def _rendered(
+    path: Path,
+    relative: str,
+    stored: Optional[StoredText],
+    findings: Sequence[Finding],
+    file_rules: Sequence[Rule],
+    new: str,
+) -> tuple[Path, str, Optional[StoredText], list[Rule], str]:
+    """One file rendered: (path, relative, its text as read, the rules to find their sites in upstream's form in
+    ``new``, ``new``)."""
     # correct by hand, or taken out: not rewritten
     left = {f.rule.id for f in findings if f.state is State.BY_HAND or f.detail == TAKEN_OUT}
     return path, relative, stored, [r for r in file_rules if r.id not in left], new
@@ -757,7 +764,9 @@ def _patched_bytes(target: Target, path: Path, data: bytes) -> Optional[bytes]:
         findings = [_own_lines(rule.find(rule, source), source) for rule in file_rules]
         if any(f.state is State.UNRECOGNISED for f in findings) or not any(f.state is State.TO_PATCH for f in findings):
             return None
-        rendered = [_rendered(path, relative, stored, source, findings, file_rules, target)]
+        rendered = [
+            _rendered(path, relative, stored, findings, file_rules, _new_text(path, stored, source, findings, target))
+        ]
         _check_rendered(target, rendered, {})
         return FileChange.of(path, stored, rendered[0][4]).after
     except (TargetError, SyntaxError):  # SyntaxError: the harness's, reading ``data`` (a write cut short, say)

@@ -3,15 +3,16 @@ raises; claims taken once each; a judging begun early (``judged.begin``) finishe
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 from sglang_draft_layout import engine
 from sglang_draft_layout.harness import apart, judged
 from sglang_draft_layout.harness.invariant import GUARDED, judge, judge_paths
-from sglang_draft_layout.harness.paths import STEPS, DraftPath
 from sglang_draft_layout.harness.tensors import FACADE
 from sglang_draft_layout.harness.world import Tree
 from sglang_draft_layout.target import TargetError, resolve
@@ -29,7 +30,7 @@ def release() -> tuple[Path, list[str]]:
 
 @pytest.fixture
 def two_cpus(monkeypatch):
-    monkeypatch.setattr(apart, "_two_processes", lambda: True)
+    monkeypatch.setattr(apart, "_two_processes", lambda pieces: 2 <= pieces < 256)
 
 
 def test_two_processes_give_one_process_verdicts(release, two_cpus, monkeypatch):
@@ -55,7 +56,7 @@ def test_one_job_judges_in_this_process(release, monkeypatch):
 
 def test_a_child_that_dies_leaves_its_paths_here(release, two_cpus, monkeypatch):
     package, modules = release
-    monkeypatch.setattr(apart, "_judge_share", lambda *args: os._exit(1))
+    monkeypatch.setattr(apart, "_hand_back", lambda *args: os._exit(1))
     found, _read = apart.Judging(Tree(package, FACADE), modules, judge).finish()
     assert found == judge_paths(Tree(package, FACADE), modules)
 
@@ -73,19 +74,40 @@ def test_what_the_child_raises_is_raised_here(release, two_cpus):
         apart.Judging(Tree(package, FACADE), modules, judged).finish()
 
 
-def test_each_path_is_claimed_once():
-    """Two processes' claims, taken in turn: each path goes to the one that asks for it first."""
-    others = [DraftPath(STEPS, f"m{n}.py", "C") for n in range(5)]
+def test_each_piece_is_claimed_once():
+    """Two processes' claims, taken in turn: each piece goes to the one that asks for it first."""
     reader, writer = os.pipe()
     os.write(writer, bytes(range(5)))
     os.close(writer)
-    first, second = apart._Claims(reader, others), apart._Claims(reader, others)
+    first, second = apart._Claims(reader), apart._Claims(reader)
     asked = []
-    for path in others:
-        asked += [first(path), second(path)]
+    for index in range(5):
+        asked += [first(index), second(index)]
     os.close(reader)
     assert asked == [True, False, False, True, True, False, False, True, True, False]
-    assert first.taken == {others[0], others[2], others[4]} and second.taken == {others[1], others[3]}
+    assert first.taken == {0, 2, 4} and second.taken == {1, 3}
+
+
+def test_each_call_is_made_once_in_either_process_in_order(two_cpus):
+    def square(n):
+        time.sleep(0.05)  # long enough for the child to claim some
+        return n * n, os.getpid()
+
+    made_by = apart.each_apart([functools.partial(square, n) for n in range(6)])
+    assert [square for square, _pid in made_by] == [0, 1, 4, 9, 16, 25]
+    assert len({pid for _square, pid in made_by}) == 2 and os.getpid() in {pid for _square, pid in made_by}
+
+
+def test_what_a_call_in_the_child_raises_is_raised_here(two_cpus):
+    parent = os.getpid()
+
+    def call():
+        if os.getpid() != parent:
+            raise ValueError("rendered there")
+        time.sleep(0.2)  # the child claims one meanwhile
+
+    with pytest.raises(ValueError, match="rendered there"):
+        apart.each_apart([call, call, call])
 
 
 def test_a_judging_begun_is_finished_by_judge_tree_once(release, two_cpus, monkeypatch):
@@ -97,7 +119,7 @@ def test_a_judging_begun_is_finished_by_judge_tree_once(release, two_cpus, monke
     monkeypatch.setattr(apart.Judging, "__init__", lambda self, *a: begun.append(1) or real(self, *a))
     judged.begin(package, FACADE, texts, modules)
     judged.begin(package, FACADE, texts, modules)  # begun already: nothing more
-    assert len(begun) == 1 and len(judged._BEGUN) == 1 and next(iter(judged._BEGUN.values())).child
+    assert len(begun) == 1 and len(judged._BEGUN) == 1 and next(iter(judged._BEGUN.values())).forked.pid
     found = judged.judge_tree(package, FACADE, texts, modules)
     assert not judged._BEGUN and len(begun) == 1
     assert found == judge_paths(judged.Rewritten(package, FACADE, texts), modules, judged.judge_traced)
@@ -107,7 +129,7 @@ def test_a_judging_no_one_asks_for_is_ended(release, two_cpus):
     package, modules = release
     judged._JUDGED.clear()
     judged.begin(package, FACADE, {m: (package / m).read_text() for m in modules}, modules)
-    child = next(iter(judged._BEGUN.values())).child
+    child = next(iter(judged._BEGUN.values())).forked.pid
     judged.cancel_begun()
     assert not judged._BEGUN
     with pytest.raises(ChildProcessError):  # killed and reaped
@@ -122,8 +144,8 @@ def test_a_plan_refused_while_judging_leaves_no_child(tmp_path, two_cpus, monkey
     head = text.index(":\n", text.index("\nclass EAGLEWorker(")) + 2
     worker.write_text(text[:head] + "    def broken(:\n" + text[head:])
     cancelled = []
-    real = apart.Judging.cancel
-    monkeypatch.setattr(apart.Judging, "cancel", lambda self: cancelled.append(self.child) or real(self))
+    real = apart._Forked.cancel
+    monkeypatch.setattr(apart._Forked, "cancel", lambda self: cancelled.append(self.pid) or real(self))
     judged._JUDGED.clear()
     with pytest.raises(TargetError, match="eagle_worker.py:.*not valid Python"):
         engine.plan(resolve(str(scratch)), render_changes=False)
@@ -135,8 +157,8 @@ def test_a_plan_refused_while_judging_leaves_no_child(tmp_path, two_cpus, monkey
 def test_what_this_process_raises_ends_the_child(release, two_cpus, monkeypatch):
     package, modules = release
     parent, cancelled = os.getpid(), []
-    real = apart.Judging.cancel
-    monkeypatch.setattr(apart.Judging, "cancel", lambda self: cancelled.append(self.child) or real(self))
+    real = apart._Forked.cancel
+    monkeypatch.setattr(apart._Forked, "cancel", lambda self: cancelled.append(self.pid) or real(self))
 
     def judged(tree, path, *by_worker):
         if os.getpid() == parent:
