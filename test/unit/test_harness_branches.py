@@ -94,6 +94,31 @@ def test_an_if_in_a_match_case_or_an_except_is_recorded():
     assert [node.test.func.id for node in ast.walk(module) if isinstance(node, ast.If)] == [BRANCH, BRANCH]
 
 
+def test_a_conditional_expression_is_recorded_as_an_if_is():
+    """``x if num_seqs <= 12 else y`` is a branch on a layout parameter as an ``if`` is: each way recorded, in any
+    expression of a statement (an argument, a comprehension, an assert), not only an ``if``'s test."""
+    source = (
+        "def f(num_seqs, rows):\n"
+        "    width = rows * 2 if num_seqs <= 12 else rows\n"
+        "    assert (width > 0) if num_seqs != 5 else True\n"
+        "    return [g(n if n < SMALL else 0) for n in range(2)], width\n"
+        "SMALL = 16\n"
+        "def g(n):\n"
+        "    return n\n"
+    )
+    parsed = ast.parse(source)
+    dumped = ast.dump(parsed, include_attributes=True)
+    branches, namespace = recorded(source, "f.py")
+    assert ast.dump(parsed, include_attributes=True) == dumped
+    with Run():
+        assert namespace["f"](3, 4) == ([0, 1], 8)
+    assert branches.one_way() == [
+        ("f.py", 2, "num_seqs <= 12", (13,)),
+        ("f.py", 3, "num_seqs != 5", (5,)),
+        ("f.py", 4, "n < SMALL", (17,)),
+    ]
+
+
 def test_a_constants_number_is_read_when_the_test_runs():
     source = "SMALL = 12\nTINY = 2\ndef f(num_seqs):\n    if num_seqs <= SMALL:\n        return 1\n    if num_seqs < TINY:\n        return 2\n"
     branches, namespace = recorded(source, "f.py")

@@ -1,8 +1,8 @@
 """Which way each ``if`` comparing with a number went in a tree's runs: where the probes need more.
 
-``Branches`` records which way each ``if`` ordering against or equal to a number (``comparisons``: ``num_seqs <= 4``,
-``num_seqs <= MAX_SMALL``, ``num_seqs != 5``) went in the runs, its test handed to it (the tree's code as
-``with_branches`` compiles it), and the values its test read: one that every run took the same way is what the
+``Branches`` records which way each ``if`` (and conditional expression) ordering against or equal to a number
+(``comparisons``: ``num_seqs <= 4``, ``num_seqs <= MAX_SMALL``, ``num_seqs != 5``) went in the runs, its test handed
+to it (the tree's code as ``with_branches`` compiles it), and the values its test read: one that every run took the same way is what the
 harness runs more probes for (``invariant.judge``: probes on its other side, ``paths.past``), and refuses where it stays
 one way, but where its test computes nothing and the values it read were the same on every probe (configuration
 values, not a layout parameter).
@@ -119,12 +119,10 @@ def ordering_lines(text: str) -> list[int]:
 
 
 def with_branches(module: ast.Module, text: str, filename: str, lines: Optional[list[int]] = None) -> ast.Module:
-    """``module`` (``text`` parsed) with each ``if`` whose test compares with ``comparisons``' numbers and whose lines
-    hold one of ``lines`` (``ordering_lines``) testing ``BRANCH((filename, line, the test's text, whether each is an
-    equality), test, *those numbers)``; where the test reads only values the code holds and constants (``_values_read``),
-    each value is handed to ``BRANCH.operand((filename, line), value)`` where the test reads it (never read again: ``x is not None and
-    x.n == 5``). The parsed tree is never changed (a statement holding none is the parsed one, ``module`` itself
-    where none does)."""
+    """``module`` (``text`` parsed) with each ``if`` and conditional expression whose test compares with
+    ``comparisons``' numbers and whose lines hold one of ``lines`` (``ordering_lines``) testing ``BRANCH((filename,
+    line, the test's text, whether each is an equality), test, *those numbers)`` (``_recorded``). The parsed tree is
+    never changed (a statement holding none is the parsed one, ``module`` itself where none does)."""
     body = _body(module.body, filename, ordering_lines(text) if lines is None else lines)
     return module if body is module.body else ast.Module(body=body, type_ignores=module.type_ignores)
 
@@ -144,20 +142,58 @@ def _with_branches(stmt: ast.AST, filename: str, lines: list[int]) -> ast.AST:
         for name in BODIES
         if isinstance(old := getattr(stmt, name, None), list) and (new := _body(old, filename, lines)) is not old
     }
-    compared = comparisons(stmt.test) if isinstance(stmt, ast.If) else []
-    if compared:
-        where = {k: getattr(stmt.test, k) for k in ("lineno", "col_offset", "end_lineno", "end_col_offset")}
-        equalities = tuple(equality for _number, equality, _operand in compared)
-        key = ast.Constant((filename, stmt.lineno, ast.unparse(stmt.test), equalities), **where)
-        test = stmt.test
-        values = _values_read(test)
-        if values is not None:
-            test = _operands_handed(test, (filename, stmt.lineno), values)
-        again = [ast.copy_location(copy.copy(number), number) for number, _equality, _operand in compared]
-        fields["test"] = ast.Call(ast.Name(BRANCH, ast.Load(), **where), [key, test, *again], [], **where)
+    if isinstance(stmt, ast.If) and comparisons(stmt.test):
+        fields["test"] = _recorded(stmt.test, filename, stmt.lineno)
+    elif isinstance(stmt, ast.stmt):
+        fields.update(_expressions(stmt, filename))
     if not fields:
         return stmt
     new = copy.copy(stmt)
+    for name, value in fields.items():
+        setattr(new, name, value)
+    return new
+
+
+def _recorded(test: ast.expr, filename: str, line: int) -> ast.Call:
+    """``BRANCH((filename, line, the test's text, whether each is an equality), test, *the numbers compared with)``;
+    where the test reads only values the code holds and constants (``_values_read``), each value handed to
+    ``BRANCH.operand((filename, line), value)`` where the test reads it (never read again: ``x is not None and x.n ==
+    5``)."""
+    compared = comparisons(test)
+    where = {k: getattr(test, k) for k in ("lineno", "col_offset", "end_lineno", "end_col_offset")}
+    equalities = tuple(equality for _number, equality, _operand in compared)
+    key = ast.Constant((filename, line, ast.unparse(test), equalities), **where)
+    values = _values_read(test)
+    handed = _operands_handed(test, (filename, line), values) if values is not None else test
+    again = [ast.copy_location(copy.copy(number), number) for number, _equality, _operand in compared]
+    return ast.Call(ast.Name(BRANCH, ast.Load(), **where), [key, handed, *again], [], **where)
+
+
+def _expressions(node: ast.AST, filename: str) -> dict[str, Any]:
+    """The fields of ``node`` (a statement's, but its bodies; an expression's) that hold a conditional expression
+    whose test compares with a number (``x if num_seqs <= 4 else y``), each a copy with that test ``_recorded``."""
+    fields: dict[str, Any] = {}
+    for name, value in ast.iter_fields(node):
+        if name in BODIES:
+            continue
+        if isinstance(value, ast.expr):
+            new = _expression(value, filename)
+            if new is not value:
+                fields[name] = new
+        elif isinstance(value, list):
+            items = [_expression(item, filename) if isinstance(item, ast.expr) else item for item in value]
+            if any(new is not old for new, old in zip(items, value)):
+                fields[name] = items
+    return fields
+
+
+def _expression(node: ast.expr, filename: str) -> ast.expr:
+    fields = _expressions(node, filename)
+    if isinstance(node, ast.IfExp) and comparisons(node.test):
+        fields["test"] = _recorded(node.test, filename, node.test.lineno)
+    if not fields:
+        return node
+    new = copy.copy(node)
     for name, value in fields.items():
         setattr(new, name, value)
     return new
