@@ -527,8 +527,7 @@ def _plan(
             if relative in created
             else functools.partial(_new_text, path, stored[relative], sources[relative], file_findings, target)
         )
-        to_render.append((path, relative, stored.get(relative) if relative not in created else None, file_findings,
-                          file_rules, new))  # fmt: skip
+        to_render.append((path, relative, stored.get(relative), file_findings, file_rules, new))  # created: none
     # each file rendered by one of two processes where they may (libcst's rendering is most of an apply's time)
     news = each_apart([new for *_file, new in to_render])
     rendered = [_rendered(*file, new) for (*file, _make), new in zip(to_render, news)]
