@@ -1,8 +1,9 @@
 """Shared by every test folder: test/ on sys.path (for ``support``), the strict-skips
 plugin (support/strict_skips.py: with SGLANG_DRAFT_LAYOUT_STRICT_SKIPS=1, as in .ci/run, a
-skipped test fails the run unless it is a gpu test skipped for lack of CUDA), and parsed
-trees shared across the session's plans."""
+skipped test fails the run unless it is a gpu test skipped for lack of CUDA), parsed
+trees shared across the session's plans, and one process a plan in a pytest-xdist worker."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -15,6 +16,11 @@ if _TEST_DIR not in sys.path:
     sys.path.insert(0, _TEST_DIR)
 
 pytest_plugins = ["support.strict_skips"]
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # a worker per core (-n auto) keeps each busy: the tool's second process (harness/apart.py) would only add its
+    # CPU; test/unit/test_harness_apart.py runs it, and the CLI with it against one process
+    os.environ.setdefault("SGLANG_DRAFT_LAYOUT_JOBS", "1")
 
 
 @pytest.fixture(scope="session", autouse=True)

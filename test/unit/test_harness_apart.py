@@ -6,6 +6,9 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -170,3 +173,21 @@ def test_what_this_process_raises_ends_the_child(release, two_cpus, monkeypatch)
     assert len(cancelled) == 1 and cancelled[0]
     with pytest.raises(ChildProcessError):
         os.waitpid(cancelled[0], os.WNOHANG)
+
+
+def test_check_in_two_processes_says_what_one_process_says(release):
+    """The CLI as a user runs it (two processes where it may) against one process, on 0.5.12: the same JSON."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: the tool judges in one process")
+    package, _modules = release
+    said = {}
+    for jobs in ("1", "2"):
+        env = {k: v for k, v in os.environ.items() if k != apart.JOBS} | ({apart.JOBS: "1"} if jobs == "1" else {})
+        env["SGLANG_DRAFT_LAYOUT_CACHE"] = tempfile.mkdtemp()  # judged, not read back
+        run = subprocess.run(
+            [sys.executable, "-m", "sglang_draft_layout", "check", "--format", "json", "-v", str(package.parent)],
+            env=env, capture_output=True, text=True,
+        )  # fmt: skip
+        assert run.returncode == 1, run.stderr  # sites to patch
+        said[jobs] = run.stdout
+    assert said["1"] == said["2"] and '"judged"' in said["1"]
