@@ -146,9 +146,14 @@ def _with_branches(stmt: ast.AST, filename: str, lines: list[int]) -> ast.AST:
         fields["test"] = _recorded(stmt.test, filename, stmt.lineno)
     elif isinstance(stmt, ast.stmt):
         fields.update(_expressions(stmt, filename))
+    return _with_fields(stmt, fields)
+
+
+def _with_fields(node: Any, fields: dict[str, Any]) -> Any:
+    """``node`` itself where ``fields`` is empty, else a copy holding them."""
     if not fields:
-        return stmt
-    new = copy.copy(stmt)
+        return node
+    new = copy.copy(node)
     for name, value in fields.items():
         setattr(new, name, value)
     return new
@@ -191,12 +196,7 @@ def _expression(node: ast.expr, filename: str) -> ast.expr:
     fields = _expressions(node, filename)
     if isinstance(node, ast.IfExp) and comparisons(node.test):
         fields["test"] = _recorded(node.test, filename, node.test.lineno)
-    if not fields:
-        return node
-    new = copy.copy(node)
-    for name, value in fields.items():
-        setattr(new, name, value)
-    return new
+    return _with_fields(node, fields)
 
 
 def _operands_handed(test: ast.expr, key: tuple[str, int], operands: list[ast.expr]) -> ast.expr:
