@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -47,6 +48,23 @@ def test_two_processes_give_one_process_verdicts(release, two_cpus, monkeypatch)
     assert list(found) == list(alone) and len(found) == 7
     assert found == alone
     assert {"srt/speculative/eagle_worker.py", "srt/layers/attention/deepseek_v4_backend.py"} <= read
+
+
+def test_a_threaded_program_works_in_one_process(monkeypatch):
+    monkeypatch.delenv(apart.JOBS, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    with monkeypatch.context() as alone:
+        alone.setattr(threading, "active_count", lambda: 1)
+        assert apart._two_processes(3)
+    started, stop = threading.Event(), threading.Event()
+    thread = threading.Thread(target=lambda: (started.set(), stop.wait()))
+    thread.start()
+    started.wait()
+    try:
+        assert not apart._two_processes(3)
+    finally:
+        stop.set()
+        thread.join()
 
 
 def test_one_job_judges_in_this_process(release, monkeypatch):

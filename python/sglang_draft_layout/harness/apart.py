@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import threading
 from typing import Any, Callable, Collection, Optional, Sequence
 
 from .invariant import Verdict, judge_each
@@ -184,7 +185,9 @@ def _only(judge_path: Callable[..., Verdict], mine: Callable[[DraftPath], bool])
 
 
 def _two_processes(pieces: int) -> bool:
-    """Two to 255 pieces of work to share, two CPUs this process may run on, ``os.fork``, and no
-    ``SGLANG_DRAFT_LAYOUT_JOBS=1``."""
+    """Two to 255 pieces of work to share, two CPUs this process may run on, ``os.fork``, one thread (a fork copies
+    no other thread, nor frees a lock one holds: the tool's API called from a threaded program works in one
+    process), and no ``SGLANG_DRAFT_LAYOUT_JOBS=1``."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return 2 <= pieces < 256 and cpus >= 2 and hasattr(os, "fork") and os.environ.get(JOBS, "") != "1"
+    alone = threading.active_count() == 1
+    return 2 <= pieces < 256 and cpus >= 2 and hasattr(os, "fork") and alone and os.environ.get(JOBS, "") != "1"
