@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Collection, Mapping, Optional
 
 from .harness.invariant import Verdict
-from .harness import judged
-from .harness.judged import cancel_begun, judge_tree, line_blocks
+from .harness.judged import begin_tree, cancel_begun, judge_tree, line_blocks
 from .harness.paths import STEPS, DraftPath
 from .harness.tensors import FACADE
 from .layout_patterns.baking import IN_GRAPH as IN_GRAPH_METHOD
@@ -30,7 +29,7 @@ def verdicts(package: Optional[Path], texts: Mapping[str, str], modules: Collect
 
 def begin(package: Optional[Path], texts: Mapping[str, str], modules: Collection[str]) -> None:
     """Begin ``verdicts``' judging (in a child process where it can): the caller goes on reading the tree."""
-    judged.begin(package, FACADE, texts, modules)
+    begin_tree(package, FACADE, texts, modules)
 
 
 def classes(path: DraftPath) -> set[str]:

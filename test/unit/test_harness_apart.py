@@ -1,5 +1,5 @@
 """harness.apart: a tree's draft paths judged in two processes give one process's verdicts; a child that dies or
-raises; claims taken once each; a judging begun early (``judged.begin``) finished once, or ended."""
+raises; claims taken once each; a judging begun early (``judged.begin_tree``) finished once, or ended."""
 
 from __future__ import annotations
 
@@ -138,8 +138,8 @@ def test_a_judging_begun_is_finished_by_judge_tree_once(release, two_cpus, monke
     begun = []
     real = apart.Judging.__init__
     monkeypatch.setattr(apart.Judging, "__init__", lambda self, *a: begun.append(1) or real(self, *a))
-    judged.begin(package, FACADE, texts, modules)
-    judged.begin(package, FACADE, texts, modules)  # begun already: nothing more
+    judged.begin_tree(package, FACADE, texts, modules)
+    judged.begin_tree(package, FACADE, texts, modules)  # begun already: nothing more
     assert len(begun) == 1 and len(judged._BEGUN) == 1 and next(iter(judged._BEGUN.values())).forked.pid
     found = judged.judge_tree(package, FACADE, texts, modules)
     assert not judged._BEGUN and len(begun) == 1
@@ -149,7 +149,7 @@ def test_a_judging_begun_is_finished_by_judge_tree_once(release, two_cpus, monke
 def test_a_judging_no_one_asks_for_is_ended(release, two_cpus):
     package, modules = release
     judged._JUDGED.clear()
-    judged.begin(package, FACADE, {m: (package / m).read_text() for m in modules}, modules)
+    judged.begin_tree(package, FACADE, {m: (package / m).read_text() for m in modules}, modules)
     child = next(iter(judged._BEGUN.values())).forked.pid
     judged.cancel_begun()
     assert not judged._BEGUN

@@ -26,9 +26,9 @@ JOBS = "SGLANG_DRAFT_LAYOUT_JOBS"
 
 class Judging:
     """A tree's draft paths being judged: where two processes may share the paths that are not workers
-    (``_two_processes``), a child forked at once claims paths while this process goes on (reading the tree for the rules,
-    say); ``finish`` judges here the paths the child has not claimed and gathers its verdicts; ``cancel`` ends a
-    child whose verdicts no one will ask for."""
+    (``_two_processes``), a child forked at once claims paths while this process goes on (reading the tree for the
+    rules, say); ``finish`` judges here the paths the child has not claimed and gathers its verdicts; ``cancel`` ends
+    a child whose verdicts no one will ask for."""
 
     def __init__(self, tree: Tree, modules: Collection[str], judge_path: Callable[..., Verdict]) -> None:
         self.tree, self.judge_path, self.forked = tree, judge_path, None

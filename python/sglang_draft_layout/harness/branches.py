@@ -2,10 +2,10 @@
 
 ``Branches`` records which way each ``if`` (and conditional expression) ordering against or equal to a number
 (``comparisons``: ``num_seqs <= 4``, ``num_seqs <= MAX_SMALL``, ``num_seqs != 5``) went in the runs, its test handed
-to it (the tree's code as ``with_branches`` compiles it), and the values its test read: one that every run took the same way is what the
-harness runs more probes for (``invariant.judge``: probes on its other side, ``paths.past``), and refuses where it stays
-one way, but where its test computes nothing and the values it read were the same on every probe (configuration
-values, not a layout parameter).
+to it (the tree's code as ``with_branches`` compiles it), and the values its test read: one that every run took the
+same way is what the harness runs more probes for (``invariant.judge``: probes on its other side, ``paths.past``),
+and refuses where it stays one way, but where its test computes nothing and the values it read were the same on every
+probe (configuration values, not a layout parameter).
 """
 
 from __future__ import annotations
@@ -77,8 +77,8 @@ def _is_none_test(test: ast.Compare) -> bool:
 
 def _values_read(test: ast.expr) -> Optional[list[ast.expr]]:
     """The values the code holds that ``test`` reads (``_read_free``), where it combines only them and constants with
-    ``and``, ``or``, ``not`` and comparisons (``self.fa_impl_ver == 3 and self.paged``; of ``x is None``, whether it is);
-    None where it computes one (``f(bs) and self.fa_impl_ver == 3``: the ``if`` is taken as deciding on a layout
+    ``and``, ``or``, ``not`` and comparisons (``self.fa_impl_ver == 3 and self.paged``; of ``x is None``, whether it
+    is); None where it computes one (``f(bs) and self.fa_impl_ver == 3``: the ``if`` is taken as deciding on a layout
     parameter)."""
     if isinstance(test, ast.BoolOp):
         parts = [_values_read(value) for value in test.values]
@@ -142,8 +142,10 @@ def _with_branches(stmt: ast.AST, filename: str, lines: list[int]) -> ast.AST:
         for name in BODIES
         if isinstance(old := getattr(stmt, name, None), list) and (new := _body(old, filename, lines)) is not old
     }
-    if isinstance(stmt, ast.If) and comparisons(stmt.test):
-        fields["test"] = _recorded(stmt.test, filename, stmt.lineno)
+    if isinstance(stmt, ast.If):
+        recorded = _recorded(stmt.test, filename, stmt.lineno)
+        if recorded is not None:
+            fields["test"] = recorded
     elif isinstance(stmt, ast.stmt):
         fields.update(_expressions(stmt, filename))
     return _with_fields(stmt, fields)
@@ -159,12 +161,14 @@ def _with_fields(node: Any, fields: dict[str, Any]) -> Any:
     return new
 
 
-def _recorded(test: ast.expr, filename: str, line: int) -> ast.Call:
+def _recorded(test: ast.expr, filename: str, line: int) -> Optional[ast.Call]:
     """``BRANCH((filename, line, the test's text, whether each is an equality), test, *the numbers compared with)``;
     where the test reads only values the code holds and constants (``_values_read``), each value handed to
     ``BRANCH.operand((filename, line), value)`` where the test reads it (never read again: ``x is not None and x.n ==
-    5``)."""
+    5``). None where the test compares with no number (``comparisons``)."""
     compared = comparisons(test)
+    if not compared:
+        return None
     where = {k: getattr(test, k) for k in ("lineno", "col_offset", "end_lineno", "end_col_offset")}
     equalities = tuple(equality for _number, equality, _operand in compared)
     key = ast.Constant((filename, line, ast.unparse(test), equalities), **where)
@@ -194,8 +198,9 @@ def _expressions(node: ast.AST, filename: str) -> dict[str, Any]:
 
 def _expression(node: ast.expr, filename: str) -> ast.expr:
     fields = _expressions(node, filename)
-    if isinstance(node, ast.IfExp) and comparisons(node.test):
-        fields["test"] = _recorded(node.test, filename, node.test.lineno)
+    recorded = _recorded(node.test, filename, node.test.lineno) if isinstance(node, ast.IfExp) else None
+    if recorded is not None:
+        fields["test"] = recorded
     return _with_fields(node, fields)
 
 

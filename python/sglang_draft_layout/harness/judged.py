@@ -200,11 +200,11 @@ def _key(package: Optional[Path], torch: Any, texts: Mapping[str, str], modules:
     return str(package), getattr(torch, "__name__", type(torch).__qualname__), given, tuple(sorted(modules))
 
 
-#: the judgings begun (``begin``) and not yet asked for, by ``judge_tree``'s key
+#: the judgings begun (``begin_tree``) and not yet asked for, by ``judge_tree``'s key
 _BEGUN: dict[tuple, Judging] = {}
 
 
-def begin(package: Optional[Path], torch: Any, texts: Mapping[str, str], modules: Collection[str]) -> None:
+def begin_tree(package: Optional[Path], torch: Any, texts: Mapping[str, str], modules: Collection[str]) -> None:
     """Begin ``judge_tree``'s judging of these paths, in a child process where it can (``apart.Judging``), for
     ``judge_tree`` to finish: the caller goes on meanwhile. ``cancel_begun`` ends those never asked for."""
     key = _key(package, torch, texts, modules)
@@ -214,7 +214,11 @@ def begin(package: Optional[Path], torch: Any, texts: Mapping[str, str], modules
     if found is not None:
         _judged(key, found)
     else:
-        _BEGUN[key] = Judging(Rewritten(package, torch, texts), modules, judge_traced)
+        _BEGUN[key] = _judging(package, torch, texts, modules)
+
+
+def _judging(package: Optional[Path], torch: Any, texts: Mapping[str, str], modules: Collection[str]) -> Judging:
+    return Judging(Rewritten(package, torch, texts), modules, judge_traced)
 
 
 def cancel_begun() -> None:
@@ -231,7 +235,7 @@ def judge_tree(
     if key not in _JUDGED:
         found = store.load(key, package) if store and key not in _BEGUN else None
         if found is None:
-            judging = _BEGUN.pop(key, None) or Judging(Rewritten(package, torch, texts), modules, judge_traced)
+            judging = _BEGUN.pop(key, None) or _judging(package, torch, texts, modules)
             found, read = judging.finish()
             if store:
                 store.save(key, package, found, read)
