@@ -94,25 +94,28 @@ def _values_read(test: ast.expr) -> Optional[list[ast.expr]]:
 
 
 #: where a line may order against or equal a number larger than ``TAKEN`` or a name in capitals (an attribute's too),
-#: after the operator or before it (``comparisons`` decides)
+#: after the operator or before it (``comparisons`` decides); an arrow (``->``) and a shift (``<<``, ``>>=``) are none
 ORDERING = re.compile(
-    r"(?:[<>]=?|[=!]=)[ \t]*(?:[3-9]|[1-9]\d|(?:[A-Za-z_]\w*\.)*[A-Z][A-Z0-9_])"
-    r"|(?<![\w.])(?:[3-9]|[1-9]\d+|(?:[A-Za-z_]\w*\.)*[A-Z][A-Z0-9_]+)[ \t]*(?:[<>]|[=!]=)"
+    r"(?:(?<![-<>])[<>](?![<>])=?|[=!]=)[ \t]*(?:[3-9]|[1-9]\d|(?:[A-Za-z_]\w*\.)*[A-Z][A-Z0-9_])"
+    r"|(?<![\w.])(?:[3-9]|[1-9]\d+|(?:[A-Za-z_]\w*\.)*[A-Z][A-Z0-9_]+)[ \t]*(?:[<>](?![<>])|[=!]=)"
 )
 
 
 _OPERATOR = re.compile(r"[<>]|[=!]=")
+_QUOTE = re.compile("['\"]")
 
 
 def ordering_lines(text: str) -> list[int]:
     """The lines of ``text`` where ``ORDERING`` matches, in order (only the lines holding a ``<``, ``>``, ``==`` or
-    ``!=`` searched)."""
+    ``!=`` searched; on a line with no quote, only up to a ``#``: what follows is a comment, or a string's text)."""
     lines, line, at, end = [], 1, 0, -1
     for operator in _OPERATOR.finditer(text):
         if operator.start() < end:  # on the line searched last
             continue
         start, end = text.rfind("\n", 0, operator.start()) + 1, text.find("\n", operator.start()) % (len(text) + 1)
-        if ORDERING.search(text, start, end):
+        hash_at = text.find("#", start, end)
+        code_end = hash_at if hash_at >= 0 and not _QUOTE.search(text, start, end) else end
+        if ORDERING.search(text, start, code_end):
             line, at = line + text.count("\n", at, start), start
             lines.append(line)
     return lines

@@ -18,7 +18,7 @@ import types
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .branches import BODIES, BRANCH, ORDERING, Branches, with_branches
+from .branches import BODIES, BRANCH, Branches, ordering_lines, with_branches
 from .unknown import TREE_FILES, Run, ServerArgsDict, Unknown, server_args
 
 KERNEL = "generate_draft_decode_kv_indices"
@@ -222,9 +222,10 @@ _TARGETS = ("targets", "target")
 def compile_module(text: str, filename: str, parse: Callable[[str, str], ast.Module] = ast.parse) -> types.CodeType:
     """The code of ``text``, each ``if`` ordering against a number handing its test to ``Tree.branches``
     (``with_branches``); compiled from the text where none may (no ``ast`` tree made: a sixth of parsing it)."""
-    if not ORDERING.search(text):
+    lines = ordering_lines(text)
+    if not lines:
         return compile(text, filename, "exec", dont_inherit=True)
-    return compile(with_branches(parse(text, filename), text, filename), filename, "exec", dont_inherit=True)
+    return compile(with_branches(parse(text, filename), text, filename, lines), filename, "exec", dont_inherit=True)
 
 
 def _bound_names(stmt: ast.stmt) -> list[str]:
