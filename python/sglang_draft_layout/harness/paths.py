@@ -121,17 +121,18 @@ class Outcome:
         return f"{type(self.error).__name__} at {line or 'the harness'}: {str(self.error)[:120]}"
 
 
-_CLASS = re.compile(r"^class (\w+)", re.MULTILINE)
-#: a line at the left margin that is code (not blank, not a comment, not closing a bracket)
-MARGIN = re.compile(r"^[^\s#)\]}]", re.MULTILINE)
+_CLASS = re.compile(r"\nclass (\w+)")
+#: a line at the left margin that is code (not blank, not a comment, not closing a bracket), with the newline before it
+MARGIN = re.compile(r"\n[^\s#)\]}]")
 
 
 def _class_blocks(text: str) -> list[tuple[str, str]]:
-    """(name, text) of each top-level class, cut at the next top-level statement (no parse)."""
-    blocks = []
+    """(name, text) of each top-level class, cut at the next top-level statement (no parse; the text searched from a
+    newline put before it: a search for a newline is fast, one for a line's start is not)."""
+    blocks, text = [], "\n" + text
     for match in _CLASS.finditer(text):
         end = MARGIN.search(text, match.end())
-        blocks.append((match.group(1), text[match.start() : end.start() if end else len(text)]))
+        blocks.append((match.group(1), text[match.start() + 1 : end.start() + 1 if end else len(text)]))
     return blocks
 
 
@@ -197,8 +198,12 @@ def draft_paths(tree: Tree, modules: Iterable[str]) -> list[DraftPath]:
         found += [DraftPath(ROWS, relative, name) for name, body in classes if KERNEL in body]
         classes_text = dict(classes)
         reading = [name for name, body in classes if "out_cache_loc" in body]
-        built = {name: [c for c in reading if c != name and re.search(rf"\b{c}\(", body)] for name, body in classes}
-        drivers = [name for name, body in classes if _drives(body, built[name])]
+        built = {  # the classes reading out_cache_loc that each class able to drive steps builds
+            name: [c for c in reading if c != name and re.search(rf"\b{c}\(", body)]
+            for name, body in classes
+            if "attn_backends" in body or _DRIVES.search(body)
+        }
+        drivers = [name for name, body in classes if name in built and _drives(body, built[name])]
         bakers = [
             name
             for name, body in classes
