@@ -76,6 +76,8 @@ _FORM_TEXT = re.compile(
     r"|self\.topk\s*(?:\*\s*[\w.]+\s*)?\+\s*(?:\(|[\w.]+\s*\*)|\+\s*(?:[\w.]+\s*\*\s*)?self\.topk"
     rf"|{KERNEL}|{'|'.join(HELPERS)}"
 )
+#: a text ``_FORM_TEXT`` finds holds one of these
+_FORM_TOKENS = ("self.speculative_num_steps", "self.topk", KERNEL, *HELPERS)
 _MOVES_BUT_PERMUTE = ("movedim", "transpose", "swapaxes", "swapdims")
 #: a move other than permute chained on a call's result (``x.view(...).movedim(-1, 0)``), as a split writes it
 _CHAINED_MOVE = re.compile(rf"\)\s*\.(?:{'|'.join(_MOVES_BUT_PERMUTE)})\(")
@@ -103,7 +105,8 @@ def may_hold_draft_layout(text: str) -> bool:
     per_step = "speculative_step_id" in text and "out_cache_loc=" in text and "def init_forward_metadata" in text
     other_move = any(move in text for move in _MOVES_BUT_PERMUTE)  # before the regular expressions: cheap
     moved = steps and ("permute" in text or other_move and (_CHAINED_MOVE.search(text) or _moves_a_bound_view(text)))
-    return bool(_FORM_TEXT.search(text) or moved or caller or per_step)
+    shown = any(token in text for token in _FORM_TOKENS)  # one of them is in any text _FORM_TEXT finds: cheap
+    return bool(moved or caller or per_step or shown and _FORM_TEXT.search(text))
 
 
 def _row_width(rule: Rule, source: Source) -> Finding:
