@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from sglang_draft_layout import engine
 from sglang_draft_layout.harness import apart, judged
-from sglang_draft_layout.harness.invariant import GUARDED, judge, judge_paths
+from sglang_draft_layout.harness.invariant import GUARDED, inits_steps, judge, judge_paths
+from sglang_draft_layout.harness.paths import STEPS, WORKER
 from sglang_draft_layout.harness.tensors import FACADE
 from sglang_draft_layout.harness.world import Tree
 from sglang_draft_layout.target import TargetError, resolve
@@ -48,6 +49,25 @@ def test_two_processes_give_one_process_verdicts(release, two_cpus, monkeypatch)
     assert list(found) == list(alone) and len(found) == 7
     assert found == alone
     assert {"srt/speculative/eagle_worker.py", "srt/layers/attention/deepseek_v4_backend.py"} <= read
+
+
+def test_the_child_judges_the_workers_and_hands_who_inits_each_step(release, two_cpus):
+    """This process judges no worker: a per-step path it claims runs as the child found the workers init each step
+    (on 0.5.12, none does: DeepSeek-V4's multi-step backend inits them)."""
+    package, modules = release
+    parent, here = os.getpid(), []
+
+    def judged(tree, path, *by_worker):
+        if os.getpid() == parent:
+            here.append((path, by_worker))
+        return judge(tree, path, *by_worker)
+
+    found, _read = apart.Judging(Tree(package, FACADE), modules, judged).finish()
+    assert found == judge_paths(Tree(package, FACADE), modules)
+    assert here and not [path for path, _by in here if path.kind == WORKER]
+    stepping = inits_steps({path: verdict for path, verdict in found.items() if path.kind == WORKER})
+    assert {by for path, by in here if path.kind == STEPS} <= {(stepping,)}  # where this process judged it
+    assert [verdict.driven_by for path, verdict in found.items() if path.kind == STEPS] == [stepping]
 
 
 def test_a_threaded_program_works_in_one_process(monkeypatch):

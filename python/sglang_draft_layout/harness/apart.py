@@ -3,7 +3,8 @@
 
 Where this process may use two CPUs and fork, a child forked from it and this process share out the pieces of work:
 each, when free, claims the next one not yet claimed (``_Claims``; draft paths: the largest modules first, the workers
-judged by both, their verdicts saying who inits each per-step backend, ``invariant.judge_each``). The child hands back
+judged by the child first, which hands this process who inits each per-step backend, what a per-step path runs as:
+``invariant.judge_each``'s ``by_worker``). The child hands back
 what its work returned, pickled, or the exception it raised (raised here); a child that ends without either leaves its
 pieces to this process. Each piece is done by the same code in either process: the results are one process's.
 ``SGLANG_DRAFT_LAYOUT_JOBS=1`` works in one process.
@@ -11,14 +12,15 @@ pieces to this process. Each piece is done by the same code in either process: t
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import signal
 import threading
 from typing import Any, Callable, Collection, Optional, Sequence
 
-from .invariant import Verdict, judge_each
-from .paths import WORKER, DraftPath, draft_paths
+from .invariant import Verdict, inits_steps, judge_each
+from .paths import STEPS, WORKER, DraftPath, draft_paths
 from .world import Tree
 
 JOBS = "SGLANG_DRAFT_LAYOUT_JOBS"
@@ -26,46 +28,89 @@ JOBS = "SGLANG_DRAFT_LAYOUT_JOBS"
 
 class Judging:
     """A tree's draft paths being judged: where two processes may share the paths that are not workers
-    (``_two_processes``), a child forked at once claims paths while this process goes on (reading the tree for the
-    rules, say); ``finish`` judges here the paths the child has not claimed and gathers its verdicts; ``cancel`` ends
-    a child whose verdicts no one will ask for."""
+    (``_two_processes``), a child forked at once judges the workers, hands this process who inits each step (what a
+    per-step path runs as), and claims paths while this process goes on (reading the tree for the rules, say);
+    ``finish`` judges here the paths the child has not claimed and gathers its verdicts; ``cancel`` ends a child
+    whose verdicts no one will ask for."""
 
     def __init__(self, tree: Tree, modules: Collection[str], judge_path: Callable[..., Verdict]) -> None:
         self.tree, self.judge_path, self.forked = tree, judge_path, None
         self.paths = draft_paths(tree, sorted(modules))
-        others = sorted(
+        self.workers = [path for path in self.paths if path.kind == WORKER]
+        self.others = sorted(
             (path for path in self.paths if path.kind != WORKER), key=lambda path: -len(tree.text(path.module) or "")
         )
-        self.order = [*(path for path in self.paths if path.kind == WORKER), *others]
-        self.index = {path: n for n, path in enumerate(others)}
-        if _two_processes(len(others)):
-            self.forked = _Forked(len(others), self._judged_by)
+        self.by_worker: Optional[tuple[Optional[DraftPath]]] = None  # (who inits each step,) once known here
+        self.workers_here: dict[DraftPath, Verdict] = {}
+        self.handed: Optional[int] = None  # where the child hands who inits each step
+        if _two_processes(len(self.others)):
+            self.handed, writer = os.pipe()
+            self.forked = _Forked(len(self.others), functools.partial(self._judged_there, writer))
+            os.close(writer)
+
+    def _judged_there(self, writer: int, mine: Callable[[int], bool]) -> tuple[dict[DraftPath, Verdict], set[str]]:
+        """The child's work: the workers judged, who inits each step written to ``writer``, the paths it claims."""
+        os.close(self.handed)
+        self.handed = None
+        try:
+            os.write(writer, pickle.dumps(self._by_worker()))  # a few bytes: within a pipe's buffer
+        except OSError:  # the parent no longer reads: it ends this child
+            pass
+        finally:
+            os.close(writer)
+        return self._judged_by(mine)
 
     def _judged_by(self, mine: Callable[[int], bool]) -> tuple[dict[DraftPath, Verdict], set[str]]:
-        """The verdicts of the workers and of the paths ``mine`` claims, and the files read."""
-        claimed = set()
+        """The verdicts of the paths ``mine`` claims (and of the workers where judged here), and the files read."""
+        found = {
+            path: self.judge_path(self.tree, path, *([self._by_worker()] if path.kind == STEPS else []))
+            for n, path in enumerate(self.others)
+            if mine(n)
+        }
+        return {**self.workers_here, **found}, set(self.tree.texts)
 
-        def taken(path: DraftPath) -> bool:
-            if mine(self.index[path]):
-                claimed.add(path)
-            return path in claimed
+    def _by_worker(self) -> Optional[DraftPath]:
+        """The worker path that inits each step's backend (``invariant.inits_steps``): as the child hands it (this
+        process waits), else (the child ended first, or this is the child) from the workers judged here."""
+        if self.by_worker is None:
+            handed = b""
+            if self.handed is not None:
+                with os.fdopen(self.handed, "rb") as pipe:
+                    handed = pipe.read()
+                self.handed = None
+            self.by_worker = (pickle.loads(handed) if handed else inits_steps(self._workers()),)
+        return self.by_worker[0]
 
-        found = judge_each(self.tree, self.order, _only(self.judge_path, taken))
-        return {p: v for p, v in found.items() if p.kind == WORKER or p in claimed}, set(self.tree.texts)
+    def _workers(self) -> dict[DraftPath, Verdict]:
+        if not self.workers_here:
+            self.workers_here = {path: self.judge_path(self.tree, path) for path in self.workers}
+        return self.workers_here
 
     def finish(self) -> tuple[dict[DraftPath, Verdict], set[str]]:
         """Each draft path and its verdict (``invariant.judge_paths``'s), and the files (under the package) read to
         judge them."""
         if self.forked is None:
             return judge_each(self.tree, self.paths, self.judge_path), set(self.tree.texts)
-        found, read = self.forked.shared(self._judged_by)
+        try:
+            found, read = self.forked.shared(self._judged_by)
+        finally:
+            self._unread()
         theirs, read_there = self.forked.result
         found = {**theirs, **found}
-        return {path: found[path] for path in self.paths}, {*read, *read_there}
+        if any(path not in found for path in self.workers):  # the child ended before handing them back
+            found.update(self._workers())
+        return {path: found[path] for path in self.paths}, {*read, *read_there, *self.tree.texts}
 
     def cancel(self) -> None:
         if self.forked is not None:
             self.forked.cancel()
+            self._unread()
+
+    def _unread(self) -> None:
+        """The pipe from the child closed here, where this process never asked who inits each step."""
+        if self.handed is not None:
+            os.close(self.handed)
+            self.handed = None
 
 
 def each_apart(calls: Sequence[Callable[[], Any]]) -> list[Any]:

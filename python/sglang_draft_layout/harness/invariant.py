@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Iterator, Optional, Sequence
+from typing import Any, Callable, Collection, Iterator, Mapping, Optional, Sequence
 
 from ..speculative import eagle_utils, spec_utils
 from .paths import (
@@ -272,8 +272,13 @@ def judge_each(
 ) -> dict[DraftPath, Verdict]:
     """Each of the draft ``paths`` and its verdict, as ``judge_paths`` judges them."""
     workers = {path: judge_path(tree, path) for path in paths if path.kind == WORKER}
-    by_worker = next((p for p, v in workers.items() if v.inits_steps), None)
+    by_worker = inits_steps(workers)
     return {path: workers.get(path) or judge_path(tree, path, by_worker) for path in paths}
+
+
+def inits_steps(workers: Mapping[DraftPath, Verdict]) -> Optional[DraftPath]:
+    """The first worker path whose verdict says it inits each step's backend with its row, if any."""
+    return next((path for path, verdict in workers.items() if verdict.inits_steps), None)
 
 
 #: the folders whose modules the draft paths are looked for in (under the sglang package)
