@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Collection, Iterator, Optional, Sequence
 
 from ..speculative import eagle_utils, spec_utils
 from .paths import (
@@ -276,7 +276,7 @@ def judge_each(
     return {path: workers.get(path) or judge_path(tree, path, by_worker) for path in paths}
 
 
-def inits_steps(workers: Mapping[DraftPath, Verdict]) -> Optional[DraftPath]:
+def inits_steps(workers: dict[DraftPath, Verdict]) -> Optional[DraftPath]:
     """The first worker path whose verdict says it inits each step's backend with its row, if any."""
     return next((path for path, verdict in workers.items() if verdict.inits_steps), None)
 
