@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -16,8 +17,8 @@ from pathlib import Path
 import pytest
 from sglang_draft_layout import engine
 from sglang_draft_layout.harness import apart, judged
-from sglang_draft_layout.harness.invariant import GUARDED, inits_steps, judge, judge_paths
-from sglang_draft_layout.harness.paths import STEPS, WORKER
+from sglang_draft_layout.harness.invariant import GUARDED, Verdict, inits_steps, judge, judge_paths
+from sglang_draft_layout.harness.paths import ROWS, STEPS, WORKER
 from sglang_draft_layout.harness.tensors import FACADE
 from sglang_draft_layout.harness.world import Tree
 from sglang_draft_layout.target import TargetError, resolve
@@ -68,6 +69,41 @@ def test_the_child_judges_the_workers_and_hands_who_inits_each_step(release, two
     stepping = inits_steps({path: verdict for path, verdict in found.items() if path.kind == WORKER})
     assert {by for path, by in here if path.kind == STEPS} <= {(stepping,)}  # where this process judged it
     assert [verdict.driven_by for path, verdict in found.items() if path.kind == STEPS] == [stepping]
+
+
+def test_a_per_step_path_claimed_before_the_child_hands_its_answer_is_judged_last(release, monkeypatch):
+    """0.5.12's DeepSeek-V4 path is the fourth largest; claimed before the child has said who inits each step, it
+    waits behind FlashInfer-MLA's, and runs as the child says."""
+    package, modules = release
+    monkeypatch.setenv(apart.JOBS, "1")
+    judging = apart.Judging(Tree(package, FACADE), modules, judge)
+    assert [path.kind for path in judging.others] == [ROWS, ROWS, ROWS, STEPS, ROWS]
+    judging.handed, writer = os.pipe()
+    order, lock = [], threading.Lock()
+
+    def hand():  # the child's answer, once
+        with lock:
+            if writer not in handed:
+                handed.append(writer)
+                os.write(writer, pickle.dumps(None))
+                os.close(writer)
+
+    def judged(tree, path, *by_worker):
+        order.append((path.cls, by_worker))
+        if len(order) == 4:  # the answer comes once the others are judged (or in 2 s: a path that waits for it)
+            hand()
+        return Verdict(path)
+
+    handed, timer = [], threading.Timer(2, hand)
+    judging.judge_path = judged
+    timer.start()
+    try:
+        found, _read = judging._judged_by(lambda index: True)
+    finally:
+        timer.cancel()
+    assert [cls for cls, _by in order] == [p.cls for p in judging.others if p.kind == ROWS] + [order[-1][0]]
+    assert order[-1] == ("DeepseekV4MultiStepBackend", (None,)) and set(found) == set(judging.others)
+    assert judging.workers_here == {}  # handed, not judged here
 
 
 def test_a_threaded_program_works_in_one_process(monkeypatch):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import os
 import pickle
+import select
 import signal
 import threading
 from typing import Any, Callable, Collection, Optional, Sequence
@@ -61,12 +62,19 @@ class Judging:
         return self._judged_by(mine)
 
     def _judged_by(self, mine: Callable[[int], bool]) -> tuple[dict[DraftPath, Verdict], set[str]]:
-        """The verdicts of the paths ``mine`` claims (and of the workers where judged here), and the files read."""
-        found = {
-            path: self.judge_path(self.tree, path, *([self._by_worker()] if path.kind == STEPS else []))
-            for n, path in enumerate(self.others)
-            if mine(n)
-        }
+        """The verdicts of the paths ``mine`` claims (and of the workers where judged here), and the files read. A
+        per-step path claimed before the child has handed who inits each step is judged after the other claims."""
+        found, later = {}, []
+        for n, path in enumerate(self.others):
+            if not mine(n):
+                continue
+            if path.kind != STEPS:
+                found[path] = self.judge_path(self.tree, path)
+            elif self.by_worker is None and self.handed is not None and not _readable(self.handed):
+                later.append(path)
+            else:
+                found[path] = self.judge_path(self.tree, path, self._by_worker())
+        found.update({path: self.judge_path(self.tree, path, self._by_worker()) for path in later})
         return {**self.workers_here, **found}, set(self.tree.texts)
 
     def _by_worker(self) -> Optional[DraftPath]:
@@ -210,6 +218,11 @@ def _hand_back(writer: int, work: Callable[[], Any]) -> None:
             pipe.write(handed)
     finally:
         os._exit(0)
+
+
+def _readable(fd: int) -> bool:
+    """Whether reading ``fd`` would not wait."""
+    return bool(select.select([fd], [], [], 0)[0])
 
 
 def _picklable(error: Exception) -> Exception:
