@@ -10,6 +10,7 @@ import fcntl
 import functools
 import gc
 import hashlib
+import importlib
 import tempfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
@@ -507,6 +508,8 @@ def _plan(
         rule for relative, source in sources.items() for rule in guard_rules(relative, source, _named_classes(relative))
     ]
     by_file = _rules_by_file([*rules, *guarded])
+    if render_changes and _lacks_a_helper(sources):  # it will render: libcst imported once, before two processes fork
+        importlib.import_module(f"{__package__}.rewrite")
     findings, created = _findings(target, by_file, sources, keep)
     texts, modules = _texts_and_modules(stored)
     before = judgement.verdicts(target.package, texts, modules)
@@ -569,6 +572,14 @@ def _plan(
         tuple(transaction.leftovers(folders)),
         notes=tuple(notes),
         stale_keeps=tuple(stale),
+    )
+
+
+def _lacks_a_helper(sources: dict[str, Source]) -> bool:
+    """Whether a helper module of the tree lacks one of upstream's helpers (``helper_definitions.MODULES``)."""
+    return any(
+        relative not in sources or any(sources[relative].function(helper.__name__) is None for helper in helpers)
+        for relative, (helpers, _why) in helper_definitions.MODULES.items()
     )
 
 

@@ -265,3 +265,35 @@ def test_check_in_two_processes_says_what_one_process_says(release):
         assert run.returncode == 1, run.stderr  # sites to patch
         said[jobs] = run.stdout
     assert said["1"] == said["2"] and '"judged"' in said["1"]
+
+
+APPLY_WATCHING_FORKS = """
+import sys
+from sglang_draft_layout import cli
+from sglang_draft_layout.harness import apart
+real = apart._Forked.__init__
+def forked(self, *args):
+    print("fork", "libcst" in sys.modules)
+    real(self, *args)
+apart._Forked.__init__ = forked
+apart._two_processes = lambda pieces: 2 <= pieces < 256
+print("exit", cli.main(["apply", sys.argv[1]]))
+"""
+
+
+@pytest.mark.parametrize("version", ["0.5.12", "0.5.23"])
+def test_apply_imports_libcst_once_before_the_rendering_forks_where_a_helper_is_missing(version, tmp_path):
+    """0.5.12 lacks the helpers: libcst is imported after the tree is read, while the child judges it, and the
+    processes rendering inherit it; 0.5.23 has them and nothing to render: never imported."""
+    tree = tmp_path / "tree"
+    shutil.copytree(pristine_tree(version) / "sglang", tree / "sglang")
+    env = {**os.environ, "SGLANG_DRAFT_LAYOUT_CACHE": str(tmp_path / "cache")}
+    env.pop(apart.JOBS, None)
+    run = subprocess.run(
+        [sys.executable, "-c", APPLY_WATCHING_FORKS, str(tree)], env=env, capture_output=True, text=True
+    )
+    said = [line for line in run.stdout.splitlines() if line.startswith(("fork", "exit"))]
+    if version == "0.5.12":  # the tree as it is judged, the files rendered, the rewritten tree judged
+        assert said == ["fork False", "fork True", "fork True", "exit 0"], run.stderr
+    else:
+        assert said == ["fork False", "exit 0"], run.stderr
