@@ -535,7 +535,17 @@ def _plan(
     news = each_apart([new for *_file, new in to_render])
     rendered = [_rendered(*file, new) for (*file, _make), new in zip(to_render, news)]
     changes = [FileChange.of(path, text, new) for path, _relative, text, _rules, new in rendered]
-    after, rewritten = _judged_after(target, findings, sources, texts, changes, created, render_changes)
+    unsafe: list[Exception] = []  # what checking the rendered files found (a rule bug), raised where not refused
+
+    def check_rendered() -> None:
+        try:
+            _check_rendered(target, rendered, sources, keep)
+        except (PatchError, TargetError) as error:
+            unsafe.append(error)
+
+    after, rewritten = _judged_after(
+        target, findings, sources, texts, changes, created, render_changes, meanwhile=check_rendered
+    )
     kept = judgement.kept(after if after is not None else before, findings)
     rewritten_files = {relative: (texts[relative], new) for relative, new in rewritten.items() if relative in texts}
     refused = judgement.refusals(after, findings, rewritten_files) if after is not None else []
@@ -543,7 +553,8 @@ def _plan(
     if refused:  # a refused tree is not written: what its rules find in it after rendering is moot
         changes = []
     else:
-        _check_rendered(target, rendered, sources, keep)
+        if unsafe:
+            raise unsafe[0]
         if render_changes:
             changes, stale = _without_stale_keeps(target, changes, stale, stored)
     findings += refused
@@ -591,12 +602,15 @@ def _judged_after(
     changes: Sequence[FileChange],
     created: Collection[str],
     rendered: bool,
+    meanwhile: Callable[[], None],
 ) -> tuple[Optional[dict], dict[str, str]]:
     """The verdicts of the rewritten tree's draft paths (None: nothing to rewrite), judged once: on the text to
     be written where it was rendered (``apply``, ``diff``), else on the edits spliced in as text (``check``); and
-    the texts judged in place of files (by path under the package)."""
+    the texts judged in place of files (by path under the package). ``meanwhile`` is called once the judging has
+    begun (while a child judges, where two processes may)."""
     to_patch = [f for f in findings if f.state is State.TO_PATCH]
     if not to_patch:
+        meanwhile()
         return None, {}
     if rendered:
         new = {change.path.relative_to(target.package).as_posix(): change.new for change in changes}
@@ -612,6 +626,8 @@ def _judged_after(
     after = {**texts, **new}
     modules = [relative for relative in after if relative.startswith(GUARDED_FOLDERS)]
     try:
+        judgement.begin(target.package, after, modules)
+        meanwhile()
         return judgement.verdicts(target.package, after, modules), new
     except SyntaxError as error:  # in a text the harness read in place of its file: the rewrite's, not the tree's
         if error.filename in {str(target.package / relative) for relative in new}:

@@ -503,3 +503,17 @@ def test_a_symlink_out_of_the_tree_is_refused(tree, capsys, tmp_path):
     assert (code, out) == (2, "")
     assert err == f"error: {link}: a symlink to {outside}, outside the tree {root}; nothing written\n"
     assert snapshot(root) == before and outside.read_bytes() == outside_before
+
+
+def test_a_rendered_file_its_rule_finds_unpatched_is_one_line_and_nothing_written(tree, monkeypatch, capsys):
+    """The check of the rendered files (``engine._check_rendered``, made while the rewritten tree is judged) finds
+    a rule bug: raised once the verdicts are in, the tree untouched."""
+    before = snapshot(tree)
+
+    def unsafe(target, rendered, sources, keep=()):
+        raise engine.PatchError(f"{rendered[0][0]}: a site is to patch after rewriting (a rule bug); nothing written")
+
+    monkeypatch.setattr(engine, "_check_rendered", unsafe)
+    code, out, err = run(capsys, "apply", str(tree))
+    assert code == 2 and "after rewriting (a rule bug); nothing written" in err and len(err.splitlines()) == 1
+    assert snapshot(tree) == before and not temps(tree)
