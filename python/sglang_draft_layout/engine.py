@@ -544,7 +544,7 @@ def _plan(
             unsafe.append(error)
 
     after, rewritten = _judged_after(
-        target, findings, sources, texts, changes, created, render_changes, meanwhile=check_rendered
+        target, findings, sources, texts, changes, created, render_changes, before, meanwhile=check_rendered
     )
     kept = judgement.kept(after if after is not None else before, findings)
     rewritten_files = {relative: (texts[relative], new) for relative, new in rewritten.items() if relative in texts}
@@ -602,12 +602,13 @@ def _judged_after(
     changes: Sequence[FileChange],
     created: Collection[str],
     rendered: bool,
+    before: dict,
     meanwhile: Callable[[], None],
 ) -> tuple[Optional[dict], dict[str, str]]:
     """The verdicts of the rewritten tree's draft paths (None: nothing to rewrite), judged once: on the text to
     be written where it was rendered (``apply``, ``diff``), else on the edits spliced in as text (``check``); and
     the texts judged in place of files (by path under the package). ``meanwhile`` is called once the judging has
-    begun (while a child judges, where two processes may)."""
+    begun (while a child judges, where two processes may); ``before``: the tree's verdicts before the rewrite."""
     to_patch = [f for f in findings if f.state is State.TO_PATCH]
     if not to_patch:
         meanwhile()
@@ -626,7 +627,7 @@ def _judged_after(
     after = {**texts, **new}
     modules = [relative for relative in after if relative.startswith(GUARDED_FOLDERS)]
     try:
-        judgement.begin(target.package, after, modules)
+        judgement.begin(target.package, after, modules, before)
         meanwhile()
         return judgement.verdicts(target.package, after, modules), new
     except SyntaxError as error:  # in a text the harness read in place of its file: the rewrite's, not the tree's

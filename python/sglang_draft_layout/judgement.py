@@ -13,9 +13,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Collection, Mapping, Optional
 
-from .harness.invariant import Verdict
+from .harness.invariant import Verdict, inits_steps
 from .harness.judged import begin_tree, cancel_begun, judge_tree, line_blocks
-from .harness.paths import STEPS, DraftPath
+from .harness.paths import STEPS, WORKER, DraftPath
 from .harness.tensors import FACADE
 from .layout_patterns.baking import IN_GRAPH as IN_GRAPH_METHOD
 from .rules.base import Finding, Rule, State
@@ -27,9 +27,13 @@ def verdicts(package: Optional[Path], texts: Mapping[str, str], modules: Collect
     return judge_tree(package, FACADE, texts, modules)
 
 
-def begin(package: Optional[Path], texts: Mapping[str, str], modules: Collection[str]) -> None:
-    """Begin ``verdicts``' judging (in a child process where it can): the caller goes on reading the tree."""
-    begin_tree(package, FACADE, texts, modules)
+def begin(
+    package: Optional[Path], texts: Mapping[str, str], modules: Collection[str], before: Optional[Mapping] = None
+) -> None:
+    """Begin ``verdicts``' judging (in a child process where it can): the caller goes on. ``before``: the verdicts of
+    the tree before its rewrite, whose workers say who likely inits each step (``apart.Judging``'s guess)."""
+    workers = {path: verdict for path, verdict in (before or {}).items() if path.kind == WORKER}
+    begin_tree(package, FACADE, texts, modules, (inits_steps(workers),) if workers else ())
 
 
 def classes(path: DraftPath) -> set[str]:

@@ -18,7 +18,7 @@ import pytest
 from sglang_draft_layout import engine
 from sglang_draft_layout.harness import apart, judged
 from sglang_draft_layout.harness.invariant import GUARDED, Verdict, inits_steps, judge, judge_paths
-from sglang_draft_layout.harness.paths import ROWS, STEPS, WORKER
+from sglang_draft_layout.harness.paths import ROWS, STEPS, WORKER, draft_paths
 from sglang_draft_layout.harness.tensors import FACADE
 from sglang_draft_layout.harness.world import Tree
 from sglang_draft_layout.target import TargetError, resolve
@@ -71,39 +71,50 @@ def test_the_child_judges_the_workers_and_hands_who_inits_each_step(release, two
     assert [verdict.driven_by for path, verdict in found.items() if path.kind == STEPS] == [stepping]
 
 
-def test_a_per_step_path_claimed_before_the_child_hands_its_answer_is_judged_last(release, monkeypatch):
-    """0.5.12's DeepSeek-V4 path is the fourth largest; claimed before the child has said who inits each step, it
-    waits behind FlashInfer-MLA's, and runs as the child says."""
+@pytest.mark.parametrize("guess", ["none", "right", "wrong"])
+def test_a_per_step_path_claimed_before_the_child_hands_its_answer(release, monkeypatch, guess):
+    """0.5.12's DeepSeek-V4 path is the fourth largest; claimed before the child has said who inits each step (no
+    worker does), it runs on the guess the tree before its rewrite gave, again where that was wrong, and with no
+    guess after FlashInfer-MLA's path: its verdict always runs as the child says."""
     package, modules = release
     monkeypatch.setenv(apart.JOBS, "1")
-    judging = apart.Judging(Tree(package, FACADE), modules, judge)
+    tree = Tree(package, FACADE)
+    worker = next(path for path in draft_paths(tree, modules) if path.kind == WORKER)
+    guessed = {"none": (), "right": (None,), "wrong": (worker,)}[guess]
+    judging = apart.Judging(tree, modules, judge, guessed)
     assert [path.kind for path in judging.others] == [ROWS, ROWS, ROWS, STEPS, ROWS]
     judging.handed, writer = os.pipe()
-    order, lock = [], threading.Lock()
+    order, handed, lock = [], [], threading.Lock()
 
     def hand():  # the child's answer, once
         with lock:
-            if writer not in handed:
+            if not handed:
                 handed.append(writer)
                 os.write(writer, pickle.dumps(None))
                 os.close(writer)
 
     def judged(tree, path, *by_worker):
         order.append((path.cls, by_worker))
-        if len(order) == 4:  # the answer comes once the others are judged (or in 2 s: a path that waits for it)
+        if len(order) == 4:  # the answer comes once four are judged (or in 2 s: a path that waits for it)
             hand()
-        return Verdict(path)
+        return Verdict(path, judged=len(order), driven_by=by_worker[0] if by_worker else None)
 
-    handed, timer = [], threading.Timer(2, hand)
+    timer = threading.Timer(2, hand)
     judging.judge_path = judged
     timer.start()
     try:
         found, _read = judging._judged_by(lambda index: True)
     finally:
         timer.cancel()
-    assert [cls for cls, _by in order] == [p.cls for p in judging.others if p.kind == ROWS] + [order[-1][0]]
-    assert order[-1] == ("DeepseekV4MultiStepBackend", (None,)) and set(found) == set(judging.others)
-    assert judging.workers_here == {}  # handed, not judged here
+    rows = [(path.cls, ()) for path in judging.others if path.kind == ROWS]
+    steps = "DeepseekV4MultiStepBackend"
+    expected = {
+        "none": [*rows, (steps, (None,))],
+        "right": [*rows[:3], (steps, (None,)), rows[3]],
+        "wrong": [*rows[:3], (steps, (worker,)), rows[3], (steps, (None,))],
+    }[guess]
+    assert order == expected and set(found) == set(judging.others) and judging.workers_here == {}
+    assert [v.driven_by for p, v in found.items() if p.kind == STEPS] == [None]  # the answer's, not the guess's
 
 
 def test_a_threaded_program_works_in_one_process(monkeypatch):

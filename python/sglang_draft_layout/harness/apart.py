@@ -34,8 +34,12 @@ class Judging:
     ``finish`` judges here the paths the child has not claimed and gathers its verdicts; ``cancel`` ends a child
     whose verdicts no one will ask for."""
 
-    def __init__(self, tree: Tree, modules: Collection[str], judge_path: Callable[..., Verdict]) -> None:
-        self.tree, self.judge_path, self.forked = tree, judge_path, None
+    def __init__(
+        self, tree: Tree, modules: Collection[str], judge_path: Callable[..., Verdict], guess: tuple = ()
+    ) -> None:
+        """``guess``: (who likely inits each step,), as the tree before its rewrite said: a per-step path this process
+        claims before the child has handed who does is judged on the guess, and again where it was wrong."""
+        self.tree, self.judge_path, self.forked, self.guess = tree, judge_path, None, guess
         self.paths = draft_paths(tree, sorted(modules))
         self.workers = [path for path in self.paths if path.kind == WORKER]
         self.others = sorted(
@@ -63,17 +67,21 @@ class Judging:
 
     def _judged_by(self, mine: Callable[[int], bool]) -> tuple[dict[DraftPath, Verdict], set[str]]:
         """The verdicts of the paths ``mine`` claims (and of the workers where judged here), and the files read. A
-        per-step path claimed before the child has handed who inits each step is judged after the other claims."""
-        found, later = {}, []
+        per-step path claimed before the child has handed who inits each step is judged on the ``guess`` (again
+        where the child's answer differs), or with no guess after the other claims."""
+        found, later, guessed = {}, [], []
         for n, path in enumerate(self.others):
             if not mine(n):
                 continue
             if path.kind != STEPS:
                 found[path] = self.judge_path(self.tree, path)
             elif self.by_worker is None and self.handed is not None and not _readable(self.handed):
-                later.append(path)
+                (guessed if self.guess else later).append(path)
+                if self.guess:
+                    found[path] = self.judge_path(self.tree, path, *self.guess)
             else:
                 found[path] = self.judge_path(self.tree, path, self._by_worker())
+        later += [path for path in guessed if self._by_worker() != self.guess[0]]
         found.update({path: self.judge_path(self.tree, path, self._by_worker()) for path in later})
         return {**self.workers_here, **found}, set(self.tree.texts)
 

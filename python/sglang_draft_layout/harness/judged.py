@@ -204,9 +204,12 @@ def _key(package: Optional[Path], torch: Any, texts: Mapping[str, str], modules:
 _BEGUN: dict[tuple, Judging] = {}
 
 
-def begin_tree(package: Optional[Path], torch: Any, texts: Mapping[str, str], modules: Collection[str]) -> None:
-    """Begin ``judge_tree``'s judging of these paths, in a child process where it can (``apart.Judging``), for
-    ``judge_tree`` to finish: the caller goes on meanwhile. ``cancel_begun`` ends those never asked for."""
+def begin_tree(
+    package: Optional[Path], torch: Any, texts: Mapping[str, str], modules: Collection[str], guess: tuple = ()
+) -> None:
+    """Begin ``judge_tree``'s judging of these paths, in a child process where it can (``apart.Judging``, with its
+    ``guess``), for ``judge_tree`` to finish: the caller goes on meanwhile. ``cancel_begun`` ends those never asked
+    for."""
     key = _key(package, torch, texts, modules)
     if key in _JUDGED or key in _BEGUN:
         return
@@ -214,11 +217,13 @@ def begin_tree(package: Optional[Path], torch: Any, texts: Mapping[str, str], mo
     if found is not None:
         _judged(key, found)
     else:
-        _BEGUN[key] = _judging(package, torch, texts, modules)
+        _BEGUN[key] = _judging(package, torch, texts, modules, guess)
 
 
-def _judging(package: Optional[Path], torch: Any, texts: Mapping[str, str], modules: Collection[str]) -> Judging:
-    return Judging(Rewritten(package, torch, texts), modules, judge_traced)
+def _judging(
+    package: Optional[Path], torch: Any, texts: Mapping[str, str], modules: Collection[str], guess: tuple = ()
+) -> Judging:
+    return Judging(Rewritten(package, torch, texts), modules, judge_traced, guess)
 
 
 def cancel_begun() -> None:
