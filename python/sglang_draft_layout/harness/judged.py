@@ -101,7 +101,15 @@ class Rewritten(Tree):
 
 def line_blocks(old: str, new: str) -> list[tuple[str, int, int, int, int]]:
     """``difflib``'s opcodes of ``new`` against ``old``, line by line (0-based, the whole texts'): the lines alike at
-    both ends matched first, the diff only between."""
+    both ends matched first, the diff only between; once a process for the same texts (the paths through a file and
+    the refusals naming its lines ask again)."""
+    return _remember(_BLOCKS, (old, new), lambda: _line_blocks(old, new))
+
+
+_BLOCKS: dict[tuple[str, str], list[tuple[str, int, int, int, int]]] = {}
+
+
+def _line_blocks(old: str, new: str) -> list[tuple[str, int, int, int, int]]:
     before, after = old.splitlines(), new.splitlines()
     same, short = 0, min(len(before), len(after))
     while same < short and before[same] == after[same]:
