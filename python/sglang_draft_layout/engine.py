@@ -535,12 +535,12 @@ def _plan(
     news = each_apart([new for *_file, new in to_render])
     rendered = [_rendered(*file, new) for (*file, _make), new in zip(to_render, news)]
     changes = [FileChange.of(path, text, new) for path, _relative, text, _rules, new in rendered]
-    unsafe: list[Exception] = []  # what checking the rendered files found (a rule bug), raised where not refused
+    unsafe: list[Exception] = []  # what checking the rendered files raised (a rule bug), raised where not refused
 
     def check_rendered() -> None:
         try:
             _check_rendered(target, rendered, sources, keep)
-        except (PatchError, TargetError) as error:
+        except Exception as error:  # as if checked after the verdicts: a refused plan is not checked
             unsafe.append(error)
 
     after, rewritten = _judged_after(
