@@ -241,15 +241,6 @@ def _picklable(error: Exception) -> Exception:
         return RuntimeError(f"{type(error).__name__}: {error}")
 
 
-def _only(judge_path: Callable[..., Verdict], mine: Callable[[DraftPath], bool]) -> Callable[..., Verdict]:
-    """``judge_path`` for the workers and the paths ``mine`` takes; any other path's verdict left empty."""
-
-    def judged(tree: Tree, path: DraftPath, *by_worker: Any) -> Verdict:
-        return judge_path(tree, path, *by_worker) if path.kind == WORKER or mine(path) else Verdict(path)
-
-    return judged
-
-
 def _two_processes(pieces: int) -> bool:
     """Two to 255 pieces of work to share, two CPUs this process may run on, ``os.fork``, one thread (a fork copies
     no other thread, nor frees a lock one holds: the tool's API called from a threaded program works in one
