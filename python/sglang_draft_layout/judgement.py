@@ -9,7 +9,7 @@ of the rewritten tree gives upstream's values (``refusals``); what the paths gav
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Collection, Mapping, Optional
 
