@@ -204,8 +204,21 @@ store: Any = None
 
 
 def _key(package: Optional[Path], torch: Any, texts: Mapping[str, str], modules: Collection[str]) -> tuple:
-    given = tuple(sorted((m, hashlib.sha1(t.encode()).hexdigest()) for m, t in texts.items()))
+    given = tuple(sorted((m, _digest(t)) for m, t in texts.items()))
     return str(package), getattr(torch, "__name__", type(torch).__qualname__), given, tuple(sorted(modules))
+
+
+#: id(text) -> (text, its digest): a plan asks for the same texts' key several times
+_DIGESTS: dict[int, tuple[str, str]] = {}
+
+
+def _digest(text: str) -> str:
+    held = _DIGESTS.get(id(text))
+    if held is None or held[0] is not text:
+        if len(_DIGESTS) >= 4 * _TEXTS_KEPT:
+            del _DIGESTS[next(iter(_DIGESTS))]
+        held = _DIGESTS[id(text)] = text, hashlib.sha1(text.encode()).hexdigest()
+    return held[1]
 
 
 #: the judgings begun (``begin_tree``) and not yet asked for, by ``judge_tree``'s key
