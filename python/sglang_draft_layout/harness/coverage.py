@@ -53,20 +53,22 @@ def layout_statements(filename: str, classes: Iterable[ast.ClassDef], lines: Col
 
 @dataclass
 class Lines:
-    """The lines run in the functions holding ``statements``, over every run traced with it."""
+    """The lines run in the functions holding ``statements``, over every run traced with it: a run traces only the
+    functions holding a statement no run has reached yet (none: it runs untraced)."""
 
     statements: list[Statement]
     entered: set = field(default_factory=set)
     ran: set = field(default_factory=set)
 
-    def __post_init__(self) -> None:
-        self._functions = {(s.filename, s.function) for s in self.statements}
-
     def __enter__(self) -> "Lines":
         self._outer: Optional[Any] = sys.gettrace()
+        self._functions = {(s.filename, s.function) for s in self.statements if not self._reached(s)}
         if self._functions:
             sys.settrace(self._call)
         return self
+
+    def _reached(self, statement: Statement) -> bool:
+        return any((statement.filename, n) in self.ran for n in range(statement.first, statement.last + 1))
 
     def __exit__(self, *exc: object) -> None:
         sys.settrace(self._outer)
@@ -87,9 +89,4 @@ class Lines:
 
     def unrun(self) -> list[Statement]:
         """The layout statements of an entered function that no run reached."""
-        return [
-            s
-            for s in self.statements
-            if (s.filename, s.function) in self.entered
-            and not any((s.filename, n) in self.ran for n in range(s.first, s.last + 1))
-        ]
+        return [s for s in self.statements if (s.filename, s.function) in self.entered and not self._reached(s)]
