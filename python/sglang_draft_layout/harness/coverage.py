@@ -2,10 +2,10 @@
 
 A layout statement is a statement of the path's classes (and their bases in the tree) that splits the draft
 ``out_cache_loc`` per step (a move of the steps dimension, ``chunk``/``unbind``/``split``, or upstream's
-helper). ``Lines`` traces, while a path runs, the lines of the functions holding one (Python's own line events:
-``sys.settrace``, other functions untraced); ``unrun`` names each layout statement of a function the runs
-entered that no run reached (a split under a branch no probe takes: ``if self.topk > 1`` where DeepSeek-V4
-runs topk 1).
+helper). ``Lines`` traces, while a path runs, the lines of the functions holding one no run has reached yet
+(Python's own line events: ``sys.settrace``, other functions untraced); ``unrun`` names each layout statement of a
+function the runs entered that no run reached (a split under a branch no probe takes: ``if self.topk > 1`` where
+DeepSeek-V4 runs topk 1).
 """
 
 from __future__ import annotations
