@@ -76,9 +76,11 @@ class Judging:
             if path.kind != STEPS:
                 found[path] = self.judge_path(self.tree, path)
             elif self.by_worker is None and self.handed is not None and not _readable(self.handed):
-                (guessed if self.guess else later).append(path)
                 if self.guess:
+                    guessed.append(path)
                     found[path] = self.judge_path(self.tree, path, *self.guess)
+                else:
+                    later.append(path)
             else:
                 found[path] = self.judge_path(self.tree, path, self._by_worker())
         later += [path for path in guessed if self._by_worker() != self.guess[0]]
@@ -108,14 +110,14 @@ class Judging:
         if self.forked is None:
             return judge_each(self.tree, self.paths, self.judge_path), set(self.tree.texts)
         try:
-            found, read = self.forked.shared(self._judged_by)
+            found, _read = self.forked.shared(self._judged_by)  # what this process read: its tree's texts, below
         finally:
             self._unread()
         theirs, read_there = self.forked.result
         found = {**theirs, **found}
         if any(path not in found for path in self.workers):  # the child ended before handing them back
             found.update(self._workers())
-        return {path: found[path] for path in self.paths}, {*read, *read_there, *self.tree.texts}
+        return {path: found[path] for path in self.paths}, {*read_there, *self.tree.texts}
 
     def cancel(self) -> None:
         if self.forked is not None:

@@ -208,17 +208,12 @@ def _key(package: Optional[Path], torch: Any, texts: Mapping[str, str], modules:
     return str(package), getattr(torch, "__name__", type(torch).__qualname__), given, tuple(sorted(modules))
 
 
-#: id(text) -> (text, its digest): a plan asks for the same texts' key several times
-_DIGESTS: dict[int, tuple[str, str]] = {}
+#: text -> its digest: a plan asks for the same texts' key several times
+_DIGESTS: dict[str, str] = {}
 
 
 def _digest(text: str) -> str:
-    held = _DIGESTS.get(id(text))
-    if held is None or held[0] is not text:
-        if len(_DIGESTS) >= 4 * _TEXTS_KEPT:
-            del _DIGESTS[next(iter(_DIGESTS))]
-        held = _DIGESTS[id(text)] = text, hashlib.sha1(text.encode()).hexdigest()
-    return held[1]
+    return _remember(_DIGESTS, text, lambda: hashlib.sha1(text.encode()).hexdigest())
 
 
 #: the judgings begun (``begin_tree``) and not yet asked for, by ``judge_tree``'s key
