@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from . import __version__, engine
+from . import __version__, engine, judgement
 from .engine import Plan
 from .fork_tests import FileState, GeneratedFile
 from .rules.base import MODULE_SCOPE, Finding, State
@@ -36,6 +36,8 @@ __all__ = ["Options", "Item", "WrittenFile", "Report", "check", "diff", "apply",
 SCHEMA_VERSION = 1
 
 HELPER, CALL_SITE, TEST, TEMP_FILE, KEEP_COMMENT = "helper", "call site", "test", "temp file", "keep comment"
+#: a draft path run on the probes that does not give upstream's values (``judgement.refusals``)
+DRAFT_PATH = "draft path"
 #: the past form of a state whose work ``apply`` just did; other ``to <verb>`` states get ``<verb>ed now``
 _DONE = {"to patch": "patched now", "to write": "written now", "stale": "rewritten now", "to remove": "removed now"}
 
@@ -75,7 +77,7 @@ class Options:
 class Item:
     """One helper definition, call site or fork test file, as a report lists it."""
 
-    kind: str  # HELPER, CALL_SITE or TEST
+    kind: str  # HELPER, CALL_SITE, DRAFT_PATH, TEST, TEMP_FILE or KEEP_COMMENT
     file: str  # relative to the target root, with forward slashes
     line: Optional[int]
     scope: str  # Class.method; a helper's function name; a test file's description
@@ -204,7 +206,7 @@ def _finding_item(finding: Finding, target: Target, applied: bool) -> Item:
     state = done(finding.state.value) if applied and needs_action else finding.state.value
     helper = rule.scope == MODULE_SCOPE
     return Item(
-        kind=CALL_SITE if rule.counts_as_site else HELPER,
+        kind=CALL_SITE if rule.counts_as_site else DRAFT_PATH if rule.site == judgement.PATH_SITE else HELPER,
         file=_relative(target.package / rule.file, target),
         line=finding.line if finding.state is not State.ABSENT else None,
         scope=rule.site.removeprefix("def ") if helper else rule.scope,

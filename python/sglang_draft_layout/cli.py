@@ -38,6 +38,7 @@ _UNBROKEN = "\0"  # a space that textwrap does not break at
 _PLURALS = {
     api.HELPER: "helpers",
     api.CALL_SITE: "call sites",
+    api.DRAFT_PATH: "draft paths",
     api.TEST: "test files",
     api.KEEP_COMMENT: "keep comments",
 }

@@ -71,11 +71,15 @@ def kept(verdicts: Mapping[DraftPath, Verdict], findings: Collection[Finding]) -
 
 
 def refusals(
-    after: Mapping[DraftPath, Verdict], findings: Collection[Finding], rewrites: Mapping[str, tuple[str, str]]
+    after: Mapping[DraftPath, Verdict],
+    findings: Collection[Finding],
+    rewrites: Mapping[str, tuple[str, str]],
+    rewritten: bool = True,
 ) -> list[Finding]:
-    """A finding for each path through a site's class that, in the rewritten tree, does not give upstream's
-    values, cannot be run, or runs none of a rewritten class's code on any probe, unless a site of its classes
-    is kept by the fork (``rewrites``: each rewritten file's text and the rewrite's, for ``on_disk``). (A path
+    """A finding for each path through a site's class that, in the rewritten tree (``rewritten``; else the tree as
+    it is, where no site is left to patch), does not give upstream's values, cannot be run, or runs none of a
+    rewritten class's code on any probe, unless a site of its classes is kept by the fork (``rewrites``: each
+    rewritten file's text and the rewrite's, for ``on_disk``). (A path
     through no site's class is another backend's, and one whose sites a rule finds not affected keeps the tree's
     own layout: reported, never refused. A path of a file with an unrecognised site is not judged again: the
     engine rewrites no such file, and that site refuses the plan already.)"""
@@ -103,7 +107,8 @@ def refusals(
         why = describe(verdict) if verdict.cannot or not unseen else "the rewritten code never runs on the probes"
         rule = Rule(f"path:{path.module}:{path.cls}", path.module, f"{path.cls}.<{path.kind}>", PATH_SITE, "", _no_find,
                     counts_as_site=False)  # fmt: skip
-        refused.append(rule.report(State.UNRECOGNISED, detail=f"after the rewrite, {on_disk(why, rewrites)}"))
+        when = "after the rewrite" if rewritten else "as the tree is"
+        refused.append(rule.report(State.UNRECOGNISED, detail=f"{when}, {on_disk(why, rewrites)}"))
     return refused
 
 

@@ -206,6 +206,7 @@ def test_fails_with_a_site_put_back_otherwise(proof_python, tmp_path):
         path = fork / "python/sglang" / relative
         assert path.read_text().count(patched_text) == 1, name
         path.write_text(path.read_text().replace(patched_text, reverted_text))
+        assert cli.main(["check", str(fork)]) != 0, name  # to patch again (1) or refused as it is (2)
         forks.append(fork)
     for (name, (relative, _p, _r, said)), run in zip(REGRESSIONS.items(), run_generated(proof_python, *forks)):
         assert run.returncode != 0, (name, run.stdout + run.stderr)

@@ -525,6 +525,13 @@ def _run_rows(run: Run, torch: Any, backend: Any, batch: Any, probe: Probe) -> N
     replay = getattr(backend, "init_forward_metadata_replay_cuda_graph", None)
     if replay is not None and "forward_batch" in inspect.signature(replay).parameters:
         replay(forward_batch(torch, probe), probe.num_seqs)
+    out_graph = getattr(backend, "init_forward_metadata_out_graph", None)
+    if out_graph is not None:  # the draft CUDA-graph runner of 0.5.2x: at capture (in_capture=True), at replay
+        note("phase", "capture")
+        in_capture = {"in_capture": True} if "in_capture" in inspect.signature(out_graph).parameters else {}
+        out_graph(forward_batch(torch, probe), **in_capture)
+        note("phase", "replay")
+        out_graph(forward_batch(torch, probe))
 
 
 def _run_steps(run: Run, torch: Any, driven: Any, batch: Any, probe: Probe) -> None:
