@@ -548,7 +548,7 @@ def _plan(
     )
     kept = judgement.kept(after if after is not None else before, findings)
     rewritten_files = {relative: (texts[relative], new) for relative, new in rewritten.items() if relative in texts}
-    refused = judgement.refusals(after if after is not None else before, findings, rewritten_files, after is not None)
+    refused = judgement.refusals(after if after is not None else before, findings, rewritten_files)
     stale = _stale_keeps(target, by_file, sources, findings, keep)
     if refused:  # a refused tree is not written: what its rules find in it after rendering is moot
         changes = []

@@ -71,25 +71,23 @@ def kept(verdicts: Mapping[DraftPath, Verdict], findings: Collection[Finding]) -
 
 
 def refusals(
-    after: Mapping[DraftPath, Verdict],
-    findings: Collection[Finding],
-    rewrites: Mapping[str, tuple[str, str]],
-    rewritten: bool = True,
+    after: Mapping[DraftPath, Verdict], findings: Collection[Finding], rewrites: Mapping[str, tuple[str, str]]
 ) -> list[Finding]:
-    """A finding for each path through a site's class that, in the rewritten tree (``rewritten``; else the tree as
-    it is, where no site is left to patch), does not give upstream's values, cannot be run, or runs none of a
-    rewritten class's code on any probe, unless a site of its classes is kept by the fork (``rewrites``: each
-    rewritten file's text and the rewrite's, for ``on_disk``). (A path
-    through no site's class is another backend's, and one whose sites a rule finds not affected keeps the tree's
-    own layout: reported, never refused. A path of a file with an unrecognised site is not judged again: the
-    engine rewrites no such file, and that site refuses the plan already.)"""
+    """A finding for each draft path that, in the rewritten tree (the tree as it is, where no site is left to
+    patch), does not give upstream's values; and for each through a site's class that cannot be run or runs none
+    of a rewritten class's code on any probe: unless a site of its classes is kept by the fork or not affected
+    (its rows count branches: the tree's own layout) (``rewrites``: each rewritten file's text and the rewrite's,
+    for ``on_disk``). (A path through no site's class that cannot be run is another backend's that the probes
+    cannot build: never refused. A path of a file with an unrecognised site is not judged again: the engine
+    rewrites no such file, and that site refuses the plan already.)"""
     kept, rewritten = _sites(findings, [State.KEPT]), _sites(findings, [State.TO_PATCH])
-    sited = _sites(findings, JUDGED_STATES)
+    sited, left = _sites(findings, JUDGED_STATES), _sites(findings, [State.NOT_AFFECTED])
     unrecognised = {file for file, _cls in _sites(findings, [State.UNRECOGNISED])}
+    when = "after the rewrite" if rewritten else "as the tree is"
     refused = []
     for path, verdict in after.items():
         own = {(path.module, name) for name in classes(path)}
-        if own & kept or not own & sited or path.module in unrecognised:
+        if own & kept or own & left or path.module in unrecognised:
             continue
         unseen = not verdict.judged and not verdict.problems and bool(own & rewritten) and path.kind != STEPS
         unseen = (
@@ -102,12 +100,11 @@ def refusals(
                 if f.state is State.TO_PATCH
             )
         )  # a rewritten in-graph method no probe reaches
-        if verdict.upstream or not (verdict.problems or verdict.cannot or unseen):
+        if verdict.upstream or not (verdict.problems or own & sited and (verdict.cannot or unseen)):
             continue
         why = describe(verdict) if verdict.cannot or not unseen else "the rewritten code never runs on the probes"
         rule = Rule(f"path:{path.module}:{path.cls}", path.module, f"{path.cls}.<{path.kind}>", PATH_SITE, "", _no_find,
                     counts_as_site=False)  # fmt: skip
-        when = "after the rewrite" if rewritten else "as the tree is"
         refused.append(rule.report(State.UNRECOGNISED, detail=f"{when}, {on_disk(why, rewrites)}"))
     return refused
 

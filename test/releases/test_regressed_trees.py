@@ -1,10 +1,12 @@
-"""A tree with no site left to patch is judged as it is: a draft path that regressed is refused.
+"""A draft path that gives other values than upstream's is refused, whether or not a rule names its class.
 
 A fork past the fix (upstream's own code, 0.5.13 on) or a tree an earlier ``apply`` patched may put a narrow
 row back. Its sites read as patched, so nothing is rewritten; ``check`` and ``apply`` still run its draft paths
 and refuse (exit 2, nothing written), naming the path, the probe and the phase. From 0.5.13 the draft CUDA-graph
 runner plans the rows with ``init_forward_metadata_out_graph`` (``in_capture=True`` at capture, then at replay:
-``srt/speculative/eagle_draft_cuda_graph_runner.py`` of 0.5.23), so that is where the narrow row shows.
+``srt/speculative/eagle_draft_cuda_graph_runner.py`` of 0.5.23), so that is where the narrow row shows. A fork's
+own multi-step subclass that sizes its CUDA-graph rows in a form no rule rewrites keeps its narrow row after the
+rewrite: refused too, where it was left unmentioned.
 """
 
 from __future__ import annotations
@@ -46,4 +48,40 @@ def test_a_narrow_cuda_graph_row_put_back_is_refused_by_check_and_apply(scratch,
         for name, cls in MULTI_STEP.items():
             said = f"{name}: {cls}.<kv_indices rows>: draft path, run on the probes: as the tree is, bs 2, topk 4"
             assert any(said in line and ": capture: kv_indices rows (3, " in line for line in errors), (cls, errors)
+    assert tree_digest(root) == before
+
+
+#: a fork's own multi-step backend: its CUDA-graph rows sized by a method of its own, one branch wide
+OWN_SUBCLASS = """
+
+class ForkTritonMultiStepDraftBackend(TritonMultiStepDraftBackend):
+    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int):
+        self.cuda_graph_kv_indices = torch.zeros(
+            (self.speculative_num_steps, self._row_width(max_bs)),
+            dtype=torch.int32,
+            device=self.device,
+        )
+        for i in range(self.speculative_num_steps - 1):
+            self.attn_backends[i].init_cuda_graph_state(
+                max_bs, max_num_tokens, kv_indices_buf=self.cuda_graph_kv_indices[i]
+            )
+
+    def _row_width(self, num_seqs: int) -> int:
+        return num_seqs * self.max_context_len
+"""
+
+
+def test_a_forks_own_subclass_left_narrow_by_the_rewrite_is_refused(scratch, capsys):
+    root = scratch("0.5.12")
+    path = root / "sglang/srt/layers/attention/triton_backend.py"
+    path.write_text(path.read_text() + OWN_SUBCLASS)
+    before = tree_digest(root)
+    capsys.readouterr()
+    assert cli.main(["apply", str(root)]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    said = (
+        "triton_backend.py: ForkTritonMultiStepDraftBackend.<kv_indices rows>: draft path, run on the probes: "
+        "after the rewrite, bs 2, topk 4, 3 steps: capture: kv_indices rows (3, 128)"
+    )
+    assert len(errors) == 1 and said in errors[0], errors
     assert tree_digest(root) == before
