@@ -546,9 +546,12 @@ def _plan(
     after, rewritten = _judged_after(
         target, findings, sources, texts, changes, created, render_changes, before, meanwhile=check_rendered
     )
-    kept = judgement.kept(after if after is not None else before, findings)
+    judged = after if after is not None else before
+    whole = judgement.kept_whole(judged, texts)
+    kept = judgement.kept(judged, findings, whole)
     rewritten_files = {relative: (texts[relative], new) for relative, new in rewritten.items() if relative in texts}
-    refused = judgement.refusals(after if after is not None else before, findings, rewritten_files)
+    paths = judgement.refusals(judged, findings, rewritten_files, whole)
+    refused = [f for f in paths if f.state is State.UNRECOGNISED]
     stale = _stale_keeps(target, by_file, sources, findings, keep)
     if refused:  # a refused tree is not written: what its rules find in it after rendering is moot
         changes = []
@@ -557,7 +560,7 @@ def _plan(
             raise unsafe[0]
         if render_changes:
             changes, stale = _without_stale_keeps(target, changes, stale, stored)
-    findings += refused
+    findings += paths
     unknown = [spec for spec in keep if not any(keep_matches(spec, f.rule) for f in findings)]
     if unknown:
         raise TargetError(

@@ -18,6 +18,7 @@ from .harness.judged import begin_tree, cancel_begun, judge_tree, line_blocks
 from .harness.paths import STEPS, WORKER, DraftPath
 from .harness.tensors import FACADE
 from .layout_patterns.baking import IN_GRAPH as IN_GRAPH_METHOD
+from .layout_patterns.keep import KEEP_PRAGMA, keeps_class
 from .rules.base import Finding, Rule, State
 from .rules.who_splits import IN_GRAPH as IN_GRAPH_PHASE
 
@@ -62,24 +63,38 @@ def _sites(findings: Collection[Finding], states: Collection[State]) -> set[tupl
 JUDGED_STATES = [s for s in State if s not in (State.ABSENT, State.KEPT, State.NOT_AFFECTED)]
 
 
-def kept(verdicts: Mapping[DraftPath, Verdict], findings: Collection[Finding]) -> list[str]:
-    """``module:Class`` of each path through a site's class the fork keeps: what the written CPU test leaves out."""
+def kept(
+    verdicts: Mapping[DraftPath, Verdict], findings: Collection[Finding], whole: Collection[DraftPath] = ()
+) -> list[str]:
+    """``module:Class`` of each path through a site's class the fork keeps, and of each it keeps ``whole``
+    (``kept_whole``): what the written CPU test leaves out."""
     kept_sites = _sites(findings, [State.KEPT])
     return sorted(
-        f"{path.module}:{path.cls}" for path in verdicts if {(path.module, name) for name in classes(path)} & kept_sites
+        f"{path.module}:{path.cls}"
+        for path in verdicts
+        if {(path.module, name) for name in classes(path)} & kept_sites or path in whole
     )
 
 
+def kept_whole(verdicts: Mapping[DraftPath, Verdict], texts: Mapping[str, str]) -> set[DraftPath]:
+    """The paths the fork keeps whole: the keep comment on the ``class`` line of the path's class (``keeps_class``)."""
+    return {path for path in verdicts if path.module in texts and keeps_class(texts[path.module], path.cls)}
+
+
 def refusals(
-    after: Mapping[DraftPath, Verdict], findings: Collection[Finding], rewrites: Mapping[str, tuple[str, str]]
+    after: Mapping[DraftPath, Verdict],
+    findings: Collection[Finding],
+    rewrites: Mapping[str, tuple[str, str]],
+    whole: Collection[DraftPath] = (),
 ) -> list[Finding]:
-    """A finding for each draft path that, in the rewritten tree (the tree as it is, where no site is left to
-    patch), does not give upstream's values; and for each through a site's class that cannot be run or runs none
-    of a rewritten class's code on any probe: unless a site of its classes is kept by the fork or not affected
+    """An unrecognised finding for each draft path that, in the rewritten tree (the tree as it is, where no site is
+    left to patch), does not give upstream's values; and for each through a site's class that cannot be run or runs
+    none of a rewritten class's code on any probe: unless a site of its classes is kept by the fork or not affected
     (its rows count branches: the tree's own layout) (``rewrites``: each rewritten file's text and the rewrite's,
-    for ``on_disk``). (A path through no site's class that cannot be run is another backend's that the probes
-    cannot build: never refused. A path of a file with an unrecognised site is not judged again: the engine
-    rewrites no such file, and that site refuses the plan already.)"""
+    for ``on_disk``). A path the fork keeps ``whole`` (``kept_whole``) is a kept finding instead. (A path through
+    no site's class that cannot be run is another backend's that the probes cannot build: never refused. A path
+    of a file with an unrecognised site is not judged again: the engine rewrites no such file, and that site
+    refuses the plan already.)"""
     kept, rewritten = _sites(findings, [State.KEPT]), _sites(findings, [State.TO_PATCH])
     sited, left = _sites(findings, JUDGED_STATES), _sites(findings, [State.NOT_AFFECTED])
     unrecognised = {file for file, _cls in _sites(findings, [State.UNRECOGNISED])}
@@ -105,7 +120,11 @@ def refusals(
         why = describe(verdict) if verdict.cannot or not unseen else "the rewritten code never runs on the probes"
         rule = Rule(f"path:{path.module}:{path.cls}", path.module, f"{path.cls}.<{path.kind}>", PATH_SITE, "", _no_find,
                     counts_as_site=False)  # fmt: skip
-        refused.append(rule.report(State.UNRECOGNISED, detail=f"{when}, {on_disk(why, rewrites)}"))
+        said = f"{when}, {on_disk(why, rewrites)}"
+        if path in whole:
+            refused.append(rule.report(State.KEPT, detail=f"{KEEP_PRAGMA} on its class: {said}"))
+        else:
+            refused.append(rule.report(State.UNRECOGNISED, detail=said))
     return refused
 
 

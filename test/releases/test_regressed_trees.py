@@ -85,3 +85,18 @@ def test_a_forks_own_subclass_left_narrow_by_the_rewrite_is_refused(scratch, cap
     )
     assert len(errors) == 1 and said in errors[0], errors
     assert tree_digest(root) == before
+
+
+def test_the_keep_comment_on_its_class_line_keeps_the_forks_own_path(scratch, capsys):
+    root = scratch("0.5.12")
+    path = root / "sglang/srt/layers/attention/triton_backend.py"
+    header = "class ForkTritonMultiStepDraftBackend(TritonMultiStepDraftBackend):"
+    path.write_text(path.read_text() + OWN_SUBCLASS.replace(header, f"{header}  # sglang-draft-layout: keep"))
+    capsys.readouterr()
+    assert cli.main(["apply", str(root)]) == 0, capsys.readouterr().err
+    assert "1 draft path kept by the fork" in capsys.readouterr().out.replace("\n  ", " ")
+    assert f"{header}  # sglang-draft-layout: keep\n" in path.read_text()  # the rest patched, its class as written
+    assert cli.main(["check", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "kept by the fork  ForkTritonMultiStepDraftBackend.<kv_indices rows>" in out, out
+    assert "as the tree is, bs 2, topk 4, 3 steps: capture: kv_indices rows (3, 128)" in out.replace("\n      ", " ")

@@ -19,7 +19,7 @@ from sglang_draft_layout.layout_patterns.forms import (
     draft_layout_forms,
     inline_draft_layout,
 )
-from sglang_draft_layout.layout_patterns.keep import has_keep_pragma
+from sglang_draft_layout.layout_patterns.keep import has_keep_pragma, keeps_class
 from sglang_draft_layout.layout_patterns.out_cache_loc import out_cache_loc_layouts, view_reads, view_rebinds
 from sglang_draft_layout.rules.base import Source
 from sglang_draft_layout.rules.structural_guard import may_hold_draft_layout
@@ -367,3 +367,22 @@ def test_text_filter_lets_every_spelling_through(body):
 
 def test_text_filter_ignores_a_transpose_of_a_name():
     assert not may_hold_draft_layout("q = q.transpose(1, 2)\nn = self.speculative_num_steps")
+
+
+KEEP = "# sglang-draft-layout: keep"
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        (f"class Own(Base):  {KEEP}\n    pass\n", True),
+        (f"{KEEP}\nclass Own(Base):\n    pass\n", True),
+        (f"class Own(\n    Base,\n):  {KEEP}\n    pass\n", True),  # black's header over lines
+        ("class Own(Base):\n    pass\n", False),
+        (f"class Own(Base):\n    x = 1  {KEEP}\n", False),  # in its body: a site's keep, not the class's
+        (f"class Owner(Base):  {KEEP}\n    pass\n", False),  # another class
+        (f"class Own(Base):  {KEEP}\n    pass\n\n\nclass Own(Base):\n    pass\n", False),  # Python keeps the last
+    ],
+)
+def test_keeps_class(text, kept):
+    assert keeps_class(text, "Own") is kept

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from typing import Dict, List, Optional, Tuple
 
 from .baking import KEEP as KEEP_PRAGMA  # the comment that keeps a site as the fork wrote it
@@ -73,3 +74,21 @@ def keep_comments(
         if comment_above(lines, start):
             found.setdefault(start - 1, (start - 1, start - 1))
     return found
+
+
+def keeps_class(text: str, name: str) -> bool:
+    """KEEP_PRAGMA on the header of the last top-level ``class name`` of ``text`` (its lines up to the one ending in
+    ``:``), or alone on the line above it: the fork keeps the draft path of that class as it wrote it."""
+    if KEEP_PRAGMA[2:] not in text:
+        return False
+    starts = [m.start() for m in re.finditer(rf"^class {re.escape(name)}\b", text, re.MULTILINE)]
+    if not starts:
+        return False
+    lines = text[starts[-1] :].split("\n", 8)[:8]
+    above = text[: starts[-1]].rstrip("\n").rpartition("\n")[2]
+    header = []
+    for line in lines:
+        header.append(line)
+        if line.partition("#")[0].rstrip().endswith(":"):
+            break
+    return above.strip().startswith(KEEP_PRAGMA) or any(_is_pragma(line) for line in header)
