@@ -36,7 +36,7 @@ __all__ = ["Options", "Item", "WrittenFile", "Report", "check", "diff", "apply",
 SCHEMA_VERSION = 1
 
 HELPER, CALL_SITE, TEST, TEMP_FILE, KEEP_COMMENT = "helper", "call site", "test", "temp file", "keep comment"
-#: a draft path run on the probes that does not give upstream's values (``judgement.refusals``)
+#: a draft path run on the probes that does not give upstream's values, refused or kept (``judgement.path_findings``)
 DRAFT_PATH = "draft path"
 #: the past form of a state whose work ``apply`` just did; other ``to <verb>`` states get ``<verb>ed now``
 _DONE = {"to patch": "patched now", "to write": "written now", "stale": "rewritten now", "to remove": "removed now"}

@@ -272,7 +272,8 @@ def refusal_step(report: Report) -> str:
     """What to do before anything else on a refused tree: the advice every error line gives
     (``error_line``), for all of them at once (naming each, so it needs no list above it)."""
     sites = [item for item in report.errors if item.kind == api.CALL_SITE]
-    helpers = [item for item in report.errors if item.kind != api.CALL_SITE]
+    paths = [item for item in report.errors if item.kind == api.DRAFT_PATH]
+    helpers = [item for item in report.errors if item.kind not in (api.CALL_SITE, api.DRAFT_PATH)]
     steps = []
     if sites:
         lines = ", ".join(item.file + (f":{item.line}" if item.line else "") for item in sites)
@@ -280,6 +281,8 @@ def refusal_step(report: Report) -> str:
         steps.append(f"{lines}: " + engine.refusal_hint(list(keeps), "that line" if len(sites) == 1 else "each line"))
     if helpers:
         steps.append(f"{', '.join(f'{item.file} ({item.scope})' for item in helpers)}: " + engine.refusal_hint([]))
+    if paths:
+        steps.append(f"{', '.join(f'{item.file} ({item.scope})' for item in paths)}: " + engine.PATH_HINT)
     return "; ".join(steps)
 
 
@@ -312,7 +315,8 @@ def error_line(report: Report, item: Item) -> str:
     """``FILE:LINE: Class.method: site: detail; <what to do>`` (``engine.refusal_hint``, as ``refusal_step``)."""
     where_ = str(report.target.root / item.file) + (f":{item.line}" if item.line else "")
     keeps = [f"{_package_file(report, item)}:{item.scope}"] if item.kind == api.CALL_SITE else []
-    return f"{where_}: {item.scope}: {item.site}: {item.detail or item.state}; {engine.refusal_hint(keeps)}"
+    hint = engine.PATH_HINT if item.kind == api.DRAFT_PATH else engine.refusal_hint(keeps)
+    return f"{where_}: {item.scope}: {item.site}: {item.detail or item.state}; {hint}"
 
 
 def print_errors(report: Report, suffix: str = "") -> None:
@@ -360,7 +364,11 @@ def print_github(report: Report, argv_target: Optional[str]) -> None:
         message += f"; upstream {item.upstream}" if item.upstream else ""
         if item.error:
             keeps = [f"{_package_file(report, item)}:{item.scope}"] if item.kind == api.CALL_SITE else []
-            message += f"; no rule knows this form: {engine.refusal_hint(keeps, 'this line')}"
+            message += (
+                f"; {engine.PATH_HINT}"
+                if item.kind == api.DRAFT_PATH
+                else f"; no rule knows this form: {engine.refusal_hint(keeps, 'this line')}"
+            )
         else:
             message += blocked if refused else f"; run `{fix}`"
         print(f"::error {properties}::{github_escape(message)}")

@@ -550,7 +550,7 @@ def _plan(
     whole = judgement.kept_whole(judged, texts)
     kept = judgement.kept(judged, findings, whole)
     rewritten_files = {relative: (texts[relative], new) for relative, new in rewritten.items() if relative in texts}
-    paths = judgement.refusals(judged, findings, rewritten_files, whole)
+    paths = judgement.path_findings(judged, findings, rewritten_files, whole)
     refused = [f for f in paths if f.state is State.UNRECOGNISED]
     stale = _stale_keeps(target, by_file, sources, findings, keep)
     if refused:  # a refused tree is not written: what its rules find in it after rendering is moot
@@ -721,8 +721,16 @@ def describe(finding: Finding, target: Target) -> str:
     where = f"{target.package / rule.file}" + (f":{finding.line}" if finding.line else "")
     text = f"{where}: {rule.scope}: {rule.site}: {finding.detail or finding.state.value}"
     if finding.state is State.UNRECOGNISED:
-        text += "; " + refusal_hint([f"{rule.file}:{rule.scope}"] if rule.scope != MODULE_SCOPE else [])
+        keeps = [f"{rule.file}:{rule.scope}"] if rule.scope != MODULE_SCOPE else []
+        text += "; " + (PATH_HINT if rule.site == judgement.PATH_SITE else refusal_hint(keeps))
     return text
+
+
+#: what to do about a draft path that gives other values than upstream's (``judgement.path_findings``)
+PATH_HINT = (
+    "make it give upstream's values (docs/sites.md) or keep the fork's code "
+    f"(`{KEEP_PRAGMA}` at the end of its class's `class` line or alone on the line before it)"
+)
 
 
 def refusal_hint(keeps: Sequence[str], lines: str = "that line") -> str:

@@ -3,7 +3,7 @@
 ``verdicts`` runs every draft path of the modules under the guarded folders (``harness.paths.draft_paths``)
 on the tree as it is or with texts in place of some files (the rewritten ones, in memory), and holds each
 against upstream's invariant (``harness.invariant.judge``). The engine writes a plan only when every path
-of the rewritten tree gives upstream's values (``refusals``); what the paths gave before is reported.
+of the rewritten tree gives upstream's values (``path_findings``); what the paths gave before is reported.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def kept_whole(verdicts: Mapping[DraftPath, Verdict], texts: Mapping[str, str]) 
     return {path for path in verdicts if path.module in texts and keeps_class(texts[path.module], path.cls)}
 
 
-def refusals(
+def path_findings(
     after: Mapping[DraftPath, Verdict],
     findings: Collection[Finding],
     rewrites: Mapping[str, tuple[str, str]],

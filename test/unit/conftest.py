@@ -7,7 +7,7 @@ site each (a class with the method and the statements a rule looks for; no SGLan
 then run the real engine restricted to the rule under test, or the real CLI.
 
 The snippets are the rules' fixtures, not runnable programs: the rewritten tree's judgement
-(``judgement.refusals``, every draft path run on the probes) is tested on runnable code, the real
+(``judgement.path_findings``, every draft path run on the probes) is tested on runnable code, the real
 releases and forks (test/releases, test/unit/test_judgement.py), and left out here
 (``rules_alone``) unless a test is marked ``judged``. What each path gave before is still computed.
 
@@ -343,7 +343,7 @@ def rules_alone(request, monkeypatch):
     if request.node.get_closest_marker("judged") is None:
         from sglang_draft_layout import judgement
 
-        monkeypatch.setattr(judgement, "refusals", lambda *_args: [])
+        monkeypatch.setattr(judgement, "path_findings", lambda *_args: [])
 
 
 sys.modules.setdefault("rule_test_support", sys.modules[__name__])

@@ -112,7 +112,7 @@ def test_check_does_not_import_libcst(sglang_tree):
     probe = (
         "import sys\n"
         "from sglang_draft_layout import cli, judgement\n"
-        "judgement.refusals = lambda *_args: []\n"  # the mimic is not a runnable program (rules_alone)
+        "judgement.path_findings = lambda *_args: []\n"  # the mimic is not a runnable program (rules_alone)
         f"code = cli.main(['check', {str(sglang_tree.root)!r}])\n"
         "print(code, sorted(m for m in sys.modules if m.split('.')[0] == 'libcst'))\n"
     )

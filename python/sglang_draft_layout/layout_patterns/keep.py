@@ -85,7 +85,7 @@ def keeps_class(text: str, name: str) -> bool:
     if not starts:
         return False
     lines = text[starts[-1] :].split("\n", 8)[:8]
-    above = text[: starts[-1]].rstrip("\n").rpartition("\n")[2]
+    above = text[: starts[-1]].removesuffix("\n").rpartition("\n")[2]
     header = []
     for line in lines:
         header.append(line)
