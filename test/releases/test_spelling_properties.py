@@ -809,3 +809,69 @@ CHUNK_FOR_LARGER_BATCHES = Spelling(
 @SETTINGS
 def test_deepseek_v4s_decode_spelt_by_a_fork_is_patched_right_or_refused(fresh, spelling):
     never_a_wrong_patch(fresh, spelling)
+
+
+# -- edits after the patch -------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def fresh_patched(fresh, tmp_path_factory):
+    """fresh_patched() -> the folder ``fresh`` gives, holding a new copy of the 0.5.12 tree as ``apply`` leaves it."""
+    patched = tmp_path_factory.mktemp("patched") / "fork"
+    shutil.copytree(fresh(), patched)
+    assert apply(patched)[0] == 0
+
+    def get() -> Path:
+        root = fresh()
+        for folder in GUARDED:
+            shutil.rmtree(root / "sglang" / folder)
+            shutil.copytree(patched / "sglang" / folder, root / "sglang" / folder)
+        return root
+
+    return get
+
+
+#: what ``apply`` writes at each multi-step backend's rows (its CUDA-graph and eager widths, its per-step slice end):
+#: the helpers' arguments, as a fork might edit them after the patch
+PATCHED_ARGUMENTS = {
+    "init_cuda_graph_state": (
+        "max_bs, self.topk, self.max_context_len",
+        [R("max_bs, self.topk, self.max_context_len"), S("self.topk, max_bs, self.max_context_len"),
+         S("max_bs * self.topk, 1, self.max_context_len"), O("max_bs, 1, self.max_context_len"),
+         O("max_bs, self.topk, self.max_context_len - 1")],
+    ),
+    "init_forward_metadata": (
+        "forward_batch.batch_size, self.topk, self.max_context_len",
+        [S("forward_batch.batch_size * self.topk, 1, self.max_context_len"),
+         O("forward_batch.batch_size, 1, self.max_context_len")],
+    ),
+    "common_template": (
+        "seq_lens_sum, self.topk, bs, i + 1",
+        [S("seq_lens_sum, self.topk, bs, 1 + i"), O("seq_lens_sum, self.topk, bs, i + 2"), O("seq_lens_sum, self.topk, bs, i")],
+    ),
+}  # fmt: skip
+
+
+def patched_edit(backend: DraftBackend, method: str, arguments: str) -> Spelling:
+    old, options = PATCHED_ARGUMENTS[method]
+    same = next(same for value, same, _recognised in options if value == arguments)
+    label = f"after the patch, {backend.name}.{method}: `{arguments}`"
+    return Spelling(label, edit(backend.file, f"{backend.cls}.{method}", old, arguments), same)
+
+
+@st.composite
+def patched_edits(draw: Callable) -> Spelling:
+    """One argument list of a helper the patch wrote, edited: the same values or others."""
+    backend = draw(st.sampled_from(DRAFT_BACKENDS))
+    method = draw(st.sampled_from(sorted(PATCHED_ARGUMENTS)))
+    arguments, _same, _recognised = draw(st.sampled_from(PATCHED_ARGUMENTS[method][1]))
+    return patched_edit(backend, method, arguments)
+
+
+@given(patched_edits())
+@example(patched_edit(draft_backend("flashinfer"), "init_cuda_graph_state", "max_bs, 1, self.max_context_len"))
+@example(patched_edit(draft_backend("triton"), "common_template", "seq_lens_sum, self.topk, bs, 1 + i"))
+@SETTINGS
+def test_an_edit_after_the_patch_is_patched_right_or_refused(fresh_patched, spelling):
+    """A tree with no site left to patch is judged as it is: `apply` exits 0 only where every draft path still
+    gives upstream's values (the same yardstick: FlashInfer-MLA takes topk 1 only, so a topk factor dropped
+    there gives them too); the narrow CUDA-graph row put back is never left."""
+    never_a_wrong_patch(fresh_patched, spelling)
