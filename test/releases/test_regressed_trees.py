@@ -6,10 +6,13 @@ and refuse (exit 2, nothing written), naming the path, the probe and the phase. 
 runner plans the rows with ``init_forward_metadata_out_graph`` (``in_capture=True`` at capture, then at replay:
 ``srt/speculative/eagle_draft_cuda_graph_runner.py`` of 0.5.23), so that is where the narrow row shows. A fork's
 own multi-step subclass that sizes its CUDA-graph rows in a form no rule rewrites keeps its narrow row after the
-rewrite: refused too, where it was left unmentioned.
+rewrite: refused too, where it was left unmentioned; so is a fork's own subclass of an EAGLE worker whose
+``draft_forward`` splits otherwise (it was no draft path).
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from sglang_draft_layout import cli, engine
@@ -101,3 +104,46 @@ def test_the_keep_comment_on_its_class_line_keeps_the_forks_own_path(scratch, ca
     out = capsys.readouterr().out
     assert "kept by the fork  ForkTritonMultiStepDraftBackend.<kv_indices rows>" in out, out
     assert "as the tree is, bs 2, topk 4, 3 steps: capture: kv_indices rows (3, 128)" in out.replace("\n      ", " ")
+
+
+#: the split ``apply`` writes in the V2 worker's ``draft_forward``, and a fork's own in its place: the steps
+#: transposed with the sequences (upstream's rows are sequence-major: ``permute(2, 0, 1)``)
+HELPER_SPLIT = """        out_cache_loc = per_step_draft_out_cache_loc(
+            out_cache_loc,
+            forward_batch.batch_size,
+            self.topk,
+            self.speculative_num_steps,
+        )
+"""
+TRANSPOSED_SPLIT = """        rows = out_cache_loc.reshape(
+            forward_batch.batch_size, self.topk, self.speculative_num_steps
+        )
+        out_cache_loc = rows.transpose(0, 2).reshape(self.speculative_num_steps, -1)
+"""
+
+
+def with_worker_subclass(root, split: str) -> None:
+    """A fork's own subclass of the patched V2 draft worker: its ``draft_forward``, the base's with ``split``."""
+    path = root / "sglang/srt/speculative/eagle_worker_v2.py"
+    text = path.read_text()
+    start = text.index("    def draft_forward(self, forward_batch: ForwardBatch):")
+    end = re.compile(r"\n    (def |@)").search(text, start + 1).start() + 1
+    method = text[start:end]
+    assert method.count(HELPER_SPLIT) == 1
+    path.write_text(text + "\n\nclass ForkDraftWorker(EagleDraftWorker):\n" + method.replace(HELPER_SPLIT, split))
+
+
+@pytest.mark.parametrize("split", ["helper", "transposed"])
+def test_a_forks_own_worker_subclass_is_judged(scratch, capsys, split):
+    root = scratch("0.5.12")
+    assert cli.main(["apply", str(root)]) == 0
+    with_worker_subclass(root, HELPER_SPLIT if split == "helper" else TRANSPOSED_SPLIT)
+    capsys.readouterr()
+    code = cli.main(["check", str(root)])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    if split == "helper":  # upstream's values: nothing to say
+        assert (code, errors) == (0, [])
+        return
+    said = "eagle_worker_v2.py: ForkDraftWorker.<draft_forward>: draft path, run on the probes: as the tree is, "
+    assert code == 2 and len(errors) == 1 and said in errors[0], errors
+    assert "the draft steps write to ['other slots', 'other slots']; upstream's rows 0..1" in errors[0]

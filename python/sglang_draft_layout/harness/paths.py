@@ -160,38 +160,38 @@ _BASES = re.compile(r"^class (\w+)\(([^)]*)\)", re.MULTILINE)
 _OWN_ROWS = re.compile(r"max_context_len|draft_kv_indices_|seq_lens_sum\s*\*")
 
 
-def _row_subclasses(blocks: dict[tuple[str, str], str], launching: set[str]) -> list[DraftPath]:
-    """A ROWS path for each class of ``blocks`` ((module, class) -> its text, under srt/layers/attention) deriving
-    (by its bases' names, through any depth) from a class that launches the kernel, and sizing or cutting rows in
-    its own text (``_OWN_ROWS``): a fork's subclass overriding ``init_cuda_graph_state`` runs its base's
-    ``common_template`` on the rows it sizes."""
+def _derived(blocks: dict[tuple[str, str], str], roots: set[str]) -> list[tuple[str, str]]:
+    """(module, class) of each class of ``blocks`` ((module, class) -> its text) other than ``roots`` deriving, by its
+    bases' names through any depth, from a class named in ``roots``."""
     bases = {}
-    for (relative, name), block in blocks.items():
+    for key, block in blocks.items():
         match = _BASES.match(block)
         if match is not None:
-            bases[(relative, name)] = {part.strip().rpartition(".")[2] for part in match.group(2).split(",")}
-    derived, grew = set(launching), True
+            bases[key] = {part.strip().rpartition(".")[2] for part in match.group(2).split(",")}
+    derived, grew = set(roots), True
     while grew:
         new = {name for (_m, name), names in bases.items() if names & derived} - derived
         derived, grew = derived | new, bool(new)
-    return [
-        DraftPath(ROWS, relative, name)
-        for (relative, name), names in bases.items()
-        if name not in launching and names & derived and _OWN_ROWS.search(blocks[(relative, name)])
-    ]
+    return [key for key, names in bases.items() if key[1] not in roots and names & derived]
 
 
 def draft_paths(tree: Tree, modules: Iterable[str]) -> list[DraftPath]:
-    """The paths of ``modules``, found by what their classes' text names."""
-    found, blocks = [], {}  # blocks: (module, class) -> text, of the attention modules
+    """The paths of ``modules``, found by what their classes' text names: a worker's ``draft_forward`` of
+    ``WORKERS``, of a class deriving from one, or splitting out_cache_loc itself; a multi-step backend launching the
+    kernel, or deriving from one and sizing or cutting rows in its own text (``_OWN_ROWS``: a fork's subclass
+    overriding ``init_cuda_graph_state`` runs its base's ``common_template`` on the rows it sizes); a multi-step
+    backend driving per-step backends, or a per-step backend baking its step's out_cache_loc alone."""
+    found, blocks, workers = [], {}, {}  # (module, class) -> text, of the attention modules and the workers
     for relative in modules:
         text = tree.text(relative)
         if not text or "speculative_num_steps" not in text:
             continue
         classes = _class_blocks(text)
         if relative.startswith(SPECULATIVE):
-            found += [DraftPath(WORKER, relative, name) for name, body in classes if "def draft_forward" in body and (
-                name in WORKERS or "out_cache_loc" in body and ("permute" in body or "per_step_draft_out_cache_loc" in body))]  # fmt: skip
+            forwards = [(name, body) for name, body in classes if "def draft_forward" in body]
+            workers.update({(relative, name): body for name, body in forwards if "out_cache_loc" in body})
+            found += [DraftPath(WORKER, relative, name) for name, body in forwards if name in WORKERS or "out_cache_loc"
+                      in body and ("permute" in body or "per_step_draft_out_cache_loc" in body)]  # fmt: skip
         if not relative.startswith(ATTENTION):
             continue
         blocks.update({(relative, name): body for name, body in classes})
@@ -215,7 +215,9 @@ def draft_paths(tree: Tree, modules: Iterable[str]) -> list[DraftPath]:
                 found.append(DraftPath(STEPS, relative, name, per_step=per_step))
         if not drivers:
             found += [DraftPath(STEPS, relative, name, True, (name,)) for name in bakers]
-    return found + _row_subclasses(blocks, {path.cls for path in found if path.kind == ROWS})
+    launching, listed = {path.cls for path in found if path.kind == ROWS}, {(p.module, p.cls) for p in found}
+    rows = [DraftPath(ROWS, *key) for key in _derived(blocks, launching) if _OWN_ROWS.search(blocks[key])]
+    return found + rows + [DraftPath(WORKER, *key) for key in _derived(workers, set(WORKERS)) if key not in listed]
 
 
 # -- a run -----------------------------------------------------------------------------------------
