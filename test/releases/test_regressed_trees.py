@@ -147,3 +147,35 @@ def test_a_forks_own_worker_subclass_is_judged(scratch, capsys, split):
     said = "eagle_worker_v2.py: ForkDraftWorker.<draft_forward>: draft path, run on the probes: as the tree is, "
     assert code == 2 and len(errors) == 1 and said in errors[0], errors
     assert "the draft steps write to ['other slots', 'other slots']; upstream's rows 0..1" in errors[0]
+
+
+#: a fork's own multi-step backend whose CUDA-graph rows are a width of its own: no name the rows read
+#: (``max_context_len``, a helper) in its text
+FIXED_WIDTH_SUBCLASS = """
+
+class ForkTritonMultiStepDraftBackend(TritonMultiStepDraftBackend):
+    ROW = 4096
+
+    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int):
+        self.cuda_graph_kv_indices = torch.zeros(
+            (self.speculative_num_steps, max_bs * self.ROW),
+            dtype=torch.int32,
+            device=self.device,
+        )
+        for i in range(self.speculative_num_steps - 1):
+            self.attn_backends[i].init_cuda_graph_state(
+                max_bs, max_num_tokens, kv_indices_buf=self.cuda_graph_kv_indices[i]
+            )
+"""
+
+
+def test_a_forks_own_subclass_with_a_width_of_its_own_is_judged(scratch, capsys):
+    root = scratch("0.5.12")
+    assert cli.main(["apply", str(root)]) == 0
+    path = root / "sglang/srt/layers/attention/triton_backend.py"
+    path.write_text(path.read_text() + FIXED_WIDTH_SUBCLASS)
+    capsys.readouterr()
+    assert cli.main(["check", str(root)]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    said = "ForkTritonMultiStepDraftBackend.<kv_indices rows>: draft path, run on the probes: as the tree is, bs 1, "
+    assert len(errors) == 1 and said in errors[0] and "capture: kv_indices rows (2, 4096)" in errors[0], errors

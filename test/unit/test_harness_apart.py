@@ -47,7 +47,7 @@ def test_two_processes_give_one_process_verdicts(release, two_cpus, monkeypatch)
     found, read = apart.Judging(Tree(package, FACADE), modules, judge).finish()
     assert forked == [1]
     alone = judge_paths(Tree(package, FACADE), modules)
-    assert list(found) == list(alone) and len(found) == 7
+    assert list(found) == list(alone) and len(found) == 8  # TRTLLM-MHA's multi-step backend: a FlashInfer subclass
     assert found == alone
     assert {"srt/speculative/eagle_worker.py", "srt/layers/attention/deepseek_v4_backend.py"} <= read
 
@@ -75,14 +75,14 @@ def test_the_child_judges_the_workers_and_hands_who_inits_each_step(release, two
 def test_a_per_step_path_claimed_before_the_child_hands_its_answer(release, monkeypatch, guess):
     """0.5.12's DeepSeek-V4 path is the fourth largest; claimed before the child has said who inits each step (no
     worker does), it runs on the guess the tree before its rewrite gave, again where that was wrong, and with no
-    guess after FlashInfer-MLA's path: its verdict always runs as the child says."""
+    guess after the other paths: its verdict always runs as the child says."""
     package, modules = release
     monkeypatch.setenv(apart.JOBS, "1")
     tree = Tree(package, FACADE)
     worker = next(path for path in draft_paths(tree, modules) if path.kind == WORKER)
     guessed = {"none": (), "right": (None,), "wrong": (worker,)}[guess]
     judging = apart.Judging(tree, modules, judge, guessed)
-    assert [path.kind for path in judging.others] == [ROWS, ROWS, ROWS, STEPS, ROWS]
+    assert [path.kind for path in judging.others] == [ROWS, ROWS, ROWS, STEPS, ROWS, ROWS]
     judging.handed, writer = os.pipe()
     order, handed, lock = [], [], threading.Lock()
 
@@ -110,8 +110,8 @@ def test_a_per_step_path_claimed_before_the_child_hands_its_answer(release, monk
     steps = "DeepseekV4MultiStepBackend"
     expected = {
         "none": [*rows, (steps, (None,))],
-        "right": [*rows[:3], (steps, (None,)), rows[3]],
-        "wrong": [*rows[:3], (steps, (worker,)), rows[3], (steps, (None,))],
+        "right": [*rows[:3], (steps, (None,)), *rows[3:]],
+        "wrong": [*rows[:3], (steps, (worker,)), *rows[3:], (steps, (None,))],
     }[guess]
     assert order == expected and set(found) == set(judging.others) and judging.workers_here == {}
     assert [v.driven_by for p, v in found.items() if p.kind == STEPS] == [None]  # the answer's, not the guess's
