@@ -47,7 +47,7 @@ def test_two_processes_give_one_process_verdicts(release, two_cpus, monkeypatch)
     found, read = apart.Judging(Tree(package, FACADE), modules, judge).finish()
     assert forked == [1]
     alone = judge_paths(Tree(package, FACADE), modules)
-    assert list(found) == list(alone) and len(found) == 8  # TRTLLM-MHA's multi-step backend: a FlashInfer subclass
+    assert list(found) == list(alone) and len(found) == 7
     assert found == alone
     assert {"srt/speculative/eagle_worker.py", "srt/layers/attention/deepseek_v4_backend.py"} <= read
 
@@ -82,7 +82,7 @@ def test_a_per_step_path_claimed_before_the_child_hands_its_answer(release, monk
     worker = next(path for path in draft_paths(tree, modules) if path.kind == WORKER)
     guessed = {"none": (), "right": (None,), "wrong": (worker,)}[guess]
     judging = apart.Judging(tree, modules, judge, guessed)
-    assert [path.kind for path in judging.others] == [ROWS, ROWS, ROWS, STEPS, ROWS, ROWS]
+    assert [path.kind for path in judging.others] == [ROWS, ROWS, ROWS, STEPS, ROWS]
     judging.handed, writer = os.pipe()
     order, handed, lock = [], [], threading.Lock()
 

@@ -156,8 +156,8 @@ def _drives(block: str, built: list[str]) -> bool:
 
 
 _BASES = re.compile(r"^class (\w+)\(([^)]*)\)", re.MULTILINE)
-#: a subclass of a multi-step backend launching the kernel that defines one of these sizes or cuts its rows itself
-_OWN_ROWS = re.compile(r"\n    def (common_template|init_forward_metadata\w*|init_cuda_graph_state)\(")
+#: what a subclass's own text shows where it sizes or cuts kv_indices rows itself (the rows, a width, a used length)
+_OWN_ROWS = re.compile(r"kv_indices|max_context_len|seq_lens_sum\s*\*")
 
 
 def _derived(blocks: dict[tuple[str, str], str], roots: set[str]) -> list[tuple[str, str]]:
@@ -178,7 +178,7 @@ def _derived(blocks: dict[tuple[str, str], str], roots: set[str]) -> list[tuple[
 def draft_paths(tree: Tree, modules: Iterable[str]) -> list[DraftPath]:
     """The paths of ``modules``, found by what their classes' text names: a worker's ``draft_forward`` of
     ``WORKERS``, of a class deriving from one, or splitting out_cache_loc itself; a multi-step backend launching the
-    kernel, or deriving from one and defining a method that sizes or cuts rows (``_OWN_ROWS``: a fork's subclass
+    kernel, or deriving from one and sizing or cutting rows in its own text (``_OWN_ROWS``: a fork's subclass
     overriding ``init_cuda_graph_state`` runs its base's ``common_template`` on the rows it sizes); a multi-step
     backend driving per-step backends, or a per-step backend baking its step's out_cache_loc alone."""
     found, blocks, workers = [], {}, {}  # (module, class) -> text, of the attention modules and the workers
