@@ -314,9 +314,16 @@ def print_check(report: Report, argv_target: Optional[str], verbosity: int, out:
 def error_line(report: Report, item: Item) -> str:
     """``FILE:LINE: Class.method: site: detail; <what to do>`` (``engine.refusal_hint``, as ``refusal_step``)."""
     where_ = str(report.target.root / item.file) + (f":{item.line}" if item.line else "")
+    return f"{where_}: {item.scope}: {item.site}: {item.detail or item.state}; {_what_to_do(report, item)}"
+
+
+def _what_to_do(report: Report, item: Item, lines: str = "that line") -> str:
+    """What to do about an item refusing the tree: ``engine.refusal_hint`` (keep a call site by the comment on
+    ``lines`` or ``--keep``), or for a draft path ``engine.PATH_HINT``."""
+    if item.kind == api.DRAFT_PATH:
+        return engine.PATH_HINT
     keeps = [f"{_package_file(report, item)}:{item.scope}"] if item.kind == api.CALL_SITE else []
-    hint = engine.PATH_HINT if item.kind == api.DRAFT_PATH else engine.refusal_hint(keeps)
-    return f"{where_}: {item.scope}: {item.site}: {item.detail or item.state}; {hint}"
+    return engine.refusal_hint(keeps, lines)
 
 
 def print_errors(report: Report, suffix: str = "") -> None:
@@ -363,12 +370,8 @@ def print_github(report: Report, argv_target: Optional[str]) -> None:
         message += f" ({item.detail})" if item.detail else ""
         message += f"; upstream {item.upstream}" if item.upstream else ""
         if item.error:
-            keeps = [f"{_package_file(report, item)}:{item.scope}"] if item.kind == api.CALL_SITE else []
-            message += (
-                f"; {engine.PATH_HINT}"
-                if item.kind == api.DRAFT_PATH
-                else f"; no rule knows this form: {engine.refusal_hint(keeps, 'this line')}"
-            )
+            why = "" if item.kind == api.DRAFT_PATH else "no rule knows this form: "
+            message += f"; {why}{_what_to_do(report, item, 'this line')}"
         else:
             message += blocked if refused else f"; run `{fix}`"
         print(f"::error {properties}::{github_escape(message)}")

@@ -99,7 +99,7 @@ def path_findings(
     sited, left = _sites(findings, JUDGED_STATES), _sites(findings, [State.NOT_AFFECTED])
     unrecognised = {file for file, _cls in _sites(findings, [State.UNRECOGNISED])}
     when = "after the rewrite" if rewritten else "as the tree is"
-    refused = []
+    found = []
     for path, verdict in after.items():
         own = {(path.module, name) for name in classes(path)}
         if own & kept or own & left or path.module in unrecognised:
@@ -122,10 +122,10 @@ def path_findings(
                     counts_as_site=False)  # fmt: skip
         said = f"{when}, {on_disk(why, rewrites)}"
         if path in whole:
-            refused.append(rule.report(State.KEPT, detail=f"{KEEP_PRAGMA} on its class: {said}"))
+            found.append(rule.report(State.KEPT, detail=f"{KEEP_PRAGMA} on its class: {said}"))
         else:
-            refused.append(rule.report(State.UNRECOGNISED, detail=said))
-    return refused
+            found.append(rule.report(State.UNRECOGNISED, detail=said))
+    return found
 
 
 #: a line of the package as the harness names it (``srt/layers/attention/flashinfer_backend.py:1561``)

@@ -78,17 +78,17 @@ def keep_comments(
 
 def keeps_class(text: str, name: str) -> bool:
     """KEEP_PRAGMA on the header of the last top-level ``class name`` of ``text`` (its lines up to the one ending in
-    ``:``), or alone on the line above it: the fork keeps the draft path of that class as it wrote it."""
+    ``:``), or alone on the line above it (``comment_above``): the fork keeps the draft path of that class as it
+    wrote it."""
     if KEEP_PRAGMA[2:] not in text:
         return False
-    starts = [m.start() for m in re.finditer(rf"^class {re.escape(name)}\b", text, re.MULTILINE)]
+    lines = text.split("\n")
+    starts = [n for n, line in enumerate(lines, 1) if re.match(rf"class {re.escape(name)}\b", line)]
     if not starts:
         return False
-    lines = text[starts[-1] :].split("\n", 8)[:8]
-    above = text[: starts[-1]].removesuffix("\n").rpartition("\n")[2]
     header = []
-    for line in lines:
+    for line in lines[starts[-1] - 1 : starts[-1] + 7]:
         header.append(line)
         if line.partition("#")[0].rstrip().endswith(":"):
             break
-    return above.strip().startswith(KEEP_PRAGMA) or any(_is_pragma(line) for line in header)
+    return comment_above(lines, starts[-1]) or any(_is_pragma(line) for line in header)
