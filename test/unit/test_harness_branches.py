@@ -250,11 +250,13 @@ def helper(bs):
 def test_a_module_compiled_with_its_functions_parsed_alone_is_the_module_parsed_whole():
     plain = compile(MODULE, "m.py", "exec", dont_inherit=True)
     whole = compile(with_branches(ast.parse(MODULE), MODULE, "m.py"), "m.py", "exec", dont_inherit=True)
-    alone = code_with_branches(plain, MODULE, "m.py")
+    alone = code_with_branches(plain, MODULE, "m.py", ordering_lines(MODULE))
     assert alone is None  # the module's own line: parse the module
     module = MODULE.replace("LIMIT = 1 << 20 if BIG > 16 else 1", "LIMIT = 1 << 20")  # a shift: no order
     whole = compile(with_branches(ast.parse(module), module, "m.py"), "m.py", "exec", dont_inherit=True)
-    alone = code_with_branches(compile(module, "m.py", "exec", dont_inherit=True), module, "m.py")
+    alone = code_with_branches(
+        compile(module, "m.py", "exec", dont_inherit=True), module, "m.py", ordering_lines(module)
+    )
     assert alone is not None and alone != compile(module, "m.py", "exec", dont_inherit=True)
 
     def codes(code):
@@ -269,9 +271,9 @@ def test_a_module_compiled_with_its_functions_parsed_alone_is_the_module_parsed_
 
 def test_a_function_under_another_statement_or_not_parsing_alone_has_the_module_parsed():
     nested = "import sys\nif sys:\n    def f(n):\n        if n > 4:\n            return n\n"
-    assert code_with_branches(compile(nested, "n.py", "exec"), nested, "n.py") is None
+    assert code_with_branches(compile(nested, "n.py", "exec"), nested, "n.py", ordering_lines(nested)) is None
     in_class = "class A:\n    if True:\n        def f(self, n):\n            if n > 4:\n                return n\n"
-    assert code_with_branches(compile(in_class, "c.py", "exec"), in_class, "c.py") is None
+    assert code_with_branches(compile(in_class, "c.py", "exec"), in_class, "c.py", ordering_lines(in_class)) is None
 
 
 def test_the_names_a_module_binds_by_importing_are_read_off_its_code():

@@ -53,8 +53,8 @@ def every_self_store(node: ast.ClassDef) -> frozenset:
 
 def test_self_stores_are_every_store_context_self_attribute():
     node = ast.parse(CLASS).body[1]
-    assert world._self_stores(node, CLASS) == every_self_store(node)
-    assert world._self_stores(node, CLASS) == set("abcdefijklmo")
+    assert world._self_stores(node) == every_self_store(node)
+    assert world._self_stores(node) == set("abcdefijklmo")
 
 
 def test_a_class_is_parsed_alone_at_its_lines():

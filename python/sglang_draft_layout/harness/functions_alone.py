@@ -12,7 +12,7 @@ import inspect
 import types
 from typing import Iterator, Optional
 
-from .branches import ordering_lines, with_branches
+from .branches import with_branches
 
 
 #: the compiler flags of ``from __future__`` statements, which a module's code keeps in its own flags
@@ -21,12 +21,12 @@ FUTURES = functools.reduce(
 )
 
 
-def code_with_branches(code: types.CodeType, text: str, filename: str) -> Optional[types.CodeType]:
+def code_with_branches(code: types.CodeType, text: str, filename: str, ordering: list[int]) -> Optional[types.CodeType]:
     """``code`` (``text`` compiled) as ``with_branches`` would have it, the module not parsed: each top-level function
-    and method of a top-level class whose lines hold one of ``ordering_lines`` parsed alone at its lines
+    and method of a top-level class whose lines hold one of ``ordering`` (``ordering_lines``) parsed alone at its lines
     (``_function_alone``) and, where it has an ``if`` to record, compiled again in its place; None (parse the module)
     where such a line lies outside those functions or a function parsed alone does not compile as in the module."""
-    lines, ordering = text.split("\n"), ordering_lines(text)  # split as Python numbers lines (a form feed ends none)
+    lines = text.split("\n")  # split as Python numbers lines (a form feed ends none)
     ends, replaced, indents, imported = {}, {}, {}, None
     for line in ordering:
         found = _function_at(code, line)

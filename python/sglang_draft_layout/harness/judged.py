@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Collection, Mapping, Optional
 
 from .apart import Judging
-from .branches import ORDERING
+from .branches import ordering_lines
 from .coverage import Lines, layout_statements
 from .functions_alone import code_with_branches
 from .invariant import GUARDED, Verdict, judge
@@ -56,11 +56,12 @@ def compiled(text: str, filename: str) -> types.CodeType:
     (``code_with_branches``: the same code), else the module parsed."""
 
     def compile_text() -> types.CodeType:
-        if ORDERING.search(text):
-            code = code_with_branches(compile(text, filename, "exec", dont_inherit=True), text, filename)
+        lines = ordering_lines(text)
+        if lines:
+            code = code_with_branches(compile(text, filename, "exec", dont_inherit=True), text, filename, lines)
             if code is not None:
                 return code
-        return compile_module(text, filename, parsed)
+        return compile_module(text, filename, parsed, lines)
 
     return _remember(_CODE, (filename, text), compile_text)
 

@@ -18,7 +18,7 @@ import types
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .branches import BODIES, BRANCH, Branches, ordering_lines, with_branches
+from .branches import BRANCH, Branches, ordering_lines, with_branches
 from .unknown import TREE_FILES, Run, ServerArgsDict, Unknown, server_args
 
 KERNEL = "generate_draft_decode_kv_indices"
@@ -164,7 +164,7 @@ class Tree:
             for c in cls.__mro__:
                 node = self.class_node(c)
                 if node is not None:
-                    stores.append(_self_stores(node, self.text(self.names[c.__module__])))
+                    stores.append(_self_stores(node))
             self._assigned[cls] = frozenset().union(*stores)
         return self._assigned[cls]
 
@@ -176,53 +176,33 @@ class Tree:
 
 
 @functools.lru_cache(maxsize=128)
-def _self_stores(node: ast.ClassDef, text: str) -> frozenset[str]:
-    """The attributes the code of the class statement ``node`` (of ``text``) assigns to ``self``: each ``self.x`` in
-    a store context. Only a target stores, or a comprehension's (``for``): a statement's other expressions are
-    walked only where its text says ``for``."""
-    lines, found = text.split("\n"), set()
-
-    def walk(tree: ast.AST) -> None:
-        found.update(
-            t.attr for t in ast.walk(tree)
-            if isinstance(t, ast.Attribute) and isinstance(t.ctx, ast.Store) and getattr(t.value, "id", "") == "self"
-        )  # fmt: skip
-
-    def statements(body: list) -> None:
-        for stmt in body:
-            nested = [field for field in BODIES if getattr(stmt, field, None)]
-            if not nested and "for" in "\n".join(lines[stmt.lineno - 1 : stmt.end_lineno]):
-                walk(stmt)
-                continue
-            for field, value in ast.iter_fields(stmt):
-                if field in BODIES:
-                    statements([i for i in value if isinstance(i, ast.stmt)])
-                    for clause in (i for i in value if not isinstance(i, ast.stmt)):  # except handlers, match cases
-                        walk_clause(clause)
-                elif nested or field in _TARGETS:
-                    for part in value if isinstance(value, list) else [value]:
-                        if isinstance(part, ast.AST):
-                            walk(part)
-
-    def walk_clause(clause: ast.AST) -> None:
-        for field, value in ast.iter_fields(clause):
-            if field == "body":
-                statements(value)
+def _self_stores(node: ast.ClassDef) -> frozenset[str]:
+    """The attributes the code of the class statement ``node`` assigns to ``self``: each ``self.x`` in a store
+    context (what ``ast.walk`` finds, walked without its generator's cost)."""
+    found, todo = set(), [node]
+    while todo:
+        at = todo.pop()
+        if type(at) is ast.Attribute and type(at.ctx) is ast.Store and getattr(at.value, "id", "") == "self":
+            found.add(at.attr)
+        for field in at._fields:
+            value = getattr(at, field, None)
+            if type(value) is list:
+                todo += [item for item in value if isinstance(item, ast.AST)]
             elif isinstance(value, ast.AST):
-                walk(value)
-
-    statements(node.body)
+                todo.append(value)
     return frozenset(found)
 
 
-#: the fields of a statement holding its assignment targets
-_TARGETS = ("targets", "target")
-
-
-def compile_module(text: str, filename: str, parse: Callable[[str, str], ast.Module] = ast.parse) -> types.CodeType:
+def compile_module(
+    text: str,
+    filename: str,
+    parse: Callable[[str, str], ast.Module] = ast.parse,
+    lines: Optional[list[int]] = None,
+) -> types.CodeType:
     """The code of ``text``, each ``if`` ordering against a number handing its test to ``Tree.branches``
-    (``with_branches``); compiled from the text where none may (no ``ast`` tree made: a sixth of parsing it)."""
-    lines = ordering_lines(text)
+    (``with_branches``; ``lines``: its ``ordering_lines``, where known); compiled from the text where none may (no
+    ``ast`` tree made: a sixth of parsing it)."""
+    lines = ordering_lines(text) if lines is None else lines
     if not lines:
         return compile(text, filename, "exec", dont_inherit=True)
     return compile(with_branches(parse(text, filename), text, filename, lines), filename, "exec", dont_inherit=True)
