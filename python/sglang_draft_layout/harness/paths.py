@@ -255,10 +255,18 @@ def explore(body: Callable[[Run], Any], forced: Optional[dict] = None, probe: Op
     return outcomes
 
 
+#: what ``_stored`` never looks into: the scalars (most of a backend's fields, by exact type) and ``_NOT_WALKED``,
+#: whose fields ``_observer`` skips too
+_SCALARS = frozenset({type(None), bool, int, float, str, bytes})
+_NOT_WALKED = (Unknown, type, types.ModuleType, types.FunctionType)
+
+
 def _observer(callee: Unknown, args: tuple, kwargs: dict) -> None:
     """What code outside the path is handed: the kernel's rows, each batch's write target and kv_indices. A
     draft step's write target is a tensor of draft slots handed as a write target (``is_write_target``); a
     worker's, any tensor of draft slots, or the batch a model's forward is handed."""
+    if not args and not kwargs:
+        return
     run, torch = Run.current, _TORCH[0]
     fn = callee._fn
     try:
@@ -278,9 +286,7 @@ def _observer(callee: Unknown, args: tuple, kwargs: dict) -> None:
             name = named.get(id(value), callee._name.rpartition(".")[2])  # unnamed: the callee's own name
             if run.step is None or is_write_target(name):
                 _bake(torch, run, value)
-        elif hasattr(value, "__dict__") and not isinstance(
-            value, (Unknown, type, types.ModuleType, types.FunctionType)
-        ):
+        elif not isinstance(value, _NOT_WALKED) and hasattr(value, "__dict__"):
             if forward:  # a model's forward handed the batch: its KV write
                 _bake(torch, run, value.__dict__.get("out_cache_loc"))
             held = _draft(torch, value.__dict__.get("out_cache_loc")) if inits else None
@@ -321,22 +327,30 @@ def _bake(torch: Any, run: Run, value: Any) -> None:
         note("bake", run.step, *held)
 
 
-def _stored(torch: Any, value: Any, batch: Any, depth: int = 0, name: str = "") -> Iterable[tuple]:
-    """The draft write targets a per-step backend keeps (its attributes, their fields, lists and dicts): a tensor
-    of draft slots under a write target's name (``is_write_target``), or of one dimension (2-D tables of earlier
-    steps' slots are what a step reads)."""
-    if depth > 3 or value is batch or isinstance(value, (Unknown, type, types.ModuleType, types.FunctionType)):
-        return
+def _stored(
+    torch: Any, value: Any, batch: Any, depth: int = 0, name: str = "", found: Optional[list] = None
+) -> list[tuple]:
+    """The draft write targets a per-step backend keeps (its attributes, their fields, lists and dicts, three deep):
+    a tensor of draft slots under a write target's name (``is_write_target``), or of one dimension (2-D tables of
+    earlier steps' slots are what a step reads)."""
+    found = [] if found is None else found
+    if type(value) in _SCALARS or value is batch or isinstance(value, _NOT_WALKED):
+        return found
     held = _draft(torch, value)
     if held is not None and (is_write_target(name) or len(held[1]) == 1):
-        yield held
-    elif isinstance(value, (list, tuple)):
-        for item in value[:16]:
-            yield from _stored(torch, item, batch, depth + 1, name)
-    elif isinstance(value, dict) or hasattr(value, "__dict__") and not torch._is_tensor(value):
-        items = value if isinstance(value, dict) else value.__dict__
-        for key, item in list(items.items())[:64]:
-            yield from _stored(torch, item, batch, depth + 1, str(key))
+        found.append(held)
+    elif depth < 3:
+        if isinstance(value, (list, tuple)):
+            items = [(name, item) for item in value[:16]]
+        elif isinstance(value, dict) or hasattr(value, "__dict__") and not torch._is_tensor(value):
+            fields = value if isinstance(value, dict) else vars(value)
+            items = [(str(key), item) for key, item in list(fields.items())[:64]]
+        else:
+            items = []
+        for key, item in items:
+            if type(item) not in _SCALARS and not isinstance(item, _NOT_WALKED):
+                _stored(torch, item, batch, depth + 1, key, found)
+    return found
 
 
 # -- the probe world -------------------------------------------------------------------------------

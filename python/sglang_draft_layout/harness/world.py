@@ -55,6 +55,7 @@ class Tree:
         self.names: dict[str, str] = {}  # module name -> its path under the package
         self._assigned: dict[type, frozenset[str]] = {}
         self._probe_classes: dict[type, type] = {}
+        self._relative: dict[str, Optional[str]] = {}
         self.branches = Branches()  # which way each ``if`` of its code ordering against a number went in the runs
         self.builtins = dict(builtins.__dict__, __import__=self.load, print=_quiet, **{BRANCH: self.branches})
 
@@ -79,10 +80,14 @@ class Tree:
 
     def relative(self, dotted: str) -> Optional[str]:
         """``sglang.a.b`` -> ``a/b.py`` (or ``a/b/__init__.py``), where the tree has it."""
-        if not dotted.startswith("sglang."):
-            return None
-        stem = dotted.removeprefix("sglang.").replace(".", "/")
-        return next((r for r in (f"{stem}.py", f"{stem}/__init__.py") if self.text(r) is not None), None)
+        if dotted not in self._relative:
+            stem = dotted.removeprefix("sglang.").replace(".", "/")
+            self._relative[dotted] = (
+                next((r for r in (f"{stem}.py", f"{stem}/__init__.py") if self.text(r) is not None), None)
+                if dotted.startswith("sglang.")
+                else None
+            )
+        return self._relative[dotted]
 
     def filename(self, relative: str) -> str:
         return str(self.package / relative) if self.package is not None else f"sglang/{relative}"
