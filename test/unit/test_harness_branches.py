@@ -269,6 +269,26 @@ def test_a_module_compiled_with_its_functions_parsed_alone_is_the_module_parsed_
     assert sum(BRANCH in c.co_names for c, _name in codes(alone)) == 2  # __init__'s if, helper's if
 
 
+def test_a_method_read_off_its_class_parsed_already_compiles_as_one_parsed_alone():
+    """``code_with_branches`` takes a method from its class statement where the process has it parsed (the rules'
+    class block): the same code, the class statement never changed; a statement that is not the class's own does not
+    compile as the module's method, and the module is parsed whole."""
+    module = MODULE.replace("LIMIT = 1 << 20 if BIG > 16 else 1", "LIMIT = 1 << 20")
+    plain, lines = compile(module, "m.py", "exec", dont_inherit=True), ordering_lines(module)
+    statement = ast.parse(module).body[3]
+    before, asked = ast.dump(statement, include_attributes=True), []
+
+    def parsed_class(cls):
+        asked.append(cls.co_name)
+        return statement
+
+    alone = code_with_branches(plain, module, "m.py", lines)
+    assert code_with_branches(plain, module, "m.py", lines, parsed_class) == alone
+    assert asked == ["Backend"] and ast.dump(statement, include_attributes=True) == before
+    other = ast.parse(module.replace("def __init__(self, num_seqs", "def __init__(self, n_seqs")).body[3]
+    assert code_with_branches(plain, module, "m.py", lines, lambda cls: other) is None
+
+
 def test_a_function_under_another_statement_or_not_parsing_alone_has_the_module_parsed():
     nested = "import sys\nif sys:\n    def f(n):\n        if n > 4:\n            return n\n"
     assert code_with_branches(compile(nested, "n.py", "exec"), nested, "n.py", ordering_lines(nested)) is None

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import __future__
 import ast
+import copy
 import dis
 import functools
 import inspect
 import types
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from .branches import with_branches
 
@@ -21,11 +22,18 @@ FUTURES = functools.reduce(
 )
 
 
-def code_with_branches(code: types.CodeType, text: str, filename: str, ordering: list[int]) -> Optional[types.CodeType]:
+def code_with_branches(
+    code: types.CodeType,
+    text: str,
+    filename: str,
+    ordering: list[int],
+    parsed_class: Callable[[types.CodeType], Optional[ast.ClassDef]] = lambda cls: None,
+) -> Optional[types.CodeType]:
     """``code`` (``text`` compiled) as ``with_branches`` would have it, the module not parsed: each top-level function
     and method of a top-level class whose lines hold one of ``ordering`` (``ordering_lines``) parsed alone at its lines
-    (``_function_alone``) and, where it has an ``if`` to record, compiled again in its place; None (parse the module)
-    where such a line lies outside those functions or a function parsed alone does not compile as in the module."""
+    (``_function_alone``; a method taken from its class statement where ``parsed_class`` has it parsed already) and,
+    where it has an ``if`` to record, compiled again in its place; None (parse the module) where such a line lies
+    outside those functions or a function parsed alone does not compile as in the module."""
     lines = text.split("\n")  # split as Python numbers lines (a form feed ends none)
     ends, replaced, indents, imported = {}, {}, {}, None
     for line in ordering:
@@ -34,7 +42,8 @@ def code_with_branches(code: types.CodeType, text: str, filename: str, ordering:
             return None
         cls, function = found
         if id(function) not in ends:
-            alone = _function_alone(cls, function, lines, filename, indents)
+            alone = cls is not None and _method_of(parsed_class(cls), cls, function, lines)
+            alone = alone or _function_alone(cls, function, lines, filename, indents)
             if alone is None:
                 return None
             ends[id(function)], module = alone
@@ -94,6 +103,23 @@ def _function_alone(
     if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) or statement.name != function.co_name:
         return None
     return end, module
+
+
+def _method_of(
+    statement: Optional[ast.ClassDef], cls: types.CodeType, function: types.CodeType, lines: list[str]
+) -> Optional[tuple[int, ast.Module]]:
+    """``_function_alone``'s answer read off the class statement of ``cls`` parsed already: ``function``'s statement
+    in its body (its first line, a decorator's or its own, ``function``'s), the class holding it alone."""
+    for node in statement.body if statement is not None else ():
+        if (
+            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.name == function.co_name
+            and min([node.lineno, *(d.lineno for d in node.decorator_list)]) == function.co_firstlineno
+        ):
+            alone = copy.copy(statement)  # the statement read, never changed
+            alone.body = [node]
+            return _end(function, lines), ast.Module(body=[alone], type_ignores=[])
+    return None
 
 
 def _least_indent(cls: types.CodeType, last: int, lines: list[str], indents: dict) -> int:

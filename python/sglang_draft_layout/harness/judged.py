@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import hashlib
 import inspect
 import re
 import types
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Collection, Mapping, Optional
+from typing import Any, Callable, Collection, Mapping, Optional
 
 from .apart import Judging
 from .branches import ordering_lines
@@ -58,7 +59,8 @@ def compiled(text: str, filename: str) -> types.CodeType:
     def compile_text() -> types.CodeType:
         lines = ordering_lines(text)
         if lines:
-            code = code_with_branches(compile(text, filename, "exec", dont_inherit=True), text, filename, lines)
+            code = compile(text, filename, "exec", dont_inherit=True)
+            code = code_with_branches(code, text, filename, lines, _parsed_classes(text.split("\n")))
             if code is not None:
                 return code
         return compile_module(text, filename, parsed, lines)
@@ -134,10 +136,9 @@ TOP_LEVEL_START = re.compile(r"(@|class\s|def\s|async\s+def\s)")
 
 
 def _class_statement(code: types.CodeType, text: str, filename: str, name: str) -> Any:
-    """The last top-level ``class name`` of ``text`` parsed alone, once per process: the block from the class body's
-    first line (the module's ``code`` gives it) to the next line at the margin starting a definition other than its
-    own (``TOP_LEVEL_START``), as the rules cut and parse it (``parsed``); False where that block does not parse
-    starting with that class (the class is not at the margin, say): parse the module."""
+    """The last top-level ``class name`` of ``text`` parsed alone, once per process: ``_class_block``, as the rules cut
+    and parse it (``parsed``); False where that block does not parse starting with that class (the class is not at the
+    margin, say): parse the module."""
 
     def parse() -> Any:
         bodies = [
@@ -146,18 +147,8 @@ def _class_statement(code: types.CodeType, text: str, filename: str, name: str) 
         ]  # fmt: skip
         if not bodies:
             return None
-        start = bodies[-1].co_firstlineno - 1
-        lines = text.split("\n")  # as Python numbers lines (a form feed ends none)
-        end, decorated = len(lines), lines[start].startswith("@")
-        for n in range(start + 1, len(lines)):
-            if TOP_LEVEL_START.match(lines[n]):
-                if not decorated:
-                    end = n
-                    break
-                decorated = lines[n].startswith("@")
-        at = sum(len(line) + 1 for line in lines[:start])
         try:  # at its lines
-            module = parsed("\n" * start + text[at : at + sum(len(line) + 1 for line in lines[start:end])], filename)
+            module = parsed(_class_block(text.split("\n"), bodies[-1]), filename)
         except SyntaxError:
             return False
         if not module.body or not isinstance(module.body[0], ast.ClassDef) or module.body[0].name != name:
@@ -165,6 +156,34 @@ def _class_statement(code: types.CodeType, text: str, filename: str, name: str) 
         return module.body[0]
 
     return _remember(_CLASSES, (filename, text, name), parse)
+
+
+def _class_block(lines: list[str], body: types.CodeType) -> str:
+    """The text of the class whose body's code is ``body`` at its lines (blank lines ahead): from that code's first
+    line to the next line at the margin starting a definition other than its own (``TOP_LEVEL_START``); ``lines``:
+    the module's text split at each newline, as Python numbers lines (a form feed ends none)."""
+    start = body.co_firstlineno - 1
+    end, decorated = len(lines), lines[start].startswith("@")
+    for n in range(start + 1, len(lines)):
+        if TOP_LEVEL_START.match(lines[n]):
+            if not decorated:
+                end = n
+                break
+            decorated = lines[n].startswith("@")
+    return "\n" * start + "\n".join(lines[start:end]) + ("\n" if end < len(lines) else "")
+
+
+def _parsed_classes(lines: list[str]) -> Callable[[types.CodeType], Optional[ast.ClassDef]]:
+    """The class statement of a class body's code where this process parsed its block already (the rules' class
+    blocks, ``_class_statement``: ``parsed``), else None; never parsed here (``code_with_branches``)."""
+
+    @functools.lru_cache(maxsize=None)
+    def statement(body: types.CodeType) -> Optional[ast.ClassDef]:
+        module = _PARSED.get(_class_block(lines, body))
+        found = module.body[0] if module is not None and module.body else None
+        return found if isinstance(found, ast.ClassDef) and found.name == body.co_name else None
+
+    return statement
 
 
 def _layout_lines(tree: Rewritten, path: DraftPath) -> Lines:
