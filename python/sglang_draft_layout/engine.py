@@ -26,8 +26,8 @@ from .layout_patterns.keep import KEEP_PRAGMA, has_keep_pragma
 from .rules import RULES, helper_definitions
 from .rules.base import MODULE_SCOPE, Finding, Rule, Source, State
 from .rules.kv_indices_graph_width import one_parameter_frame
+from .rules.splice import spliced
 from .rules.structural_guard import GUARDED_FOLDERS, guard_rules, may_hold_draft_layout, names_draft_layout
-from .splice import spliced
 from .stored import StoredText, lines
 from .target import Target, TargetError
 from .transaction import TEMP_NAME, FileWrite, Interrupted  # noqa: F401 (Interrupted: for callers)

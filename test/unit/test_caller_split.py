@@ -4,10 +4,10 @@ SGLang code)."""
 
 from __future__ import annotations
 
-from sglang_draft_layout.layout_patterns.caller_split import callee_split_removal, caller_split_removal
+from sglang_draft_layout.rules.caller_split import callee_split_removal, caller_split_removal
 from sglang_draft_layout.rewrite import apply_edits
 from sglang_draft_layout.rules.base import Source
-from sglang_draft_layout.splice import spliced
+from sglang_draft_layout.rules.splice import spliced
 from support.fork_edits import CALLER_SPLIT
 
 HEAD = "class MultiStep(Base):\n    def __init__(self):\n        self.attn_backends = []\n\n"

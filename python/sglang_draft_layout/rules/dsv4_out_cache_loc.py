@@ -50,14 +50,14 @@ from ..layout_patterns.ast_walk import (
     self_called,
     self_reached,
 )
-from ..layout_patterns.caller_split import callee_split_removal, caller_split_removal
 from ..layout_patterns.helper_names import PER_STEP_HELPER
 from ..layout_patterns.keep import KEEP_PRAGMA
 from ..layout_patterns.out_cache_loc import Split, helper_calls, out_cache_loc_layouts
 from ..layout_patterns.baking import baking_methods, keeps_path
-from ..splice import spliced
 from .base import EAGLE_UTILS, Edit, Finding, Rule, Source, State
+from .caller_split import callee_split_removal, caller_split_removal
 from .draft_forward import split_finding
+from .splice import spliced
 from .who_splits import CALLER, NEVER, PER_STEP, TWICE, split_after, split_of
 
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
-from ..rules.base import Edit, Source, definition_start, param_names
-from .ast_walk import is_self_attr, method_named, parse
+from ..layout_patterns.ast_walk import is_self_attr, method_named, parse
+from .base import Edit, Source, definition_start, param_names
 
 #: the nodes a value may hold and still do nothing but compute (calls are checked apart)
 PURE = (

@@ -10,7 +10,7 @@ import ast
 import itertools
 from typing import Sequence
 
-from .rules.base import Edit, Source, removed_lines
+from .base import Edit, Source, removed_lines
 
 
 def _offset(source: Source, starts: list[int], line: int, col: int) -> int:
