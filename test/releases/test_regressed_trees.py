@@ -31,6 +31,11 @@ MULTI_STEP = {
 GRAPH_WIDTH = "max_bs, self.topk, self.max_context_len"
 
 
+def error_lines(capsys) -> list[str]:
+    """The ``error:`` lines the command printed since the last read."""
+    return [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+
+
 def test_unedited_0_5_23_runs_every_multi_step_backend_in_the_graph_phases(pristine, capsys):
     assert cli.main(["check", str(pristine("0.5.23"))]) == 0, capsys.readouterr().err
 
@@ -46,7 +51,7 @@ def test_a_narrow_cuda_graph_row_put_back_is_refused_by_check_and_apply(scratch,
     for command in ("check", "apply"):
         capsys.readouterr()
         assert cli.main([command, str(root)]) == 2
-        errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+        errors = error_lines(capsys)
         assert len(errors) == len(MULTI_STEP), errors
         for name, cls in MULTI_STEP.items():
             said = f"{name}: {cls}.<kv_indices rows>: draft path, run on the probes: as the tree is, bs 2, topk 4"
@@ -81,7 +86,7 @@ def test_a_forks_own_subclass_left_narrow_by_the_rewrite_is_refused(scratch, cap
     before = tree_digest(root)
     capsys.readouterr()
     assert cli.main(["apply", str(root)]) == 2
-    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    errors = error_lines(capsys)
     said = (
         "triton_backend.py: ForkTritonMultiStepDraftBackend.<kv_indices rows>: draft path, run on the probes: "
         "after the rewrite, bs 2, topk 4, 3 steps: capture: kv_indices rows (3, 128)"
@@ -140,7 +145,7 @@ def test_a_forks_own_worker_subclass_is_judged(scratch, capsys, split):
     with_worker_subclass(root, HELPER_SPLIT if split == "helper" else TRANSPOSED_SPLIT)
     capsys.readouterr()
     code = cli.main(["check", str(root)])
-    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    errors = error_lines(capsys)
     if split == "helper":  # upstream's values: nothing to say
         assert (code, errors) == (0, [])
         return
@@ -176,6 +181,6 @@ def test_a_forks_own_subclass_with_a_width_of_its_own_is_judged(scratch, capsys)
     path.write_text(path.read_text() + FIXED_WIDTH_SUBCLASS)
     capsys.readouterr()
     assert cli.main(["check", str(root)]) == 2
-    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    errors = error_lines(capsys)
     said = "ForkTritonMultiStepDraftBackend.<kv_indices rows>: draft path, run on the probes: as the tree is, bs 1, "
     assert len(errors) == 1 and said in errors[0] and "capture: kv_indices rows (2, 4096)" in errors[0], errors

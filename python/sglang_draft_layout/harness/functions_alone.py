@@ -42,8 +42,9 @@ def code_with_branches(
             return None
         cls, function = found
         if id(function) not in ends:
-            alone = cls is not None and _method_of(parsed_class(cls), cls, function, lines)
-            alone = alone or _function_alone(cls, function, lines, filename, indents)
+            alone = _method_of(parsed_class(cls), cls, function, lines) if cls is not None else None
+            if alone is None:
+                alone = _function_alone(cls, function, lines, filename, indents)
             if alone is None:
                 return None
             ends[id(function)], module = alone

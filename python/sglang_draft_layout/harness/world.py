@@ -82,11 +82,8 @@ class Tree:
         """``sglang.a.b`` -> ``a/b.py`` (or ``a/b/__init__.py``), where the tree has it."""
         if dotted not in self._relative:
             stem = dotted.removeprefix("sglang.").replace(".", "/")
-            self._relative[dotted] = (
-                next((r for r in (f"{stem}.py", f"{stem}/__init__.py") if self.text(r) is not None), None)
-                if dotted.startswith("sglang.")
-                else None
-            )
+            candidates = (f"{stem}.py", f"{stem}/__init__.py") if dotted.startswith("sglang.") else ()
+            self._relative[dotted] = next((r for r in candidates if self.text(r) is not None), None)
         return self._relative[dotted]
 
     def filename(self, relative: str) -> str:
