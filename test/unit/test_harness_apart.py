@@ -73,8 +73,8 @@ def test_the_child_judges_the_workers_and_hands_who_inits_each_step(release, two
 
 @pytest.mark.parametrize("guess", ["none", "right", "wrong"])
 def test_a_per_step_path_claimed_before_the_child_hands_its_answer(release, monkeypatch, guess):
-    """0.5.12's DeepSeek-V4 path is the fourth largest; claimed before the child has said who inits each step (no
-    worker does), it runs on the guess the tree before its rewrite gave, again where that was wrong, and with no
+    """0.5.12's DeepSeek-V4 path is the fourth largest; claimed by this process (the largest first) before the child
+    has said who inits each step (no worker does), it runs on the guess the tree before its rewrite gave, again where that was wrong, and with no
     guess after the other paths: its verdict always runs as the child says."""
     package, modules = release
     monkeypatch.setenv(apart.JOBS, "1")
@@ -82,7 +82,7 @@ def test_a_per_step_path_claimed_before_the_child_hands_its_answer(release, monk
     worker = next(path for path in draft_paths(tree, modules) if path.kind == WORKER)
     guessed = {"none": (), "right": (None,), "wrong": (worker,)}[guess]
     judging = apart.Judging(tree, modules, judge, guessed)
-    assert [path.kind for path in judging.others] == [ROWS, ROWS, ROWS, STEPS, ROWS]
+    assert [path.kind for path in judging.others] == [ROWS, STEPS, ROWS, ROWS, ROWS]
     judging.handed, writer = os.pipe()
     order, handed, lock = [], [], threading.Lock()
 
@@ -103,10 +103,10 @@ def test_a_per_step_path_claimed_before_the_child_hands_its_answer(release, monk
     judging.judge_path = judged
     timer.start()
     try:
-        found, _read = judging._judged_by(lambda index: True)
+        found, _read = judging._judged_by(range(len(judging.others) - 1, -1, -1))
     finally:
         timer.cancel()
-    rows = [(path.cls, ()) for path in judging.others if path.kind == ROWS]
+    rows = [(path.cls, ()) for path in reversed(judging.others) if path.kind == ROWS]
     steps = "DeepseekV4MultiStepBackend"
     expected = {
         "none": [*rows, (steps, (None,))],
@@ -162,18 +162,17 @@ def test_what_the_child_raises_is_raised_here(release, two_cpus):
         apart.Judging(Tree(package, FACADE), modules, judged).finish()
 
 
-def test_each_piece_is_claimed_once():
-    """Two processes' claims, taken in turn: each piece goes to the one that asks for it first."""
+def test_each_piece_is_claimed_once_from_either_end():
+    """Two processes' claims, taken in turn from one pipe: one goes from the first piece up, the other from the last
+    down, and they stop where the claims run out, so that no piece is taken twice."""
     reader, writer = os.pipe()
-    os.write(writer, bytes(range(5)))
+    os.write(writer, bytes(5))
     os.close(writer)
-    first, second = apart._Claims(reader), apart._Claims(reader)
-    asked = []
-    for index in range(5):
-        asked += [first(index), second(index)]
+    up, down = iter(apart._Claims(reader, range(5))), iter(apart._Claims(reader, range(4, -1, -1)))
+    taken = [next(up), next(down), next(down), next(up), next(down)]
+    assert next(up, None) is None and next(down, None) is None
     os.close(reader)
-    assert asked == [True, False, False, True, True, False, False, True, True, False]
-    assert first.taken == {0, 2, 4} and second.taken == {1, 3}
+    assert taken == [0, 4, 3, 1, 2]
 
 
 def test_each_call_is_made_once_in_either_process_in_order(two_cpus):

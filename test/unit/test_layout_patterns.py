@@ -369,6 +369,22 @@ def test_text_filter_ignores_a_transpose_of_a_name():
     assert not may_hold_draft_layout("q = q.transpose(1, 2)\nn = self.speculative_num_steps")
 
 
+#: text -> whether a move other than permute is called on a name bound to a view or reshape
+BOUND_VIEW_MOVES = {
+    "rows = o.reshape(n, topk, steps)\nx = rows.movedim(-1, 0)": True,
+    "ré = o.view(n, topk, steps)\nx = ré.swapdims(0, 2)": True,
+    "x = rows.movedim(-1, 0)": False,
+    "rows2 = o.view(n, topk, steps)\nx = rows.transpose(0, 2)": False,
+    "rows = o.view(n, topk, steps)\nx = o.movedim(-1, 0)": False,
+}
+
+
+@pytest.mark.parametrize("text", BOUND_VIEW_MOVES)
+def test_a_move_is_read_back_to_the_name_it_is_called_on(text):
+    steps = "\nn = self.speculative_num_steps"
+    assert may_hold_draft_layout(text + steps) == BOUND_VIEW_MOVES[text]
+
+
 KEEP = "# sglang-draft-layout: keep"
 
 

@@ -2,9 +2,10 @@
 (``judged.judge_tree``'s ``Judging``), the files ``apply`` writes rendered (``each_apart``).
 
 Where this process may use two CPUs and fork, a child forked from it and this process share out the pieces of work:
-each, when free, claims the next one not yet claimed (``_Claims``; draft paths: the largest modules first, the workers
-judged by the child first, which hands this process who inits each per-step backend, what a per-step path runs as:
-``invariant.judge_each``'s ``by_worker``). The child hands back
+each, when free, claims one more (``_Claims``): the child from the first piece on, this process from the last back
+(draft paths: smallest module first, so that this process, which parsed the largest classes for the rules, judges
+them; the workers judged by the child first, which hands this process who inits each per-step backend, what a
+per-step path runs as: ``invariant.judge_each``'s ``by_worker``). The child hands back
 what its work returned, pickled, or the exception it raised (raised here); a child that ends without either leaves its
 pieces to this process. Each piece is done by the same code in either process: the results are one process's.
 ``SGLANG_DRAFT_LAYOUT_JOBS=1`` works in one process.
@@ -18,7 +19,7 @@ import pickle
 import select
 import signal
 import threading
-from typing import Any, Callable, Collection, Optional, Sequence
+from typing import Any, Callable, Collection, Iterable, Iterator, Optional, Sequence
 
 from .invariant import Verdict, inits_steps, judge_each
 from .paths import STEPS, WORKER, DraftPath, draft_paths
@@ -43,7 +44,7 @@ class Judging:
         self.paths = draft_paths(tree, sorted(modules))
         self.workers = [path for path in self.paths if path.kind == WORKER]
         self.others = sorted(
-            (path for path in self.paths if path.kind != WORKER), key=lambda path: -len(tree.text(path.module) or "")
+            (path for path in self.paths if path.kind != WORKER), key=lambda path: len(tree.text(path.module) or "")
         )
         self.by_worker: Optional[tuple[Optional[DraftPath]]] = None  # (who inits each step,) once known here
         self.workers_here: dict[DraftPath, Verdict] = {}
@@ -53,7 +54,7 @@ class Judging:
             self.forked = _Forked(len(self.others), functools.partial(self._judged_there, writer))
             os.close(writer)
 
-    def _judged_there(self, writer: int, mine: Callable[[int], bool]) -> tuple[dict[DraftPath, Verdict], set[str]]:
+    def _judged_there(self, writer: int, mine: Iterable[int]) -> tuple[dict[DraftPath, Verdict], set[str]]:
         """The child's work: the workers judged, who inits each step written to ``writer``, the paths it claims."""
         os.close(self.handed)
         self.handed = None
@@ -65,14 +66,12 @@ class Judging:
             os.close(writer)
         return self._judged_by(mine)
 
-    def _judged_by(self, mine: Callable[[int], bool]) -> tuple[dict[DraftPath, Verdict], set[str]]:
+    def _judged_by(self, mine: Iterable[int]) -> tuple[dict[DraftPath, Verdict], set[str]]:
         """The verdicts of the paths ``mine`` claims (and of the workers where judged here), and the files read. A
         per-step path claimed before the child has handed who inits each step is judged on the ``guess`` (again
         where the child's answer differs), or with no guess after the other claims."""
         found, later, guessed = {}, [], []
-        for n, path in enumerate(self.others):
-            if not mine(n):
-                continue
+        for path in (self.others[n] for n in mine):
             if path.kind != STEPS:
                 found[path] = self.judge_path(self.tree, path)
             elif self.by_worker is None and self.handed is not None and not _readable(self.handed):
@@ -137,8 +136,8 @@ def each_apart(calls: Sequence[Callable[[], Any]]) -> list[Any]:
     if not _two_processes(len(calls)):
         return [call() for call in calls]
 
-    def made(mine: Callable[[int], bool]) -> dict[int, Any]:
-        return {n: call() for n, call in enumerate(calls) if mine(n)}
+    def made(mine: Iterable[int]) -> dict[int, Any]:
+        return {n: calls[n]() for n in mine}
 
     forked = _Forked(len(calls), made)
     returned = forked.shared(made)
@@ -147,23 +146,23 @@ def each_apart(calls: Sequence[Callable[[], Any]]) -> list[Any]:
 
 
 class _Forked:
-    """A child forked to share ``count`` pieces of work with this process (fewer than 256): each claims the next
-    piece not yet claimed (``_Claims``). The child runs ``work`` on its claims and hands back what it returns,
+    """A child forked to share ``count`` pieces of work with this process (fewer than 256): each claims one more
+    piece at a time (``_Claims``), the child from the first on, this process from the last back. The child runs ``work`` on its claims and hands back what it returns,
     pickled, or the exception it raised, and ends; ``shared`` runs ``work`` here on this process's claims, then
     takes the child's (``result``)."""
 
-    def __init__(self, count: int, work: Callable[[Callable[[int], bool]], Any]) -> None:
+    def __init__(self, count: int, work: Callable[[Iterable[int]], Any]) -> None:
         self.count, (claims, back) = count, (os.pipe(), os.pipe())
-        os.write(claims[1], bytes(range(count)))  # each piece's index, a byte each: within a pipe's buffer
+        os.write(claims[1], bytes(count))  # a byte for each piece: within a pipe's buffer
         os.close(claims[1])
         self.pid = os.fork()
         if self.pid == 0:  # never returns
             os.close(back[0])
-            _hand_back(back[1], lambda: work(_Claims(claims[0])))
+            _hand_back(back[1], lambda: work(_Claims(claims[0], range(count))))
         os.close(back[1])
-        self.mine, self.back, self.result = _Claims(claims[0]), back[0], None
+        self.mine, self.back, self.result = _Claims(claims[0], range(count - 1, -1, -1)), back[0], None
 
-    def shared(self, work: Callable[[Callable[[int], bool]], Any]) -> Any:
+    def shared(self, work: Callable[[Iterable[int]], Any]) -> Any:
         """What ``work`` returns on this process's claims (the child ended where it raises); the child's ``result``
         taken, or where the child ended without one (killed, say), ``work``'s here on the pieces this process did
         not claim; the exception the child's work raised, raised here."""
@@ -177,7 +176,7 @@ class _Forked:
             self.result, error = pickle.loads(handed)
         except Exception:  # the child ended without its result: its pieces are this process's
             left = set(range(self.count)) - self.mine.taken
-            self.result, error = work(left.__contains__), None
+            self.result, error = work(sorted(left)), None
         if error is not None:
             raise error
         return mine
@@ -198,20 +197,20 @@ class _Forked:
 
 
 class _Claims:
-    """Whether this process takes a piece of work, asked at each piece's index in turn: whether the next claim it
-    reads (an index, from a pipe the two processes read) is that one; ``taken``: the indexes it claimed."""
+    """The pieces of work this process takes, in ``order`` as it iterates: one for each claim it reads (a byte of a
+    pipe holding one per piece, which both processes read). One process goes from the first piece up, the other
+    from the last down: their pieces never meet, as there are no more claims than pieces. ``taken``: the claimed."""
 
-    def __init__(self, reader: int) -> None:
-        self.reader, self.claim = reader, -1
+    def __init__(self, reader: int, order: range) -> None:
+        self.reader, self.order = reader, order
         self.taken: set[int] = set()
 
-    def __call__(self, index: int) -> bool:
-        while self.claim is not None and self.claim < index:
-            read = os.read(self.reader, 1)
-            self.claim = read[0] if read else None
-        if self.claim == index:
+    def __iter__(self) -> Iterator[int]:
+        for index in self.order:
+            if not os.read(self.reader, 1):
+                return
             self.taken.add(index)
-        return self.claim == index
+            yield index
 
 
 def _hand_back(writer: int, work: Callable[[], Any]) -> None:

@@ -81,8 +81,8 @@ _FORM_TOKENS = ("self.speculative_num_steps", "self.topk", KERNEL, *HELPERS)
 _MOVES_BUT_PERMUTE = ("movedim", "transpose", "swapaxes", "swapdims")
 #: a move other than permute chained on a call's result (``x.view(...).movedim(-1, 0)``), as a split writes it
 _CHAINED_MOVE = re.compile(rf"\)\s*\.(?:{'|'.join(_MOVES_BUT_PERMUTE)})\(")
-#: a move other than permute of a name (``rows.movedim(-1, 0)``): a split when the name is bound to a view
-_NAME_MOVE = re.compile(rf"\b(\w+)\.(?:{'|'.join(_MOVES_BUT_PERMUTE)})\(")
+#: a move other than permute called on what precedes it: a split when that is a name bound to a view
+_MOVE_CALL = re.compile(rf"\.(?:{'|'.join(_MOVES_BUT_PERMUTE)})\(")
 _CHECKED_BACKENDS = {backend.cls for backend in DRAFT_BACKENDS if backend.capacity_check}
 
 
@@ -92,8 +92,21 @@ def names_draft_layout(text: str) -> bool:
 
 
 def _moves_a_bound_view(text: str) -> bool:
-    """A name bound to ``<...>.view(...)`` or ``<...>.reshape(...)`` that a move other than permute is called on."""
-    return any(re.search(rf"\b{name}\s*=\s*[\w.]+\.(?:view|reshape)\(", text) for name in set(_NAME_MOVE.findall(text)))
+    """A name bound to ``<...>.view(...)`` or ``<...>.reshape(...)`` that a move other than permute is called on
+    (``rows.movedim(-1, 0)``). The name is read back from each move (a pattern starting at a name tries every word)."""
+    names = {_word_before(text, found.start()) for found in _MOVE_CALL.finditer(text)} - {""}
+    return (
+        bool(names)
+        and re.search(rf"\b(?:{'|'.join(sorted(names))})\s*=\s*[\w.]+\.(?:view|reshape)\(", text) is not None
+    )
+
+
+def _word_before(text: str, end: int) -> str:
+    """The run of word characters (``\\w``) that ends at ``end``."""
+    start = end
+    while start and (text[start - 1].isalnum() or text[start - 1] == "_"):
+        start -= 1
+    return text[start:end]
 
 
 def may_hold_draft_layout(text: str) -> bool:
