@@ -101,24 +101,36 @@ ORDERING = re.compile(
 )
 
 
-_OPERATOR = re.compile(r"[<>]|[=!]=")
+_OPERATORS = ("<", ">", "==", "!=")
 _QUOTE = re.compile("['\"]")
 
 
 def ordering_lines(text: str) -> list[int]:
-    """The lines of ``text`` where ``ORDERING`` matches, in order (only the lines holding a ``<``, ``>``, ``==`` or
-    ``!=`` searched; on a line with no quote, only up to a ``#``: what follows is a comment, or a string's text)."""
+    """The lines of ``text`` where ``ORDERING`` matches, in order (only the lines holding one of ``_OPERATORS``
+    searched; on a line with no quote, only up to a ``#``: what follows is a comment, or a string's text)."""
     lines, line, at, end = [], 1, 0, -1
-    for operator in _OPERATOR.finditer(text):
-        if operator.start() < end:  # on the line searched last
+    for operator in _places(text, _OPERATORS):
+        if operator < end:  # on the line searched last
             continue
-        start, end = text.rfind("\n", 0, operator.start()) + 1, text.find("\n", operator.start()) % (len(text) + 1)
+        start, end = text.rfind("\n", 0, operator) + 1, text.find("\n", operator) % (len(text) + 1)
         hash_at = text.find("#", start, end)
         code_end = hash_at if hash_at >= 0 and not _QUOTE.search(text, start, end) else end
         if ORDERING.search(text, start, code_end):
             line, at = line + text.count("\n", at, start), start
             lines.append(line)
     return lines
+
+
+def _places(text: str, tokens: tuple[str, ...]) -> list[int]:
+    """Where each of ``tokens`` stands in ``text``, in order (found by ``str.find``: a pattern of them, tried at every
+    character, took ten times as long)."""
+    places = []
+    for token in tokens:
+        at = text.find(token)
+        while at >= 0:
+            places.append(at)
+            at = text.find(token, at + 1)
+    return sorted(places)
 
 
 def with_branches(module: ast.Module, text: str, filename: str, lines: Optional[list[int]] = None) -> ast.Module:
