@@ -412,7 +412,7 @@ def bare(cls: type, probe: Probe, **given: Any) -> Any:
     (and step) where the class's code assigns them; any other attribute it assigns unknown."""
     instance = object.__new__(cls)
     known = {"topk": probe.topk, "speculative_num_steps": probe.steps, "device": "cpu", **given}
-    instance.__dict__.update({k: v for k, v in known.items() if k in cls.assigned})
+    instance.__dict__.update({k: v for k, v in known.items() if k in cls.assigned()})
     return instance
 
 

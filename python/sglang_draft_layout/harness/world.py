@@ -144,18 +144,21 @@ class Tree:
         """``cls`` as the harness builds it: its own ``__init__`` runs; an attribute that other code of the class
         assigns later (the scheduler's setup calls, CUDA-graph state) is unknown until then, any other absent."""
         if cls not in self._probe_classes:
-            assigned, outer = self.assigned(cls), getattr(cls, "__getattr__", None)
+            outer = getattr(cls, "__getattr__", None)
+
+            def assigned() -> frozenset[str]:  # read off the class's code once asked (a worker's never is)
+                return self.assigned(cls)
 
             def missing(instance: Any, name: str) -> Any:
                 if outer is not None:
                     return outer(instance, name)
-                if name not in assigned or name.startswith("__"):
+                if name.startswith("__") or name not in assigned():
                     raise AttributeError(f"{cls.__name__!r} object has no attribute {name!r}")
                 value = instance.__dict__[name] = Unknown(f"self.{name}")
                 return value
 
             names = {"__getattr__": missing, "__module__": cls.__module__, "__qualname__": cls.__qualname__,
-                     "assigned": assigned}  # fmt: skip
+                     "assigned": staticmethod(assigned)}  # fmt: skip
             self._probe_classes[cls] = type(cls.__name__, (cls,), names)
         return self._probe_classes[cls]
 
