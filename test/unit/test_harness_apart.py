@@ -73,16 +73,17 @@ def test_the_child_judges_the_workers_and_hands_who_inits_each_step(release, two
 
 @pytest.mark.parametrize("guess", ["none", "right", "wrong"])
 def test_a_per_step_path_claimed_before_the_child_hands_its_answer(release, monkeypatch, guess):
-    """0.5.12's DeepSeek-V4 path is the fourth largest; claimed by this process (the largest first) before the child
-    has said who inits each step (no worker does), it runs on the guess the tree before its rewrite gave, again where that was wrong, and with no
-    guess after the other paths: its verdict always runs as the child says."""
+    """0.5.12's DeepSeek-V4 path is per-step, ordered last: claimed first by this process (which goes from the last
+    back), before the child has said who inits each step (no worker does), it runs on the guess the tree before its
+    rewrite gave, again where that was wrong, and with no guess after the other paths: its verdict always runs as
+    the child says."""
     package, modules = release
     monkeypatch.setenv(apart.JOBS, "1")
     tree = Tree(package, FACADE)
     worker = next(path for path in draft_paths(tree, modules) if path.kind == WORKER)
     guessed = {"none": (), "right": (None,), "wrong": (worker,)}[guess]
     judging = apart.Judging(tree, modules, judge, guessed)
-    assert [path.kind for path in judging.others] == [ROWS, STEPS, ROWS, ROWS, ROWS]
+    assert [path.kind for path in judging.others] == [ROWS, ROWS, ROWS, ROWS, STEPS]
     judging.handed, writer = os.pipe()
     order, handed, lock = [], [], threading.Lock()
 
@@ -110,8 +111,8 @@ def test_a_per_step_path_claimed_before_the_child_hands_its_answer(release, monk
     steps = "DeepseekV4MultiStepBackend"
     expected = {
         "none": [*rows, (steps, (None,))],
-        "right": [*rows[:3], (steps, (None,)), *rows[3:]],
-        "wrong": [*rows[:3], (steps, (worker,)), *rows[3:], (steps, (None,))],
+        "right": [(steps, (None,)), *rows],
+        "wrong": [(steps, (worker,)), *rows, (steps, (None,))],
     }[guess]
     assert order == expected and set(found) == set(judging.others) and judging.workers_here == {}
     assert [v.driven_by for p, v in found.items() if p.kind == STEPS] == [None]  # the answer's, not the guess's

@@ -3,10 +3,10 @@
 
 Where this process may use two CPUs and fork, a child forked from it and this process share out the pieces of work:
 each, when free, claims one more (``_Claims``): the child from the first piece on, this process from the last back
-(draft paths: smallest module first, so that this process, which parsed the largest classes for the rules, judges
-them; the workers judged by the child first, which hands this process who inits each per-step backend, what a
-per-step path runs as: ``invariant.judge_each``'s ``by_worker``). The child hands back
-what its work returned, pickled, or the exception it raised (raised here); a child that ends without either leaves its
+(draft paths: smallest module first and per-step paths, the costliest, last, so that this process, which parsed the
+largest classes for the rules, judges those; the workers judged by the child first, which hands this process who
+inits each per-step backend, what a per-step path runs as: ``invariant.judge_each``'s ``by_worker``). The child
+hands back what its work returned, pickled, or the exception it raised (raised here); a child that ends without either leaves its
 pieces to this process. Each piece is done by the same code in either process: the results are one process's.
 ``SGLANG_DRAFT_LAYOUT_JOBS=1`` works in one process.
 """
@@ -44,7 +44,8 @@ class Judging:
         self.paths = draft_paths(tree, sorted(modules))
         self.workers = [path for path in self.paths if path.kind == WORKER]
         self.others = sorted(
-            (path for path in self.paths if path.kind != WORKER), key=lambda path: len(tree.text(path.module) or "")
+            (path for path in self.paths if path.kind != WORKER),
+            key=lambda path: (path.kind == STEPS, len(tree.text(path.module) or "")),
         )
         self.by_worker: Optional[tuple[Optional[DraftPath]]] = None  # (who inits each step,) once known here
         self.workers_here: dict[DraftPath, Verdict] = {}
