@@ -268,25 +268,27 @@ def _observer(callee: Unknown, args: tuple, kwargs: dict) -> None:
     if not args and not kwargs:
         return
     run, torch = Run.current, _TORCH[0]
-    fn = callee._fn
-    try:
-        bound = _signature(fn).bind_partial(*args, **kwargs).arguments if fn is not None else dict(kwargs)
-    except (TypeError, ValueError):
-        bound = dict(kwargs)
-    if fn is not None and fn.__name__ == KERNEL and callee._name.endswith("]"):  # kernel[grid](...)
-        rows, base = bound.get("kv_indices"), TAG * (1 + len([e for e in run.events if e[0] == "launch"]))
-        if torch._is_tensor(rows):
-            torch._tag(rows, base)
-        note("launch", rows, bound.get("kv_indices_stride"), base)
-    forward = callee._name.endswith(".forward") or callee._name.endswith(".forward(...)")
-    inits = run.step is None and callee._name.endswith(".init_forward_metadata")  # a worker's per-step init
-    named = {id(v): k for k, v in bound.items()}
+    fn, bound = callee._fn, kwargs
+    if fn is not None:
+        try:
+            bound = _signature(fn).bind_partial(*args, **kwargs).arguments
+        except (TypeError, ValueError):
+            pass
+        if fn.__name__ == KERNEL and callee._name.endswith("]"):  # kernel[grid](...)
+            rows, base = bound.get("kv_indices"), TAG * (1 + len([e for e in run.events if e[0] == "launch"]))
+            if torch._is_tensor(rows):
+                torch._tag(rows, base)
+            note("launch", rows, bound.get("kv_indices_stride"), base)
+    named = None
     for value in (*args, *kwargs.values()):
         if torch._is_tensor(value):
+            named = {id(v): k for k, v in bound.items()} if named is None else named
             name = named.get(id(value), callee._name.rpartition(".")[2])  # unnamed: the callee's own name
             if run.step is None or is_write_target(name):
                 _bake(torch, run, value)
         elif not isinstance(value, _NOT_WALKED) and hasattr(value, "__dict__"):
+            forward = callee._name.endswith(".forward") or callee._name.endswith(".forward(...)")
+            inits = run.step is None and callee._name.endswith(".init_forward_metadata")  # a worker's per-step init
             if forward:  # a model's forward handed the batch: its KV write
                 _bake(torch, run, value.__dict__.get("out_cache_loc"))
             held = _draft(torch, value.__dict__.get("out_cache_loc")) if inits else None
