@@ -45,10 +45,17 @@ def _code_digest() -> str:
 class DiskStore:
     """``judged.judge_tree``'s store: ``load(key, package)`` the verdicts kept for ``key`` (None: none, or
     a file they came from changed), ``save(key, package, verdicts, read)`` with the files (under the package)
-    the run read, those it read a given text in place of included (which lines a rewrite wrote)."""
+    the run read, those it read a given text in place of included (which lines a rewrite wrote). Each file is hashed
+    once a store (a plan's: it writes nothing; ``check`` of a tree it rewrites saves the tree before and after)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder, self._code = folder, _code_digest()
+        self._digests: dict[tuple[Optional[Path], str], Optional[str]] = {}
+
+    def _digest(self, package: Optional[Path], relative: str) -> Optional[str]:
+        if (package, relative) not in self._digests:
+            self._digests[package, relative] = _file_digest(package, relative)
+        return self._digests[package, relative]
 
     def _entry(self, key: tuple) -> Path:
         # not the package's place: the verdicts name files under it, so a copy of a tree shares its entries
@@ -59,12 +66,12 @@ class DiskStore:
             read, verdicts = pickle.loads(self._entry(key).read_bytes())
         except Exception:  # none, or unreadable: judged again
             return None
-        if any(_file_digest(package, relative) != digest for relative, digest in read.items()):
+        if any(self._digest(package, relative) != digest for relative, digest in read.items()):
             return None
         return verdicts
 
     def save(self, key: tuple, package: Optional[Path], verdicts: dict, read: Collection[str]) -> None:
-        entry = ({relative: _file_digest(package, relative) for relative in read}, verdicts)
+        entry = ({relative: self._digest(package, relative) for relative in read}, verdicts)
         with contextlib.suppress(OSError, pickle.PicklingError):
             self.folder.mkdir(parents=True, exist_ok=True)
             handle, temp = tempfile.mkstemp(dir=self.folder, prefix=".new-")
