@@ -6,8 +6,9 @@ each, when free, claims one more (``_Claims``): the child from the first piece o
 (draft paths: smallest module first and per-step paths, the costliest, last, so that this process, which parsed the
 largest classes for the rules, judges those; the workers judged by the child first, which hands this process who
 inits each per-step backend, what a per-step path runs as: ``invariant.judge_each``'s ``by_worker``). The child
-hands back what its work returned, pickled, or the exception it raised (raised here); a child that ends without either leaves its
-pieces to this process. Each piece is done by the same code in either process: the results are one process's.
+hands back what its work returned, pickled, or the exception it raised (raised here); a child that ends without
+either leaves its pieces to this process. Each piece is done by the same code in either process: the results are
+one process's.
 ``SGLANG_DRAFT_LAYOUT_JOBS=1`` works in one process.
 """
 
@@ -148,9 +149,9 @@ def each_apart(calls: Sequence[Callable[[], Any]]) -> list[Any]:
 
 class _Forked:
     """A child forked to share ``count`` pieces of work with this process (fewer than 256): each claims one more
-    piece at a time (``_Claims``), the child from the first on, this process from the last back. The child runs ``work`` on its claims and hands back what it returns,
-    pickled, or the exception it raised, and ends; ``shared`` runs ``work`` here on this process's claims, then
-    takes the child's (``result``)."""
+    piece at a time (``_Claims``), the child from the first on, this process from the last back. The child runs
+    ``work`` on its claims and hands back what it returns, pickled, or the exception it raised, and ends; ``shared``
+    runs ``work`` here on this process's claims, then takes the child's (``result``)."""
 
     def __init__(self, count: int, work: Callable[[Iterable[int]], Any]) -> None:
         self.count, (claims, back) = count, (os.pipe(), os.pipe())
