@@ -60,7 +60,7 @@ def compiled(text: str, filename: str) -> types.CodeType:
         lines = ordering_lines(text)
         if lines:
             code = compile(text, filename, "exec", dont_inherit=True)
-            code = code_with_branches(code, text, filename, lines, _parsed_classes(text.split("\n")))
+            code = code_with_branches(code, text, filename, lines, _class_statements_parsed(text.split("\n")))
             if code is not None:
                 return code
         return compile_module(text, filename, parsed, lines)
@@ -173,7 +173,7 @@ def _class_block(lines: list[str], body: types.CodeType) -> str:
     return "\n" * start + "\n".join(lines[start:end]) + ("\n" if end < len(lines) else "")
 
 
-def _parsed_classes(lines: list[str]) -> Callable[[types.CodeType], Optional[ast.ClassDef]]:
+def _class_statements_parsed(lines: list[str]) -> Callable[[types.CodeType], Optional[ast.ClassDef]]:
     """The class statement of a class body's code where this process parsed its block already (the rules' class
     blocks, ``_class_statement``: ``parsed``), else None; never parsed here (``code_with_branches``)."""
 
