@@ -13,7 +13,6 @@ import argparse
 import contextlib
 import dataclasses
 import gc
-import json
 import os
 import re
 import shlex
@@ -24,7 +23,7 @@ import textwrap
 from pathlib import Path
 from typing import Optional, Sequence, TextIO, Union
 
-from . import __version__, api, engine, transaction
+from . import __version__, api, engine, releases, transaction
 from .api import Item, Report
 from .layout_patterns.ast_walk import parsing_once
 from .rules.base import State
@@ -393,6 +392,8 @@ def print_github(report: Report, argv_target: Optional[str]) -> None:
 
 
 def print_json(report: Report, argv_target: Optional[str]) -> None:
+    import json  # here, not above: text is the default
+
     data = report.to_json()
     data["next"] = next_step(report, argv_target)
     print(json.dumps(data, indent=2))
@@ -466,8 +467,6 @@ def run(command: str, argv_target: Optional[str], options: api.Options, args: ar
 
 def demo(release: str, verbosity: int) -> int:
     """Fetch sglang==release from PyPI (cached), patch a scratch copy, show what changed and check it."""
-    from . import releases  # zipfile, subprocess: only the demo downloads
-
     out = Printer(sys.stdout, terminal_width(), color_wanted(sys.stdout))
     with tempfile.TemporaryDirectory(prefix=f"{PROG}-demo-") as scratch:
         out.line(f"unpacking sglang=={release} from PyPI into a scratch folder")

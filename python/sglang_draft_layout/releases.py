@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 
@@ -17,6 +15,8 @@ def cache_dir() -> Path:
 
 def release_wheel(version: str) -> Path:
     """The cached wheel of sglang==version, downloaded with pip on first use."""
+    import subprocess  # here, not above: every check reads cache_dir, only the demo and tests download
+
     wheels = cache_dir() / "wheels"
     found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
     if not found:
@@ -44,6 +44,8 @@ def release_wheel(version: str) -> Path:
 
 def unpack_release(version: str, dest: Path) -> Path:
     """Unpack the Python sources of sglang==version under dest; returns dest/sglang."""
+    import zipfile
+
     with zipfile.ZipFile(release_wheel(version)) as wheel:
         members = [n for n in wheel.namelist() if n.startswith("sglang/") and n.endswith(".py")]
         wheel.extractall(dest, members)

@@ -11,7 +11,6 @@ import ast
 import importlib.util
 import re
 import shlex
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -168,6 +167,8 @@ def _dist_info_version(site: Path) -> Optional[str]:
 
 def _git_describe(folder: Path) -> Optional[str]:
     """The nearest ``v*`` tag of a git checkout, as ``git describe`` says it."""
+    import subprocess  # here, not above: only a checkout that states no release asks git
+
     try:
         result = subprocess.run(
             ["git", "describe", "--tags", "--match", "v*"], cwd=folder, capture_output=True, text=True, timeout=10
