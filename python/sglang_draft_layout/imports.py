@@ -44,7 +44,7 @@ def add_imports(code: str, imports: Sequence[tuple[str, str]], line_length: int 
 
 
 def _add_straight_import(code: str, module: str) -> str:
-    tree = parse(code)
+    tree = _top_level(code, module)
     if any(
         isinstance(stmt, ast.Import) and any(a.name == module and not a.asname for a in stmt.names)
         for stmt in tree.body
@@ -57,7 +57,7 @@ def _add_straight_import(code: str, module: str) -> str:
 
 
 def _add_from_import(code: str, module: str, names: list[str], line_length: int) -> str:
-    tree = parse(code)
+    tree = _top_level(code, module)
     from_imports = [
         stmt for stmt in tree.body if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module == module
     ]
@@ -86,6 +86,25 @@ def _add_from_import(code: str, module: str, names: list[str], line_length: int)
     exploded = old.rpar is not None and old.names[-1].comma is not cst.MaybeSentinel.DEFAULT
     rendered = _render(_formatted(statement, line_length, exploded), _newline(code))
     return "".join([*lines[:start], rendered, *lines[end:]])
+
+
+#: a line at the margin that starts a definition (its decorator's, if any)
+_DEFINITION = re.compile(r"^(?:class\b|def\b|async[ \t]+def\b|@)", re.MULTILINE)
+
+
+def _top_level(code: str, module: str) -> ast.Module:
+    """The module's top-level statements, as far as importing ``module`` reads them: those above its first definition
+    (``_insert``'s header), parsed alone where no later line at the margin says ``import``, ``from`` or ``module``'s
+    last part (no later top-level statement imports it) and they parse so (the cut lies between statements); else the
+    whole module (a rendered file is parsed for nothing else)."""
+    first = _DEFINITION.search(code)
+    later = rf"^(?=[^\s#]).*\b(?:import|from|{re.escape(module.rsplit('.', 1)[-1])})\b"
+    if first is not None and not re.search(later, code[first.start() :], re.MULTILINE):
+        try:
+            return ast.parse(code[: first.start()])
+        except (SyntaxError, ValueError):
+            pass
+    return parse(code)
 
 
 def _formatted(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from collections import defaultdict
 from dataclasses import dataclass, fields
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider, WhitespaceInclusivePositionProvider
@@ -82,8 +82,10 @@ def _position(source: Source, segment: Segment, line: int, byte_col: int) -> tup
     return line - segment.start + segment.prefix.count("\n"), column
 
 
-def _locate(source: Source, segment: Segment, anchors: Sequence[ast.AST]) -> dict[int, cst.CSTNode]:
-    """``id(anchor) -> libcst node`` for every anchor in the segment."""
+def _locate(
+    source: Source, segment: Segment, anchors: Sequence[ast.AST]
+) -> tuple[dict[int, cst.CSTNode], Mapping[cst.CSTNode, CodeRange]]:
+    """``id(anchor) -> libcst node`` for every anchor in the segment, and the range of every node of the segment."""
     providers = [PositionProvider]
     if any(isinstance(a, ast.Tuple) for a in anchors):
         providers.append(WhitespaceInclusivePositionProvider)
@@ -93,7 +95,7 @@ def _locate(source: Source, segment: Segment, anchors: Sequence[ast.AST]) -> dic
         start = _position(source, segment, anchor.lineno, anchor.col_offset)
         end = _position(source, segment, anchor.end_lineno, anchor.end_col_offset)
         found[id(anchor)] = _match(anchor, start, end, resolved)
-    return found
+    return found, resolved[PositionProvider]
 
 
 def _match(anchor: ast.AST, start: tuple[int, int], end: tuple[int, int], resolved) -> cst.CSTNode:
@@ -129,12 +131,19 @@ class _ApplyEdits(cst.CSTTransformer):
     came first leaves the blank lines above its comments to the statement after it (the
     lines around the statements between stay), its comments go right above the taker's
     own (after the taker's blank lines).
+
+    Only the nodes whose range (``ranges``) holds one the edits name are entered: the rest stay as parsed.
     """
 
     def __init__(
-        self, edits: Sequence[tuple[Edit, cst.CSTNode]], absorbed: Sequence[tuple[cst.CSTNode, cst.CSTNode, bool]]
+        self,
+        edits: Sequence[tuple[Edit, cst.CSTNode]],
+        absorbed: Sequence[tuple[cst.CSTNode, cst.CSTNode, bool]],
+        ranges: Mapping[cst.CSTNode, CodeRange],
     ) -> None:
         super().__init__()
+        named = [node for _edit, node in edits] + [node for stmt, taker, _first in absorbed for node in (stmt, taker)]
+        self.ranges, self.named = ranges, [_ends(ranges[node]) for node in named]
         self.edits: dict[int, list[Edit]] = defaultdict(list)
         for edit, node in edits:
             self.edits[id(node)].append(edit)
@@ -156,7 +165,13 @@ class _ApplyEdits(cst.CSTTransformer):
             if id(stmt) in self.blanks_left:
                 # a run of removed statements: the first blank lines of the run go on
                 self.blanks_before[id(after)] = self.blanks_before.get(id(stmt)) or self.blanks_left[id(stmt)]
-        return super().on_visit(node)
+        return self._holds_a_named_node(node) and super().on_visit(node)
+
+    def _holds_a_named_node(self, node: cst.CSTNode) -> bool:
+        if node not in self.ranges:
+            return True
+        (start, end) = _ends(self.ranges[node])
+        return any(start <= first and last <= end for first, last in self.named)
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
         if id(original_node) in self.removed:
@@ -195,6 +210,10 @@ class _ApplyEdits(cst.CSTTransformer):
         moved = [] if kept else list(node.leading_lines)
         before[0] = before[0].with_changes(leading_lines=[*moved, *before[0].leading_lines])
         return cst.FlattenSentinel([*before, node.with_changes(leading_lines=[*_blank(separate), *kept])])
+
+
+def _ends(position: CodeRange) -> tuple[tuple[int, int], tuple[int, int]]:
+    return (position.start.line, position.start.column), (position.end.line, position.end.column)
 
 
 def _inner_comments(stmt: cst.CSTNode) -> list[cst.EmptyLine]:
@@ -260,11 +279,11 @@ def _apply_edits(source: Source, edits: Sequence[Edit]) -> str:
     for key, piece_edits in by_piece.items():
         segment = _parse(source, holders[key], key[1])
         anchors = [e.node for e in piece_edits] + [s for e in piece_edits for s in e.absorb]
-        nodes = _locate(source, segment, anchors)
+        nodes, ranges = _locate(source, segment, anchors)
         absorbed = [
             (nodes[id(stmt)], nodes[id(e.node)], stmt.lineno < e.node.lineno) for e in piece_edits for stmt in e.absorb
         ]
-        transformer = _ApplyEdits([(e, nodes[id(e.node)]) for e in piece_edits], absorbed)
+        transformer = _ApplyEdits([(e, nodes[id(e.node)]) for e in piece_edits], absorbed, ranges)
         replacements[segment.start, segment.end] = segment.text(segment.module.visit(transformer))
     lines = list(source.lines)
     for (start, end), text in sorted(replacements.items(), reverse=True):

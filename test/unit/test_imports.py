@@ -6,6 +6,8 @@ the output must equal the expected text and stay unchanged by both tools.
 
 from __future__ import annotations
 
+import ast
+
 import black
 import isort
 import pytest
@@ -339,3 +341,35 @@ def test_other_lines_are_untouched():
     assert result == before.replace(
         "SpecInput\n", "SpecInput\nfrom sglang.srt.speculative.spec_utils import draft_kv_indices_buffer_width\n"
     )
+
+
+BODY = "\n\nclass Backend:\n    def width(self):\n        return 1\n"
+#: modules whose header is parsed alone, and modules read whole: a statement below the first definition may import
+#: the module (at the margin, after ``;``, over a backslash), or the cut at a margin ``class`` line is inside a string
+HEADER_ALONE_OR_NOT = {
+    "header alone": (header() + BODY, True),
+    "decorated first class": (header() + "\n\n@dataclass" + BODY, True),
+    "a method imports it": (header() + BODY + "        from sglang.srt.speculative.spec_utils import fast\n", True),
+    "extendable import below a class": (
+        header() + BODY + "\nfrom sglang.srt.speculative.spec_utils import fast\n",
+        False,
+    ),
+    "another import below a class": (header() + BODY + "\nimport os\n", False),
+    "after a semicolon": (header() + BODY + "\nx = 1; import sglang.srt.speculative.spec_utils\n", False),
+    "over a backslash": (header() + BODY + "\nfrom \\\n    sglang.srt.speculative.spec_utils import fast\n", False),
+    "class line in a string": ('X = """\nclass Doc:\n"""\n' + header() + BODY, False),
+}
+
+
+@pytest.mark.parametrize("code, alone", HEADER_ALONE_OR_NOT.values(), ids=HEADER_ALONE_OR_NOT.keys())
+def test_imports_read_the_header_alone_only_where_the_module_says_the_same(code, alone, monkeypatch):
+    """The header parsed alone (``_top_level``) gives the import the whole module gives, and is parsed alone only where
+    no statement below it may import the module."""
+    from sglang_draft_layout import imports
+
+    read_whole = []
+    monkeypatch.setattr(imports, "parse", lambda text, *args: read_whole.append(text) or ast.parse(text))
+    result = add_imports(code, [WIDTH, USED_LEN])
+    assert (read_whole == []) is alone
+    monkeypatch.setattr(imports, "_top_level", lambda text, module: ast.parse(text))
+    assert result == add_imports(code, [WIDTH, USED_LEN])
