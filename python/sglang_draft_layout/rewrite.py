@@ -21,6 +21,9 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider, Whites
 from .rules.base import Edit, Source, definition_start, removed_lines
 
 METHOD_PREFIX = "class _:\n"
+#: nodes whose range (libcst's PositionProvider) leaves out children an edit may name: a definition's decorators
+#: (an indented block's range starts where its first statement's does, after the decorators)
+_RANGE_LEAVES_OUT = (cst.Module, cst.FunctionDef, cst.ClassDef, cst.IndentedBlock)
 #: expressions that never need the parentheses the node they replace had
 ATOMS = (cst.Name, cst.Attribute, cst.Call, cst.Subscript)
 
@@ -132,7 +135,8 @@ class _ApplyEdits(cst.CSTTransformer):
     lines around the statements between stay), its comments go right above the taker's
     own (after the taker's blank lines).
 
-    Only the nodes whose range (``ranges``) holds one the edits name are entered: the rest stay as parsed.
+    Only the nodes whose range (``ranges``) holds one the edits name are entered (and those whose range leaves out
+    some of their children: ``_RANGE_LEAVES_OUT``); the rest stay as parsed.
     """
 
     def __init__(
@@ -168,7 +172,7 @@ class _ApplyEdits(cst.CSTTransformer):
         return self._holds_a_named_node(node) and super().on_visit(node)
 
     def _holds_a_named_node(self, node: cst.CSTNode) -> bool:
-        if node not in self.ranges:
+        if node not in self.ranges or isinstance(node, _RANGE_LEAVES_OUT):
             return True
         (start, end) = _ends(self.ranges[node])
         return any(start <= first and last <= end for first, last in self.named)

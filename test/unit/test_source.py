@@ -63,6 +63,19 @@ def test_parenthesised_tuple_anchor_and_statement_insert_in_a_decorated_method()
     )
 
 
+def test_an_expression_in_a_decorator_is_rewritten():
+    """libcst's range of a definition, and of the block holding it, leaves out its decorators: the rewrite still enters
+    them (``rewrite._RANGE_LEAVES_OUT``)."""
+    for text in (
+        "class A:\n    @deco(max_bs * ctx)\n    def f(self):\n        return 1\n",
+        "@deco(max_bs * ctx)\ndef f():\n    return 1\n",
+        "def g():\n    @deco(max_bs * ctx)\n    def f():\n        return 1\n",
+    ):
+        source = Source("mod.py", text)
+        new = apply_edits(source, [Edit(node(source, ast.BinOp, "max_bs * ctx"), replace="width(max_bs, ctx)")])
+        assert new == text.replace("max_bs * ctx", "width(max_bs, ctx)")
+
+
 def test_insert_before_a_top_level_definition_keeps_its_comment():
     source = Source("mod.py", SOURCE)
     helper = next(s for s in source.tree.body if isinstance(s, ast.FunctionDef))
