@@ -3,6 +3,7 @@ hashes the same, on the real 0.5.12 tree."""
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 import shutil
 
@@ -67,3 +68,18 @@ def test_the_store_is_the_tools_only_while_a_plan_runs(tmp_path):
     with verdict_cache.in_use(tmp_path):
         assert isinstance(judged.store, verdict_cache.DiskStore)
     assert judged.store is None and paths.draft_paths is apart.draft_paths
+
+
+def test_a_files_hash_is_none_where_pathlib_sees_no_regular_file(tmp_path):
+    """The store hashes what it asks about with ``os`` (most are modules looked for and not found); its answer is
+    ``Path.is_file``'s: a hash for a file or a link to one, None for a folder, a missing file, a path through a file,
+    a dangling link."""
+    (tmp_path / "file.py").write_bytes(b"x = 1\n")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "link.py").symlink_to(tmp_path / "file.py")
+    (tmp_path / "dangling.py").symlink_to(tmp_path / "gone.py")
+    digest = verdict_cache._file_digest
+    for relative in ("file.py", "link.py", "folder", "missing.py", "file.py/below.py", "dangling.py"):
+        expected = (tmp_path / relative).is_file()
+        assert (digest(tmp_path, relative) is not None) is expected, relative
+    assert digest(tmp_path, "file.py") == digest(tmp_path, "link.py") == hashlib.sha1(b"x = 1\n").hexdigest()
