@@ -20,7 +20,7 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
-from typing import Collection, Iterator, Optional
+from typing import Iterator, Mapping, Optional, Union
 
 from . import releases
 from .harness import judged
@@ -29,20 +29,23 @@ from .harness import judged
 KEPT = 4096
 
 
-def _file_digest(package: Optional[Path], relative: str) -> Optional[str]:
-    """The file's hash, None where it is no regular file (most of those a plan asks about are modules the harness looked
-    for and did not find: with ``os``, not ``pathlib``, a few microseconds each)."""
-    if package is None:
-        return None
-    path = os.path.join(package, relative)
+def _is_file(path: str) -> bool:
+    """``Path.is_file``'s answer, with ``os`` (a plan asks about a thousand paths on 0.5.23, most of them modules the
+    harness looked for and did not find: a few microseconds each, not pathlib's tens)."""
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return None
-    except OSError as error:  # as ``Path.is_file`` answers: no such file (or no way to it), else the error
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError as error:  # no such file, or no way to it; else the error
         if error.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP):
             raise
-        return None
+        return False
     except ValueError:  # a name the file system cannot hold
+        return False
+
+
+def _file_digest(package: Optional[Path], relative: str) -> Optional[str]:
+    """The file's hash, None where it is no regular file."""
+    path = os.path.join(package, relative) if package is not None else None
+    if path is None or not _is_file(path):
         return None
     with open(path, "rb") as file:
         return hashlib.sha1(file.read()).hexdigest()
@@ -61,17 +64,25 @@ def _code_digest() -> str:
 class DiskStore:
     """``judged.judge_tree``'s store: ``load(key, package)`` the verdicts kept for ``key`` (None: none, or
     a file they came from changed), ``save(key, package, verdicts, read)`` with the files (under the package)
-    the run read, those it read a given text in place of included (which lines a rewrite wrote). Each file is hashed
-    once a store (a plan's: it writes nothing; ``check`` of a tree it rewrites saves the tree before and after)."""
+    the run asked about (``apart.read_by``): the hash of each whose text it read, those it read a given text in place
+    of included (which lines a rewrite wrote), and whether each other is there (a module it looked for). Each file is
+    asked about once a store (a plan's: it writes nothing; ``check`` of a tree it rewrites saves the tree before and
+    after)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder, self._code = folder, _code_digest()
-        self._digests: dict[tuple[Optional[Path], str], Optional[str]] = {}
+        self._seen: dict[tuple[Optional[Path], str, bool], Union[Optional[str], bool]] = {}
 
-    def _digest(self, package: Optional[Path], relative: str) -> Optional[str]:
-        if (package, relative) not in self._digests:
-            self._digests[package, relative] = _file_digest(package, relative)
-        return self._digests[package, relative]
+    def _state(self, package: Optional[Path], relative: str, text: bool) -> Union[Optional[str], bool]:
+        """What a judging that read the file's ``text`` (else asked only whether it is there) depends on: its hash (None:
+        there is none), else whether it is there."""
+        if (package, relative, text) not in self._seen:
+            self._seen[package, relative, text] = (
+                _file_digest(package, relative)
+                if text
+                else package is not None and _is_file(os.path.join(package, relative))
+            )
+        return self._seen[package, relative, text]
 
     def _entry(self, key: tuple) -> Path:
         # not the package's place: the verdicts name files under it, so a copy of a tree shares its entries
@@ -82,12 +93,12 @@ class DiskStore:
             read, verdicts = pickle.loads(self._entry(key).read_bytes())
         except Exception:  # none, or unreadable: judged again
             return None
-        if any(self._digest(package, relative) != digest for relative, digest in read.items()):
+        if any(self._state(package, relative, not isinstance(seen, bool)) != seen for relative, seen in read.items()):
             return None
         return verdicts
 
-    def save(self, key: tuple, package: Optional[Path], verdicts: dict, read: Collection[str]) -> None:
-        entry = ({relative: self._digest(package, relative) for relative in read}, verdicts)
+    def save(self, key: tuple, package: Optional[Path], verdicts: dict, read: Mapping[str, bool]) -> None:
+        entry = ({relative: self._state(package, relative, text) for relative, text in read.items()}, verdicts)
         with contextlib.suppress(OSError, pickle.PicklingError):
             self.folder.mkdir(parents=True, exist_ok=True)
             handle, temp = tempfile.mkstemp(dir=self.folder, prefix=".new-")

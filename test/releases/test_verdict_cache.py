@@ -55,6 +55,20 @@ def test_a_file_the_paths_read_from_disk_changed_is_judged_again(scratch, runs, 
     assert runs(tree)[1] == judged + 2
 
 
+def test_a_module_the_paths_only_looked_for_counts_by_being_there(scratch, runs, tmp_path):
+    """A module the tree's imports looked for and did not read (``Tree.has``): its text changing keeps the verdicts;
+    its going away does not."""
+    tree = scratch("0.5.12")
+    looked_for = "jit_kernel/dsv4/__init__.py"  # imported by the DeepSeek-V4 backend, never run
+    _first, judged = runs(tree)
+    entries = [pickle.loads(p.read_bytes())[0] for p in (tmp_path / "cache" / "verdicts").iterdir()]
+    assert all(read[looked_for] is True for read in entries)  # it is there; not hashed
+    (tree / "sglang" / looked_for).write_text((tree / "sglang" / looked_for).read_text() + "\n# a fork's comment\n")
+    assert runs(tree)[1] == judged
+    (tree / "sglang" / looked_for).unlink()
+    assert runs(tree)[1] == judged + 2
+
+
 def test_an_unwritable_cache_is_no_cache(scratch, runs, tmp_path, monkeypatch):
     tree = scratch("0.5.12")  # first: the release's wheel is read from the cache
     blocker = tmp_path / "a-file"

@@ -49,7 +49,9 @@ def test_two_processes_give_one_process_verdicts(release, two_cpus, monkeypatch)
     alone = judge_paths(Tree(package, FACADE), modules)
     assert list(found) == list(alone) and len(found) == 7
     assert found == alone
-    assert {"srt/speculative/eagle_worker.py", "srt/layers/attention/deepseek_v4_backend.py"} <= read
+    assert read["srt/speculative/eagle_worker.py"] and read["srt/layers/attention/deepseek_v4_backend.py"]  # texts
+    # a module the DeepSeek-V4 backend imports, looked for and not read (whether it is there is what counts)
+    assert read["jit_kernel/dsv4/__init__.py"] is False
 
 
 def test_the_child_judges_the_workers_and_hands_who_inits_each_step(release, two_cpus):

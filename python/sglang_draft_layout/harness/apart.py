@@ -68,7 +68,7 @@ class Judging:
             os.close(writer)
         return self._judged_by(mine)
 
-    def _judged_by(self, mine: Iterable[int]) -> tuple[dict[DraftPath, Verdict], set[str]]:
+    def _judged_by(self, mine: Iterable[int]) -> tuple[dict[DraftPath, Verdict], dict[str, bool]]:
         """The verdicts of the paths ``mine`` claims (and of the workers where judged here), and the files read. A
         per-step path claimed before the child has handed who inits each step is judged on the ``guess`` (again
         where the child's answer differs), or with no guess after the other claims."""
@@ -86,7 +86,7 @@ class Judging:
                 found[path] = self.judge_path(self.tree, path, self._by_worker())
         later += [path for path in guessed if self._by_worker() != self.guess[0]]
         found.update({path: self.judge_path(self.tree, path, self._by_worker()) for path in later})
-        return {**self.workers_here, **found}, set(self.tree.texts)
+        return {**self.workers_here, **found}, read_by(self.tree)
 
     def _by_worker(self) -> Optional[DraftPath]:
         """The worker path that inits each step's backend (``invariant.inits_steps``): as the child hands it (this
@@ -105,20 +105,23 @@ class Judging:
             self.workers_here = {path: self.judge_path(self.tree, path) for path in self.workers}
         return self.workers_here
 
-    def finish(self) -> tuple[dict[DraftPath, Verdict], set[str]]:
-        """Each draft path and its verdict (``invariant.judge_paths``'s), and the files (under the package) read to
-        judge them."""
+    def finish(self) -> tuple[dict[DraftPath, Verdict], dict[str, bool]]:
+        """Each draft path and its verdict (``invariant.judge_paths``'s), and the files (under the package) the judging
+        read (``read_by``)."""
         if self.forked is None:
-            return judge_each(self.tree, self.paths, self.judge_path), set(self.tree.texts)
+            return judge_each(self.tree, self.paths, self.judge_path), read_by(self.tree)
         try:
-            found, _read = self.forked.shared(self._judged_by)  # what this process read: its tree's texts, below
+            found, _read = self.forked.shared(self._judged_by)  # what this process read: read_by(self.tree), below
         finally:
             self._unread()
         theirs, read_there = self.forked.result
         found = {**theirs, **found}
         if any(path not in found for path in self.workers):  # the child ended before handing them back
             found.update(self._workers())
-        return {path: found[path] for path in self.paths}, {*read_there, *self.tree.texts}
+        read = read_by(self.tree)
+        for relative, text in read_there.items():
+            read[relative] = read.get(relative, False) or text
+        return {path: found[path] for path in self.paths}, read
 
     def cancel(self) -> None:
         if self.forked is not None:
@@ -130,6 +133,12 @@ class Judging:
         if self.handed is not None:
             os.close(self.handed)
             self.handed = None
+
+
+def read_by(tree: Tree) -> dict[str, bool]:
+    """The files (under the package) ``tree``'s judging asked about: True where it read the text (a text standing in for
+    it included), False where it asked only whether the tree has it (``Tree.has``)."""
+    return {**dict.fromkeys(tree.found, False), **dict.fromkeys(tree.texts, True)}
 
 
 def each_apart(calls: Sequence[Callable[[], Any]]) -> list[Any]:

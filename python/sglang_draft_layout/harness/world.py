@@ -56,6 +56,7 @@ class Tree:
         self._assigned: dict[type, frozenset[str]] = {}
         self._probe_classes: dict[type, type] = {}
         self._relative: dict[str, Optional[str]] = {}
+        self.found: dict[str, bool] = {}  # path under the package -> whether the tree has it, asked without reading it
         self.branches = Branches()  # which way each ``if`` of its code ordering against a number went in the runs
         self.builtins = dict(builtins.__dict__, __import__=self.load, print=_quiet, **{BRANCH: self.branches})
 
@@ -64,6 +65,14 @@ class Tree:
             path = self.package / relative
             self.texts[relative] = path.read_text(encoding="utf-8") if path.is_file() else None
         return self.texts.get(relative)
+
+    def has(self, relative: str) -> bool:
+        """Whether the tree has ``relative`` (a text stands in for it, or the file is there), not read for it."""
+        if relative in self.texts:
+            return self.texts[relative] is not None
+        if relative not in self.found:
+            self.found[relative] = self.package is not None and (self.package / relative).is_file()
+        return self.found[relative]
 
     def parse(self, text: str, filename: str) -> ast.Module:
         return ast.parse(text, filename)
@@ -83,7 +92,7 @@ class Tree:
         if dotted not in self._relative:
             stem = dotted.removeprefix("sglang.").replace(".", "/")
             candidates = (f"{stem}.py", f"{stem}/__init__.py") if dotted.startswith("sglang.") else ()
-            self._relative[dotted] = next((r for r in candidates if self.text(r) is not None), None)
+            self._relative[dotted] = next((r for r in candidates if self.has(r)), None)
         return self._relative[dotted]
 
     def filename(self, relative: str) -> str:
