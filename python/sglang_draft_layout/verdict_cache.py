@@ -1,10 +1,11 @@
 """The harness's verdicts kept on disk between runs, as black keeps what it formatted.
 
 A tree's draft paths give the same verdicts while the texts judged, every file the harness read for
-them, this tool's own code and Python are the same: ``check`` (a pre-commit hook, a CI step) then
-reads them instead of running the paths again. An entry is the verdicts of one ``judge_tree`` call
-and the hash of each file its run read; it is used only while each of those files still hashes the
-same. Kept under ``releases.cache_dir()`` / ``verdicts`` ($SGLANG_DRAFT_LAYOUT_CACHE moves it;
+them, the modules it looked for being there or not, this tool's own code and Python are the same:
+``check`` (a pre-commit hook, a CI step) then reads them instead of running the paths again. An entry
+is the verdicts of one ``judge_tree`` call, the hash of each file its run read and whether each module
+it only looked for is there; it is used only while each of those files still hashes the same and each
+of those modules is still there or not. Kept under ``releases.cache_dir()`` / ``verdicts`` ($SGLANG_DRAFT_LAYOUT_CACHE moves it;
 deleting the folder clears it); a cache that cannot be read or written is no cache.
 """
 
