@@ -174,7 +174,7 @@ class _ApplyEdits(cst.CSTTransformer):
     def _holds_a_named_node(self, node: cst.CSTNode) -> bool:
         if node not in self.ranges or isinstance(node, _RANGE_LEAVES_OUT):
             return True
-        (start, end) = _ends(self.ranges[node])
+        start, end = _ends(self.ranges[node])
         return any(start <= first and last <= end for first, last in self.named)
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):

@@ -5,8 +5,9 @@ them, the modules it looked for being there or not, this tool's own code and Pyt
 ``check`` (a pre-commit hook, a CI step) then reads them instead of running the paths again. An entry
 is the verdicts of one ``judge_tree`` call, the hash of each file its run read and whether each module
 it only looked for is there; it is used only while each of those files still hashes the same and each
-of those modules is still there or not. Kept under ``releases.cache_dir()`` / ``verdicts`` ($SGLANG_DRAFT_LAYOUT_CACHE moves it;
-deleting the folder clears it); a cache that cannot be read or written is no cache.
+of those modules is still there or not. Kept under ``releases.cache_dir()`` / ``verdicts``
+($SGLANG_DRAFT_LAYOUT_CACHE moves it; deleting the folder clears it); a cache that cannot be read or
+written is no cache.
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ class DiskStore:
         self._seen: dict[tuple[Optional[Path], str, bool], Union[Optional[str], bool]] = {}
 
     def _state(self, package: Optional[Path], relative: str, text: bool) -> Union[Optional[str], bool]:
-        """What a judging that read the file's ``text`` (else asked only whether it is there) depends on: its hash (None:
-        there is none), else whether it is there."""
+        """What a judging that read the file's ``text`` (else asked only whether it is there) depends on: its hash
+        (None: there is none), else whether it is there."""
         if (package, relative, text) not in self._seen:
             self._seen[package, relative, text] = (
                 _file_digest(package, relative)
