@@ -56,7 +56,7 @@ class Judging:
             self.forked = _Forked(len(self.others), functools.partial(self._judged_there, writer))
             os.close(writer)
 
-    def _judged_there(self, writer: int, mine: Iterable[int]) -> tuple[dict[DraftPath, Verdict], set[str]]:
+    def _judged_there(self, writer: int, mine: Iterable[int]) -> tuple[dict[DraftPath, Verdict], dict[str, bool]]:
         """The child's work: the workers judged, who inits each step written to ``writer``, the paths it claims."""
         os.close(self.handed)
         self.handed = None

@@ -62,8 +62,7 @@ class Tree:
 
     def text(self, relative: str) -> Optional[str]:
         if relative not in self.texts and self.package is not None:
-            path = self.package / relative
-            self.texts[relative] = path.read_text(encoding="utf-8") if path.is_file() else None
+            self.texts[relative] = (self.package / relative).read_text(encoding="utf-8") if self.has(relative) else None
         return self.texts.get(relative)
 
     def has(self, relative: str) -> bool:
