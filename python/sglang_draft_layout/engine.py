@@ -19,7 +19,6 @@ from typing import Callable, Collection, Iterator, Optional, Sequence
 
 from . import fork_tests, judgement, stale_keeps, transaction, verdict_cache
 from .harness.apart import each_apart
-from .harness.judged import compiled
 from .imports import add_imports
 from .layout_patterns.ast_walk import parsing_once
 from .layout_patterns.keep import KEEP_PRAGMA, has_keep_pragma
@@ -244,10 +243,10 @@ def _not_valid_python(path: object, error: SyntaxError) -> TargetError:
 
 
 def _compiles(path: Path, new: str) -> None:
-    """A text the plan rewrote is valid Python (else a rule bug); compiled once a process (``judged.compiled``: the
-    harness compiled it if a draft path runs it)."""
+    """A text the plan rewrote is valid Python (else a rule bug): compiled whole (the harness compiles a function
+    when it runs it)."""
     try:
-        compiled(new, str(path))
+        compile(new, str(path), "exec", dont_inherit=True)
     except SyntaxError as error:
         raise _invalid_rewrite(path, error) from None
 
@@ -650,7 +649,7 @@ def _as_a_program(source: Source, findings: Sequence[Finding]) -> str:
 def _new_text(path: Path, stored: StoredText, source: Source, findings: Sequence[Finding], target: Target) -> str:
     """The new text of one file with sites to patch and none unrecognised."""
     try:  # a file written must be valid Python as a whole, not only its classes
-        compiled(stored.text, str(path))
+        compile(stored.text, str(path), "exec", dont_inherit=True)
     except SyntaxError as error:
         raise _not_valid_python(path, error) from None
     return render(path, source, findings, target.line_length)

@@ -12,7 +12,6 @@ import builtins
 import types
 
 from sglang_draft_layout.harness.branches import BRANCH, Branches, comparisons, ordering_lines, with_branches
-from sglang_draft_layout.harness.functions_alone import _imported, code_with_branches
 from sglang_draft_layout.harness.paths import Probe, past
 from sglang_draft_layout.harness.unknown import Run
 
@@ -213,90 +212,3 @@ def test_an_operand_is_handed_where_the_test_reads_it_never_read_again():
         assert namespace["f"](types.SimpleNamespace(n=4)) == 0
     branches.probed(other_context=True)
     assert branches.read == {("f.py", 2): {(bool, False), (bool, True), (int, 4)}}  # of `rows`, whether it is None
-
-
-MODULE = '''\
-from __future__ import annotations
-
-import torch
-
-LIMIT = 1 << 20 if BIG > 16 else 1  # a module's line that names no if
-
-
-class Backend:
-    """Up to 16 rows (a docstring's line)."""
-
-    def __init__(self, num_seqs: int) -> None:
-        self.rows = torch.empty(num_seqs) if num_seqs > 1 else None  # torch.empty: an imported name's attribute
-        if num_seqs <= 12:
-            self.small = torch.zeros(
-                num_seqs,
-            )
-        # more than 4: a comment after its last line
-
-    def other(self):
-        return super().other()
-
-
-def helper(bs):
-    def inner(n: int) -> bool:
-        return n >= 8
-
-    if bs > 16 and inner(bs):
-        return torch.ones(bs)
-'''
-
-
-def test_a_module_compiled_with_its_functions_parsed_alone_is_the_module_parsed_whole():
-    plain = compile(MODULE, "m.py", "exec", dont_inherit=True)
-    whole = compile(with_branches(ast.parse(MODULE), MODULE, "m.py"), "m.py", "exec", dont_inherit=True)
-    alone = code_with_branches(plain, MODULE, "m.py", ordering_lines(MODULE))
-    assert alone is None  # the module's own line: parse the module
-    module = MODULE.replace("LIMIT = 1 << 20 if BIG > 16 else 1", "LIMIT = 1 << 20")  # a shift: no order
-    whole = compile(with_branches(ast.parse(module), module, "m.py"), "m.py", "exec", dont_inherit=True)
-    alone = code_with_branches(
-        compile(module, "m.py", "exec", dont_inherit=True), module, "m.py", ordering_lines(module)
-    )
-    assert alone is not None and alone != compile(module, "m.py", "exec", dont_inherit=True)
-
-    def codes(code):
-        yield code, code.co_qualname
-        for const in code.co_consts:
-            if isinstance(const, types.CodeType):
-                yield from codes(const)
-
-    assert list(codes(alone)) == list(codes(whole))
-    assert sum(BRANCH in c.co_names for c, _name in codes(alone)) == 2  # __init__'s if, helper's if
-
-
-def test_a_method_read_off_its_class_parsed_already_compiles_as_one_parsed_alone():
-    """``code_with_branches`` takes a method from its class statement where the process has it parsed (the rules'
-    class block): the same code, the class statement never changed; a statement that is not the class's own does not
-    compile as the module's method, and the module is parsed whole."""
-    module = MODULE.replace("LIMIT = 1 << 20 if BIG > 16 else 1", "LIMIT = 1 << 20")
-    plain, lines = compile(module, "m.py", "exec", dont_inherit=True), ordering_lines(module)
-    statement = ast.parse(module).body[3]
-    before, asked = ast.dump(statement, include_attributes=True), []
-
-    def parsed_class(cls):
-        asked.append(cls.co_name)
-        return statement
-
-    alone = code_with_branches(plain, module, "m.py", lines)
-    assert code_with_branches(plain, module, "m.py", lines, parsed_class) == alone
-    assert asked == ["Backend"] and ast.dump(statement, include_attributes=True) == before
-    other = ast.parse(module.replace("def __init__(self, num_seqs", "def __init__(self, n_seqs")).body[3]
-    assert code_with_branches(plain, module, "m.py", lines, lambda cls: other) is None
-
-
-def test_a_function_under_another_statement_or_not_parsing_alone_has_the_module_parsed():
-    nested = "import sys\nif sys:\n    def f(n):\n        if n > 4:\n            return n\n"
-    assert code_with_branches(compile(nested, "n.py", "exec"), nested, "n.py", ordering_lines(nested)) is None
-    in_class = "class A:\n    if True:\n        def f(self, n):\n            if n > 4:\n                return n\n"
-    assert code_with_branches(compile(in_class, "c.py", "exec"), in_class, "c.py", ordering_lines(in_class)) is None
-
-
-def test_the_names_a_module_binds_by_importing_are_read_off_its_code():
-    """Read with ``dis`` (no opcode table of one Python: 3.12 has no IMPORT_STAR)."""
-    source = "import os\nimport os.path as osp\nfrom json import *\nfrom sys import argv, path as p\nX = 1\n"
-    assert _imported(compile(source, "i.py", "exec")) == ["os", "osp", "argv", "p"]

@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import ast
 import difflib
-import functools
 import hashlib
 import inspect
 import re
 import types
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping, Optional
+from typing import Any, Collection, Mapping, Optional
 
 from .apart import Judging
 from .branches import ordering_lines
 from .coverage import Lines, layout_statements
-from .functions_alone import code_with_branches
 from .invariant import GUARDED, Verdict, judge
+from .lazy import HOOK, bind, call, lazy_code
 from .paths import DraftPath
 from .unknown import in_package
 from .world import Tree, compile_module
@@ -51,19 +50,14 @@ def parsed(text: str, filename: str) -> ast.Module:
 
 
 def compiled(text: str, filename: str) -> types.CodeType:
-    """The code of ``text`` (``world.compile_module``), compiled once a process: the tree before and after its
-    rewrite share the files not rewritten, and the texts ``apply`` writes are compiled here first. Where a line may
-    order against a number, compiled from the text with only the functions holding one parsed
-    (``code_with_branches``: the same code), else the module parsed."""
+    """The code of ``text`` (``world.compile_module``'s, its functions compiled when first called where they can be:
+    ``lazy.lazy_code``), compiled once a process: the tree before and after its rewrite share the files not
+    rewritten."""
 
     def compile_text() -> types.CodeType:
         lines = ordering_lines(text)
-        if lines:
-            code = compile(text, filename, "exec", dont_inherit=True)
-            code = code_with_branches(code, text, filename, lines, _class_statements_parsed(text.split("\n")))
-            if code is not None:
-                return code
-        return compile_module(text, filename, parsed, lines)
+        code = lazy_code(text, filename, lines)
+        return code if code is not None else compile_module(text, filename, parsed, lines)
 
     return _remember(_CODE, (filename, text), compile_text)
 
@@ -73,6 +67,7 @@ class Rewritten(Tree):
 
     def __init__(self, package: Optional[Path], torch: Any, texts: Mapping[str, str]) -> None:
         super().__init__(package, torch)
+        self.builtins[HOOK] = call
         self.texts.update(texts)
         self.given = frozenset(texts)
 
@@ -81,6 +76,14 @@ class Rewritten(Tree):
 
     def compile(self, text: str, filename: str) -> types.CodeType:
         return compiled(text, filename)
+
+    def module(self, relative: str) -> dict:
+        """``Tree.module``, its stub functions bound (``lazy.bind``) once executed."""
+        if relative in self.namespaces:
+            return self.namespaces[relative]
+        namespace = super().module(relative)
+        bind(namespace)
+        return namespace
 
     def class_node(self, cls: type) -> Optional[ast.ClassDef]:
         """``Tree.class_node``, the class parsed alone where it can be (``_class_statement``)."""
@@ -171,19 +174,6 @@ def _class_block(lines: list[str], body: types.CodeType) -> str:
                 break
             decorated = lines[n].startswith("@")
     return "\n" * start + "\n".join(lines[start:end]) + ("\n" if end < len(lines) else "")
-
-
-def _class_statements_parsed(lines: list[str]) -> Callable[[types.CodeType], Optional[ast.ClassDef]]:
-    """The class statement of a class body's code where this process parsed its block already (the rules' class
-    blocks, ``_class_statement``: ``parsed``), else None; never parsed here (``code_with_branches``)."""
-
-    @functools.lru_cache(maxsize=None)
-    def statement(body: types.CodeType) -> Optional[ast.ClassDef]:
-        module = _PARSED.get(_class_block(lines, body))
-        found = module.body[0] if module is not None and module.body else None
-        return found if isinstance(found, ast.ClassDef) and found.name == body.co_name else None
-
-    return statement
 
 
 def _layout_lines(tree: Rewritten, path: DraftPath) -> Lines:
