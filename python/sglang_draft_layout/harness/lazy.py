@@ -25,7 +25,8 @@ import types
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .branches import ordering_lines, with_branches
+from .branches import with_branches
+from .world import compile_module
 
 #: the name each stub calls (``Tree.builtins``): ``HOOK(key, __class__ or None)``
 HOOK = "__sglang_draft_layout_lazy__"
@@ -316,10 +317,8 @@ def _header(code: types.CodeType) -> tuple:
 
 
 def _from_whole(lazy: Lazy, stub: types.CodeType) -> types.CodeType:
-    """``stub``'s function as the module compiled whole has it."""
-    text = lazy.text
-    module = with_branches(ast.parse(text, lazy.filename), text, lazy.filename, ordering_lines(text))
-    todo = [compile(module, lazy.filename, "exec", dont_inherit=True)]
+    """``stub``'s function as the module compiled whole has it (``world.compile_module``)."""
+    todo = [compile_module(lazy.text, lazy.filename)]
     while todo:
         code = todo.pop()
         if code.co_qualname == stub.co_qualname and code.co_firstlineno == stub.co_firstlineno:
