@@ -242,12 +242,17 @@ def _not_valid_python(path: object, error: SyntaxError) -> TargetError:
     return TargetError(f"{path}:{error.lineno}: not valid Python ({error.msg}); nothing written")
 
 
-def _compiles(path: Path, new: str) -> None:
-    """A text the plan rewrote is valid Python (else a rule bug): compiled whole (the harness compiles a function
-    when it runs it)."""
+def _compiles(path: Path, new: str, old: Optional[str] = None) -> None:
+    """A text the plan rewrote is valid Python, compiled whole (the harness compiles a function when it runs it):
+    where not, the file as it is (``old``) was not (a TargetError naming its line), else the rewrite is a rule bug."""
     try:
         compile(new, str(path), "exec", dont_inherit=True)
     except SyntaxError as error:
+        if old is not None:
+            try:
+                compile(old, str(path), "exec", dont_inherit=True)
+            except SyntaxError as own:
+                raise _not_valid_python(path, own) from None
         raise _invalid_rewrite(path, error) from None
 
 
@@ -527,7 +532,7 @@ def _plan(
         new = (
             functools.partial(helper_definitions.new_module, relative, target.line_length)
             if relative in created
-            else functools.partial(_new_text, path, stored[relative], sources[relative], file_findings, target)
+            else functools.partial(render, path, sources[relative], file_findings, target.line_length)
         )
         to_render.append((path, relative, stored.get(relative), file_findings, file_rules, new))  # created: none
     # each file rendered by one of two processes where they may (libcst's rendering is most of an apply's time)
@@ -552,6 +557,8 @@ def _plan(
     paths = judgement.path_findings(judged, findings, rewritten_files, whole)
     refused = [f for f in paths if f.state is State.UNRECOGNISED]
     stale = _stale_keeps(target, by_file, sources, findings, keep)
+    if unsafe and not isinstance(unsafe[0], PatchError):  # a file of the tree's that is not valid Python
+        raise unsafe[0]
     if refused:  # a refused tree is not written: what its rules find in it after rendering is moot
         changes = []
     else:
@@ -646,15 +653,6 @@ def _as_a_program(source: Source, findings: Sequence[Finding]) -> str:
     return spliced(source, [e for f in findings for e in f.edits]).rstrip("\n") + "\n" + "".join(lines)
 
 
-def _new_text(path: Path, stored: StoredText, source: Source, findings: Sequence[Finding], target: Target) -> str:
-    """The new text of one file with sites to patch and none unrecognised."""
-    try:  # a file written must be valid Python as a whole, not only its classes
-        compile(stored.text, str(path), "exec", dont_inherit=True)
-    except SyntaxError as error:
-        raise _not_valid_python(path, error) from None
-    return render(path, source, findings, target.line_length)
-
-
 def _rendered(
     path: Path,
     relative: str,
@@ -698,8 +696,8 @@ def _check_rendered(
     """Every rewritten text compiles and every rule now finds its site in upstream's form, each file read
     beside the others as rewritten (a rule may look at the tree's other files)."""
     new_sources = {}
-    for path, relative, _stored, rules, new in rendered:
-        _compiles(path, new)
+    for path, relative, stored, rules, new in rendered:
+        _compiles(path, new, stored.text if stored is not None else None)
         new_sources[relative] = _parse(path, relative, new, _parsed_classes(relative, rules))
     others = {**sources, **new_sources}
     for path, relative, _stored, rules, _new in rendered:
@@ -802,7 +800,7 @@ def _patched_bytes(target: Target, path: Path, data: bytes) -> Optional[bytes]:
         if any(f.state is State.UNRECOGNISED for f in findings) or not any(f.state is State.TO_PATCH for f in findings):
             return None
         rendered = [
-            _rendered(path, relative, stored, findings, file_rules, _new_text(path, stored, source, findings, target))
+            _rendered(path, relative, stored, findings, file_rules, render(path, source, findings, target.line_length))
         ]
         _check_rendered(target, rendered, {})
         return FileChange.of(path, stored, rendered[0][4]).after

@@ -1,11 +1,13 @@
 """Apply the rules' edits to a file's text with libcst (``apply`` and ``diff`` only).
 
 The rules name ast nodes (source ranges). Each edit's anchor is looked up in the
-smallest piece of the file holding it (a method, parsed inside a stand-in ``class _:``
-line so its indentation stays, or a top-level statement), parsed on its own by libcst;
-the anchor is the libcst node with the same syntactic range (parentheses excluded, as
-in ast; a parenthesised tuple's range includes them in both). Only those pieces are
-rewritten and spliced back: the rest of the file is never touched.
+smallest piece of the file holding it (the innermost statement holding the anchor and the
+statements the edit absorbs, or the run of statements of one block they lie in; pieces that
+share lines are one), parsed on its own by libcst after a stand-in block line for each
+statement holding it, so that its indentation stays; the anchor is the libcst node with
+the same syntactic range (parentheses excluded, as in ast; a parenthesised tuple's range
+includes them in both). Only those pieces are rewritten and spliced back: the rest of the
+file is never touched.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider, Whites
 
 from .rules.base import Edit, Source, definition_start, removed_lines
 
-METHOD_PREFIX = "class _:\n"
+#: a stand-in block line: an indented piece is parsed after one for each statement holding it
+BLOCK = "class _:\n"
 #: nodes whose range (libcst's PositionProvider) leaves out children an edit may name: a definition's decorators
 #: (an indented block's range starts where its first statement's does, after the decorators)
 _RANGE_LEAVES_OUT = (cst.Module, cst.FunctionDef, cst.ClassDef, cst.IndentedBlock)
@@ -50,33 +53,81 @@ class Segment:
         return module.code[len(self.prefix) :]
 
 
-def _holder(source: Source, node: ast.AST) -> tuple[ast.stmt, str]:
-    """The piece of the file parsed for ``node``: a method of a top-level class, or a top-level statement."""
+def _piece(source: Source, nodes: Sequence[ast.AST]) -> tuple[int, int, str]:
+    """(start, end, prefix) of the lines parsed for ``nodes`` (an edit's anchor and the statements it absorbs): the
+    innermost statement holding them, or the run of statements of one block they lie in, from the first one's
+    ``definition_start``; the prefix holds a stand-in block line at the indentation of each statement around them
+    (libcst takes the file's indent unit from the first). Where a comment stands above the first, past blank lines
+    (libcst's leading line of it, as in the whole file), the run takes in the statement before it, or the one
+    holding it."""
+    first, last = min(node.lineno for node in nodes), max(node.end_lineno for node in nodes)
 
-    def holds(stmt: ast.stmt) -> bool:
-        return definition_start(source, stmt) < node.lineno and node.end_lineno <= stmt.end_lineno
+    def holding(block: list[ast.stmt]) -> list[ast.stmt]:
+        return [stmt for stmt in block if definition_start(source, stmt) < last and first <= stmt.end_lineno]
 
-    top = next((s for s in source.tree.body if holds(s)), None)
-    if top is None:
-        raise AnchorError(node)
-    if isinstance(top, ast.ClassDef) and top is not node:
-        method = next(
-            (s for s in top.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and holds(s)), None
-        )
-        if method is not None:
-            return method, METHOD_PREFIX
-    return top, ""
+    levels = [(source.tree.body, holding(source.tree.body))]  # (a block, its statements holding the nodes)
+    while len(run := levels[-1][1]) == 1 and not any(run[0] is node for node in nodes):
+        blocks = [(block, held) for block in _blocks(run[0]) if (held := holding(block))]
+        if len(blocks) != 1:
+            break
+        levels.append(blocks[0])
+    body, run = levels.pop()
+    if not run:
+        raise AnchorError(nodes[0])
+    while _comment_above(source, definition_start(source, run[0])):
+        at = next(i for i, stmt in enumerate(body) if stmt is run[0])
+        if at:
+            run = [body[at - 1], *run]
+        elif levels:
+            body, run = levels.pop()
+        else:
+            break
+    prefix = "".join(f"{_indent(source.lines[around[0].lineno - 1])}{BLOCK}" for _block, around in levels)
+    return definition_start(source, run[0]), run[-1].end_lineno, prefix
 
 
-def _parse(source: Source, stmt: ast.stmt, prefix: str) -> Segment:
-    start = definition_start(source, stmt)
-    module = cst.parse_module(prefix + "".join(source.lines[start : stmt.end_lineno]))
+def _comment_above(source: Source, start: int) -> bool:
+    """Whether the first line above line index ``start`` that is not blank is a comment."""
+    above = start - 1
+    while above >= 0 and not source.lines[above].strip():
+        above -= 1
+    return above >= 0 and source.lines[above].lstrip().startswith("#")
+
+
+def _indent(line: str) -> str:
+    return line[: len(line) - len(line.lstrip())]
+
+
+def _blocks(stmt: ast.stmt) -> list[list[ast.stmt]]:
+    """The blocks of statements of ``stmt`` (an except handler's and a match case's included)."""
+    blocks = [getattr(stmt, name, None) or [] for name in ("body", "orelse", "finalbody")]
+    blocks += [clause.body for name in ("handlers", "cases") for clause in getattr(stmt, name, None) or []]
+    return [block for block in blocks if block and isinstance(block[0], ast.stmt)]
+
+
+def _pieces(source: Source, edits: Sequence[Edit]) -> list[tuple[tuple[int, int, str], list[Edit]]]:
+    """The pieces parsed for ``edits`` and the edits of each: where two pieces share lines (one holds the other, or
+    two runs of one block meet), one piece of both."""
+    pieces: list[tuple[tuple[int, int, str], list[Edit]]] = []
+    for piece, edit in sorted(
+        ((_piece(source, [e.node, *e.absorb]), e) for e in edits), key=lambda p: (p[0][0], -p[0][1])
+    ):
+        if pieces and piece[0] < pieces[-1][0][1]:
+            (start, end, prefix), held = pieces[-1]
+            pieces[-1] = (start, max(end, piece[1]), prefix), [*held, edit]
+        else:
+            pieces.append((piece, [edit]))
+    return pieces
+
+
+def _parse(source: Source, start: int, end: int, prefix: str) -> Segment:
+    module = cst.parse_module(prefix + "".join(source.lines[start:end]))
     if not prefix and module.header:  # libcst puts comments above the first statement in the module header
         first = module.body[0]
         module = module.with_changes(
             header=[], body=[first.with_changes(leading_lines=[*module.header, *first.leading_lines]), *module.body[1:]]
         )
-    return Segment(start, stmt.end_lineno, module, prefix)
+    return Segment(start, end, module, prefix)
 
 
 def _position(source: Source, segment: Segment, line: int, byte_col: int) -> tuple[int, int]:
@@ -273,15 +324,9 @@ def _edit_key(edit: Edit) -> tuple:
 
 
 def _apply_edits(source: Source, edits: Sequence[Edit]) -> str:
-    by_piece: dict[tuple[int, str], list[Edit]] = defaultdict(list)
-    holders: dict[tuple[int, str], ast.stmt] = {}
     replacements: dict[tuple[int, int], str] = {removed_lines(source, e.node): "" for e in edits if e.remove}
-    for edit in (e for e in edits if not e.remove):
-        stmt, prefix = _holder(source, edit.node)
-        holders[id(stmt), prefix] = stmt
-        by_piece[id(stmt), prefix].append(edit)
-    for key, piece_edits in by_piece.items():
-        segment = _parse(source, holders[key], key[1])
+    for (start, end, prefix), piece_edits in _pieces(source, [e for e in edits if not e.remove]):
+        segment = _parse(source, start, end, prefix)
         anchors = [e.node for e in piece_edits] + [s for e in piece_edits for s in e.absorb]
         nodes, ranges = _locate(source, segment, anchors)
         absorbed = [

@@ -55,6 +55,32 @@ def test_syntax_error_in_a_target_file(scratch, capsys):
     assert digest(root) == before
 
 
+
+def test_syntax_error_where_no_draft_path_runs_in_a_file_apply_writes(scratch, capsys):
+    """A function no path calls is compiled only when ``apply`` compiles the file it would write whole: the error
+    names the tree's line, not the rewrite's."""
+    root = scratch("0.5.12")
+    path = root / FLASHINFER
+    text = path.read_text()
+    path.write_text(text + "\n\ndef _fork_helper():\n    return 1 +\n")
+    assert cli.main(["check", str(root)]) == 1  # no path runs it
+    capsys.readouterr()
+    before = digest(root)
+    assert cli.main(["apply", str(root)]) == 2
+    line = text.count("\n") + 4
+    assert one_line_error(capsys) == f"error: {path}:{line}: not valid Python (invalid syntax); nothing written"
+    assert digest(root) == before
+
+
+def test_a_rewrite_that_does_not_compile_is_a_rule_bug(scratch, capsys, monkeypatch):
+    root = scratch("0.5.12")
+    real = engine.render
+    monkeypatch.setattr(engine, "render", lambda *args: real(*args) + "\nx = (\n")
+    before = digest(root)
+    assert cli.main(["apply", str(root)]) == 2
+    assert "rewriting made invalid Python (" in one_line_error(capsys)
+    assert digest(root) == before
+
 def test_read_only_file(scratch, capsys):
     root = scratch("0.5.12")
     path = root / FLASHINFER

@@ -112,6 +112,37 @@ def test_a_removed_statement_leaves_the_comments_inside_and_at_the_end_of_it():
     assert new == "def f(x):\n    # the view\n    b = x\n    # above\n    # inner\n    # end\n    c = x\n"
 
 
+
+def test_a_block_inserted_deep_in_a_method_takes_the_files_indent_unit():
+    """The piece parsed is the statement, after a stand-in block line for each statement holding it: the inserted
+    block's body is indented by the file's unit (two spaces here), not by the statement's depth."""
+    text = "class A:\n  def f(self, b):\n    if b:\n      y = g(b)\n    return y\n"
+    source = Source("mod.py", text)
+    stmt = node(source, ast.Assign, "y = g(b)")
+    new = apply_edits(source, [Edit(stmt, before=("if b > 1:\n    b = b - 1\n",)), Edit(stmt.value, replace="h(b)")])
+    assert new == text.replace("      y = g(b)\n", "      if b > 1:\n        b = b - 1\n      y = h(b)\n")
+
+
+def test_statements_in_an_except_handler_and_a_match_case_keep_their_indentation():
+    text = (
+        "def f(x):\n    try:\n        y = x + 1\n    except ValueError:\n        y = x + 2\n"
+        "    match y:\n        case 3:\n            y = x + 3\n    return y\n"
+    )
+    source = Source("mod.py", text)
+    edits = [Edit(node(source, ast.BinOp, f"x + {n}"), replace=f"x - {n}") for n in (2, 3)]
+    new = apply_edits(source, edits)
+    assert new == text.replace("x + 2", "x - 2").replace("x + 3", "x - 3")
+
+
+def test_a_comment_past_a_blank_line_above_a_removed_statement_goes_with_it():
+    """libcst makes a comment above a statement, blank lines between, a leading line of it: the piece parsed starts
+    at the statement before, so that the removed statement's comment moves to the statement taking it over."""
+    text = "def f(x):\n    a = 0\n    # about v\n\n    v = x\n    w = 1\n    b = v\n    return b\n"
+    source = Source("mod.py", text)
+    _a, v, _w, b, _return = source.tree.body[0].body
+    new = apply_edits(source, [Edit(b, replace="b = x\n", absorb=(v,))])
+    assert new == "def f(x):\n    a = 0\n    w = 1\n    # about v\n\n    b = x\n    return b\n"
+
 def test_an_anchor_libcst_cannot_match_is_an_error():
     text = "x = 1; y = 2\n"
     source = Source("mod.py", text)
