@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from collections import defaultdict
 from dataclasses import dataclass, fields
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider, WhitespaceInclusivePositionProvider
@@ -57,9 +57,11 @@ def _piece(source: Source, nodes: Sequence[ast.AST]) -> tuple[int, int, str]:
     """(start, end, prefix) of the lines parsed for ``nodes`` (an edit's anchor and the statements it absorbs): the
     innermost statement holding them, or the run of statements of one block they lie in, from the first one's
     ``definition_start``; the prefix holds a stand-in block line at the indentation of each statement around them
-    (libcst takes the file's indent unit from the first). Where a comment stands above the first, past blank lines
-    (libcst's leading line of it, as in the whole file), the run takes in the statement before it, or the one
-    holding it."""
+    (libcst takes the file's indent unit from the first). Where a blank or comment line stands above the first
+    (libcst's leading line of it, which an edit may move), the run takes in the statement before it, or the one
+    holding it, until none does or the run is the method of a top-level class or the top-level statement holding the
+    nodes (``_bound``): what libcst parses then gives each statement the leading lines it had when that method or
+    statement was parsed whole."""
     first, last = min(node.lineno for node in nodes), max(node.end_lineno for node in nodes)
 
     def holding(block: list[ast.stmt]) -> list[ast.stmt]:
@@ -71,27 +73,47 @@ def _piece(source: Source, nodes: Sequence[ast.AST]) -> tuple[int, int, str]:
         if len(blocks) != 1:
             break
         levels.append(blocks[0])
+    bound = _bound(levels, nodes)
     body, run = levels.pop()
     if not run:
         raise AnchorError(nodes[0])
-    while _comment_above(source, definition_start(source, run[0])):
+    while (
+        bound is not None
+        and not any(stmt is bound for stmt in run)
+        and _spaced(source, definition_start(source, run[0]))
+    ):
         at = next(i for i, stmt in enumerate(body) if stmt is run[0])
         if at:
             run = [body[at - 1], *run]
-        elif levels:
-            body, run = levels.pop()
         else:
-            break
-    prefix = "".join(f"{_indent(source.lines[around[0].lineno - 1])}{BLOCK}" for _block, around in levels)
-    return definition_start(source, run[0]), run[-1].end_lineno, prefix
+            body, run = levels.pop()
+    indents: list[str] = []  # an ``elif``'s statement stands at its ``if``'s indentation: one block line for both
+    for _block, around in levels:
+        indent = _indent(source.lines[around[0].lineno - 1])
+        if not indents or len(indent) > len(indents[-1]):
+            indents.append(indent)
+    end = run[-1].end_lineno  # and a block's footer, the comment lines after its last statement, up to the bound's end
+    while _blocks(run[-1]) and bound is not None and end < bound.end_lineno and _spaced(source, end + 1):
+        end += 1
+    return definition_start(source, run[0]), end, "".join(indent + BLOCK for indent in indents)
 
 
-def _comment_above(source: Source, start: int) -> bool:
-    """Whether the first line above line index ``start`` that is not blank is a comment."""
-    above = start - 1
-    while above >= 0 and not source.lines[above].strip():
-        above -= 1
-    return above >= 0 and source.lines[above].lstrip().startswith("#")
+def _bound(levels: list[tuple[list[ast.stmt], list[ast.stmt]]], nodes: Sequence[ast.AST]) -> Optional[ast.stmt]:
+    """The statement a piece grows up to at most: the method of a top-level class holding ``nodes``, else the top-level
+    statement holding them (None: they lie in several)."""
+    top = levels[0][1]
+    if len(top) != 1:
+        return None
+    if isinstance(top[0], ast.ClassDef) and top[0] not in nodes and len(levels) > 1 and len(levels[1][1]) == 1:
+        if isinstance(levels[1][1][0], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return levels[1][1][0]
+    return top[0]
+
+
+def _spaced(source: Source, start: int) -> bool:
+    """Whether the line above line index ``start`` is blank or a comment (libcst's leading lines of the statement
+    there, as the statements around it have them)."""
+    return start > 0 and (not source.lines[start - 1].strip() or source.lines[start - 1].lstrip().startswith("#"))
 
 
 def _indent(line: str) -> str:

@@ -55,7 +55,6 @@ def test_syntax_error_in_a_target_file(scratch, capsys):
     assert digest(root) == before
 
 
-
 def test_syntax_error_where_no_draft_path_runs_in_a_file_apply_writes(scratch, capsys):
     """A function no path calls is compiled only when ``apply`` compiles the file it would write whole: the error
     names the tree's line, not the rewrite's."""
@@ -80,6 +79,7 @@ def test_a_rewrite_that_does_not_compile_is_a_rule_bug(scratch, capsys, monkeypa
     assert cli.main(["apply", str(root)]) == 2
     assert "rewriting made invalid Python (" in one_line_error(capsys)
     assert digest(root) == before
+
 
 def test_read_only_file(scratch, capsys):
     root = scratch("0.5.12")

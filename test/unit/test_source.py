@@ -112,7 +112,6 @@ def test_a_removed_statement_leaves_the_comments_inside_and_at_the_end_of_it():
     assert new == "def f(x):\n    # the view\n    b = x\n    # above\n    # inner\n    # end\n    c = x\n"
 
 
-
 def test_a_block_inserted_deep_in_a_method_takes_the_files_indent_unit():
     """The piece parsed is the statement, after a stand-in block line for each statement holding it: the inserted
     block's body is indented by the file's unit (two spaces here), not by the statement's depth."""
@@ -142,6 +141,16 @@ def test_a_comment_past_a_blank_line_above_a_removed_statement_goes_with_it():
     _a, v, _w, b, _return = source.tree.body[0].body
     new = apply_edits(source, [Edit(b, replace="b = x\n", absorb=(v,))])
     assert new == "def f(x):\n    a = 0\n    w = 1\n    # about v\n\n    b = x\n    return b\n"
+
+
+
+def test_a_replaced_block_takes_the_comments_at_its_end_above_it():
+    """libcst gives a block the comment lines after its last statement that are indented as deeply: the piece parsed
+    takes them in, so that they go above the statement replacing the block, as its other comments do."""
+    text = "def f(x):\n    if x:\n        a = 1  # one\n        # trailing\n\n    return a\n"
+    source = Source("mod.py", text)
+    new = apply_edits(source, [Edit(source.tree.body[0].body[0], replace="a = 1\n")])
+    assert new == "def f(x):\n    # one\n    # trailing\n    a = 1\n\n    return a\n"
 
 def test_an_anchor_libcst_cannot_match_is_an_error():
     text = "x = 1; y = 2\n"
