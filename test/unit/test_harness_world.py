@@ -69,3 +69,18 @@ def test_a_class_not_at_the_margin_is_left_to_the_whole_module():
     code = compile(text, "backend.py", "exec")
     assert judged._class_statement(code, text, "backend.py", "Backend") is False
     assert judged._class_statement(code, text, "backend.py", "Other") is None
+
+
+def test_an_unknown_unpacks_into_as_many_items_as_the_statement_takes():
+    """``a, b = x`` and ``a, *b, c = x`` read how many items off the unpacking instruction, a count past 255 (held by
+    an ``EXTENDED_ARG`` unit) too; a loop over an unknown takes one item or none, as the run decides."""
+    from sglang_draft_layout.harness.unknown import Run, Unknown
+
+    names = [f"v{i}" for i in range(300)]
+    namespace = {"x": Unknown("x")}
+    exec(f"a, b, c = x\nd, *e, f = x\n{', '.join(names)} = x\n", namespace)
+    assert [namespace[n]._name for n in "abcdf"] == ["x[0]", "x[1]", "x[2]", "x[0]", "x[1]"]
+    assert namespace["e"] == [] and namespace["v299"]._name == "x[299]"
+    for forced, count in (({}, 1), ({"items of x": False}, 0)):
+        with Run(forced):
+            assert len([item for item in namespace["x"]]) == count

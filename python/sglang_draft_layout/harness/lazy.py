@@ -35,6 +35,9 @@ FUTURES = functools.reduce(
     int.__or__, (getattr(__future__, name).compiler_flag for name in __future__.all_feature_names)
 )
 _VARARGS, _VARKEYWORDS = 0x04, 0x08
+_IMPORTS = {dis.opmap["IMPORT_NAME"], dis.opmap["IMPORT_FROM"]}
+_STORES = {dis.opmap["STORE_NAME"], dis.opmap["STORE_GLOBAL"]}
+_CACHE = dis.opmap.get("CACHE")  # Python 3.11 on: the inline cache units after an instruction
 #: a comment or a string, as Python's tokenizer reads them (a prefix changes neither's extent)
 _TOKEN = re.compile(
     r"#[^\n]*"
@@ -287,14 +290,18 @@ def _compiled(key: int, stub: types.CodeType) -> types.CodeType:
 
 @functools.lru_cache(maxsize=32)
 def _imported(code: types.CodeType) -> tuple[str, ...]:
-    """The names the module's ``code`` binds by importing (``import a.b``, ``from a import b as c``)."""
-    names, importing = [], False
-    for instruction in dis.get_instructions(code):
-        if instruction.opname == "EXTENDED_ARG":  # a store's name past the 256th: the store follows
+    """The names the module's ``code`` binds by importing (``import a.b``, ``from a import b as c``): each store of a
+    name right after an import, read off the bytecode (inline cache units skipped, an argument past 255 held by the
+    ``EXTENDED_ARG`` units before it)."""
+    names, importing, extended, raw = [], False, 0, code.co_code
+    for at in range(0, len(raw), 2):
+        op, arg = raw[at], raw[at + 1] | extended
+        extended = arg << 8 if op == dis.EXTENDED_ARG else 0
+        if op == dis.EXTENDED_ARG or op == _CACHE:
             continue
-        if importing and instruction.opname in ("STORE_NAME", "STORE_GLOBAL"):
-            names.append(instruction.argval)
-        importing = instruction.opname in ("IMPORT_NAME", "IMPORT_FROM")
+        if importing and op in _STORES:
+            names.append(code.co_names[arg])
+        importing = op in _IMPORTS
     return tuple(dict.fromkeys(names))
 
 

@@ -20,7 +20,7 @@ RAISE = dis.opmap["RAISE_VARARGS"]
 TAG = 10_000_000
 #: the file names the tree's code is compiled under: its frames are the ones decisions are charged to
 TREE_FILES: set[str] = set()
-_INSTRUCTIONS: dict[Any, dict[int, dis.Instruction]] = {}
+_UNPACK_SEQUENCE, _UNPACK_EX = dis.opmap["UNPACK_SEQUENCE"], dis.opmap["UNPACK_EX"]
 
 
 def in_package(filename: str) -> str:
@@ -102,15 +102,17 @@ def refused_by_decision(error: BaseException, run: Run) -> bool:
 
 
 def _unpacked(frame: Any) -> Optional[int]:
-    """How many items the instruction running in ``frame`` unpacks (``a, b = x``), or None."""
-    code = frame.f_code
-    if code not in _INSTRUCTIONS:
-        _INSTRUCTIONS[code] = {i.offset: i for i in dis.get_instructions(code)}
-    instruction = _INSTRUCTIONS[code].get(frame.f_lasti)
-    if instruction is None or not instruction.opname.startswith("UNPACK_"):
+    """How many items the instruction running in ``frame`` unpacks (``a, b = x``), or None: read off its bytecode
+    (an instruction's argument past 255 held by the ``EXTENDED_ARG`` units before it)."""
+    code, at = frame.f_code.co_code, frame.f_lasti
+    op = code[at]
+    if op not in (_UNPACK_SEQUENCE, _UNPACK_EX):
         return None
-    arg = instruction.arg or 0
-    return arg if instruction.opname == "UNPACK_SEQUENCE" else (arg & 0xFF) + (arg >> 8)
+    arg, shift = code[at + 1], 8
+    while at >= 2 and code[at - 2] == dis.EXTENDED_ARG:
+        at -= 2
+        arg, shift = arg | code[at + 1] << shift, shift + 8
+    return arg if op == _UNPACK_SEQUENCE else (arg & 0xFF) + (arg >> 8)
 
 
 def _name(value: Any) -> str:
