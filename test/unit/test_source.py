@@ -143,7 +143,6 @@ def test_a_comment_past_a_blank_line_above_a_removed_statement_goes_with_it():
     assert new == "def f(x):\n    a = 0\n    w = 1\n    # about v\n\n    b = x\n    return b\n"
 
 
-
 def test_a_replaced_block_takes_the_comments_at_its_end_above_it():
     """libcst gives a block the comment lines after its last statement that are indented as deeply: the piece parsed
     takes them in, so that they go above the statement replacing the block, as its other comments do."""
@@ -151,6 +150,7 @@ def test_a_replaced_block_takes_the_comments_at_its_end_above_it():
     source = Source("mod.py", text)
     new = apply_edits(source, [Edit(source.tree.body[0].body[0], replace="a = 1\n")])
     assert new == "def f(x):\n    # one\n    # trailing\n    a = 1\n\n    return a\n"
+
 
 def test_an_anchor_libcst_cannot_match_is_an_error():
     text = "x = 1; y = 2\n"
