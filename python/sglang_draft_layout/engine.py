@@ -557,8 +557,8 @@ def _plan(
     paths = judgement.path_findings(judged, findings, rewritten_files, whole)
     refused = [f for f in paths if f.state is State.UNRECOGNISED]
     stale = _stale_keeps(target, by_file, sources, findings, keep)
-    if unsafe and not isinstance(unsafe[0], PatchError):  # a file of the tree's that is not valid Python
-        raise unsafe[0]
+    if unsafe and isinstance(unsafe[0], TargetError) and not isinstance(unsafe[0], PatchError):
+        raise unsafe[0]  # a file of the tree's that is not valid Python (``_compiles``), refused or not
     if refused:  # a refused tree is not written: what its rules find in it after rendering is moot
         changes = []
     else:

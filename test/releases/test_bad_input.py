@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from sglang_draft_layout import cli, engine, transaction
 from sglang_draft_layout.rules import RULES
 from sglang_draft_layout.target import TargetError, resolve
+from test_regressed_trees import OWN_SUBCLASS
 
 pytestmark = pytest.mark.releases
 
@@ -68,6 +68,22 @@ def test_syntax_error_where_no_draft_path_runs_in_a_file_apply_writes(scratch, c
     assert cli.main(["apply", str(root)]) == 2
     line = text.count("\n") + 4
     assert one_line_error(capsys) == f"error: {path}:{line}: not valid Python (invalid syntax); nothing written"
+    assert digest(root) == before
+
+
+def test_a_file_that_is_not_valid_python_is_named_before_a_draft_path_refused_in_another(scratch, capsys):
+    """A syntax error no path runs into (found compiling the file ``apply`` would write) is what the error names, as
+    it was when ``apply`` compiled each file before rendering it, though another file's draft path is refused."""
+    root = scratch("0.5.12")
+    flashinfer = root / FLASHINFER
+    text = flashinfer.read_text()
+    flashinfer.write_text(text + "\n\ndef _fork_helper():\n    return 1 +\n")
+    triton = root / "sglang/srt/layers/attention/triton_backend.py"
+    triton.write_text(triton.read_text() + OWN_SUBCLASS)  # refused: its rows stay one branch wide
+    before = digest(root)
+    assert cli.main(["apply", str(root)]) == 2
+    line = text.count("\n") + 4
+    assert one_line_error(capsys) == f"error: {flashinfer}:{line}: not valid Python (invalid syntax); nothing written"
     assert digest(root) == before
 
 
