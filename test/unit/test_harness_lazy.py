@@ -222,3 +222,11 @@ def test_an_imported_name_past_the_256th_name_is_read_too():
     """Its store follows an EXTENDED_ARG (0.5.23's ``srt/managers/scheduler.py`` binds 196 by importing)."""
     source = "".join(f"n{i} = 1\n" for i in range(300)) + "from os import path as p300\nimport sys\n"
     assert lazy._imported(compile(source, "i.py", "exec")) == ("p300", "sys")
+
+
+def test_a_function_is_named_by_its_qualified_name_where_python_keeps_one_else_by_its_name():
+    """Python 3.10's code objects have no ``co_qualname`` (the tool supports 3.10): the stub and its function are
+    then matched by name and first line."""
+    code = compile("class A:\n    def f(self):\n        pass\n", "m.py", "exec").co_consts[0].co_consts[1]
+    assert lazy._qualname(code) == getattr(code, "co_qualname", "f")
+    assert lazy._qualname(types.SimpleNamespace(co_name="f")) == "f"

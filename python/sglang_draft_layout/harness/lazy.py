@@ -284,7 +284,6 @@ def _compiled(key: int, stub: types.CodeType) -> types.CodeType:
         pass
     if alone is None or _header(alone) != _header(stub):
         alone = _from_whole(lazy, stub)
-    _CODE[key] = alone
     return alone
 
 
@@ -316,10 +315,15 @@ def _defined(code: types.CodeType, cls: Optional[str], stub: types.CodeType) -> 
     return code
 
 
+def _qualname(code: Any) -> str:
+    """``code``'s qualified name (Python 3.11 on), or its name (3.10, whose code objects keep none)."""
+    return getattr(code, "co_qualname", code.co_name)
+
+
 def _header(code: types.CodeType) -> tuple:
     count = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & _VARARGS)
     count += bool(code.co_flags & _VARKEYWORDS)
-    return (code.co_qualname, code.co_firstlineno, code.co_posonlyargcount, code.co_argcount,
+    return (_qualname(code), code.co_firstlineno, code.co_posonlyargcount, code.co_argcount,
             code.co_kwonlyargcount, code.co_flags & (_VARARGS | _VARKEYWORDS), code.co_varnames[:count])  # fmt: skip
 
 
@@ -328,7 +332,7 @@ def _from_whole(lazy: Lazy, stub: types.CodeType) -> types.CodeType:
     todo = [compile_module(lazy.text, lazy.filename)]
     while todo:
         code = todo.pop()
-        if code.co_qualname == stub.co_qualname and code.co_firstlineno == stub.co_firstlineno:
+        if _qualname(code) == _qualname(stub) and code.co_firstlineno == stub.co_firstlineno:
             return code
         todo += [c for c in code.co_consts if isinstance(c, types.CodeType)]
-    raise RuntimeError(f"{lazy.filename}:{stub.co_firstlineno}: no function {stub.co_qualname} in the module")
+    raise RuntimeError(f"{lazy.filename}:{stub.co_firstlineno}: no function {_qualname(stub)} in the module")
