@@ -19,6 +19,7 @@ from typing import Callable, Collection, Iterator, Optional, Sequence
 
 from . import fork_tests, judgement, stale_keeps, transaction, verdict_cache
 from .harness.apart import each_apart
+from .harness.paths import sizes_rows
 from .imports import add_imports
 from .layout_patterns.ast_walk import parsing_once
 from .layout_patterns.keep import KEEP_PRAGMA, has_keep_pragma
@@ -288,7 +289,7 @@ def _sources(
             gate.check()
             if relative not in by_file:
                 text = StoredText.read(path)
-                if names_draft_layout(text.text):
+                if names_draft_layout(text.text) or sizes_rows(text.text):  # the runner: the sizes it hands rows
                     stored[relative] = text
     judgement.begin(target.package, *_texts_and_modules(stored))
     sources = {

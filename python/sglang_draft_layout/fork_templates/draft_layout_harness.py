@@ -19,10 +19,11 @@ import copy
 import dis
 import functools
 import inspect
+import operator
 import re
 import sys
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterable, Iterator, Optional, Sequence
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import operator
 import re
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from ..speculative import eagle_utils
@@ -86,13 +87,15 @@ def past(value: int) -> list[Probe]:
 @dataclass(frozen=True)
 class DraftPath:
     """``cls`` of ``module`` (under the sglang package) and the kind of path it starts; STEPS: ``alone``
-    when no multi-step backend of the module drives the per-step class ``cls``."""
+    when no multi-step backend of the module drives the per-step class ``cls``; ROWS: the tree's draft CUDA-graph
+    runners, whose ``__init__`` hands its ``init_cuda_graph_state`` the sizes (``graph_frame``)."""
 
     kind: str
     module: str
     cls: str
     alone: bool = False
     per_step: tuple[str, ...] = ()
+    runners: tuple[tuple[str, str], ...] = ()  # ROWS: (module, class) of each draft CUDA-graph runner sizing its rows
 
     def __str__(self) -> str:
         return f"{self.module}: {self.cls}"
@@ -180,15 +183,20 @@ def draft_paths(tree: Tree, modules: Iterable[str]) -> list[DraftPath]:
     ``WORKERS``, of a class deriving from one, or splitting out_cache_loc itself; a multi-step backend launching the
     kernel, or deriving from one and sizing or cutting rows in its own text (``_OWN_ROWS``: a fork's subclass
     overriding ``init_cuda_graph_state`` runs its base's ``common_template`` on the rows it sizes); a multi-step
-    backend driving per-step backends, or a per-step backend baking its step's out_cache_loc alone."""
+    backend driving per-step backends, or a per-step backend baking its step's out_cache_loc alone. A multi-step
+    backend's rows are sized by the draft CUDA-graph runners the EAGLE workers (``WORKERS``) name, not another
+    worker's (0.5.23's ``FrozenKVMTPCudaGraphRunner`` hands ``max_bs * topk``: its worker drafts at topk 1)."""
     found, blocks, workers = [], {}, {}  # (module, class) -> text, of the attention modules and the workers
+    runners, drafting = [], []  # (module, class) of the draft CUDA-graph runners; the drafting workers' texts
     for relative in modules:
         text = tree.text(relative)
         if not text or "speculative_num_steps" not in text:
             continue
         classes = _class_blocks(text)
         if relative.startswith(SPECULATIVE):
+            runners += [(relative, name) for name, body in classes if sizes_rows(body)]
             forwards = [(name, body) for name, body in classes if "def draft_forward" in body]
+            drafting += [body for name, body in forwards if name in WORKERS]
             workers.update({(relative, name): body for name, body in forwards if "out_cache_loc" in body})
             found += [DraftPath(WORKER, relative, name) for name, body in forwards if name in WORKERS or "out_cache_loc"
                       in body and ("permute" in body or "per_step_draft_out_cache_loc" in body)]  # fmt: skip
@@ -217,7 +225,59 @@ def draft_paths(tree: Tree, modules: Iterable[str]) -> list[DraftPath]:
             found += [DraftPath(STEPS, relative, name, True, (name,)) for name in bakers]
     launching, listed = {path.cls for path in found if path.kind == ROWS}, {(p.module, p.cls) for p in found}
     rows = [DraftPath(ROWS, *key) for key in _derived(blocks, launching) if _OWN_ROWS.search(blocks[key])]
-    return found + rows + [DraftPath(WORKER, *key) for key in _derived(workers, set(WORKERS)) if key not in listed]
+    runners = [(module, name) for module, name in runners if any(re.search(rf"\b{name}\b", w) for w in drafting)]
+    found = [replace(path, runners=tuple(runners)) if path.kind == ROWS else path for path in found + rows]
+    return found + [DraftPath(WORKER, *key) for key in _derived(workers, set(WORKERS)) if key not in listed]
+
+
+#: a draft CUDA-graph runner sizing the multi-step draft backend's rows (``EAGLEDraftCudaGraphRunner.__init__``:
+#: ``self.draft_attn_backend.init_cuda_graph_state(self.max_bs, self.max_num_token)``)
+_SIZES_ROWS = re.compile(r"\bdraft_attn_backend\s*\.\s*init_cuda_graph_state\s*\(")
+
+
+def sizes_rows(text: str) -> bool:
+    """A module's text holds a draft CUDA-graph runner (``draft_paths`` reads its sizes: a file to read)."""
+    return _SIZES_ROWS.search(text) is not None
+
+
+class _Sized(Exception):
+    """The runner handed the draft backend's ``init_cuda_graph_state`` these arguments (``args[0]``)."""
+
+
+def graph_frame(tree: Tree, runner: tuple[str, str]) -> Optional[tuple[bool, ...]]:
+    """Whether each size ``runner`` hands its draft backend's ``init_cuda_graph_state`` counts branches: its
+    ``__init__`` (the tree's own) run at two topks up to that call, a size counting branches where it changes with
+    topk. Upstream's ``(max_bs, max_num_token)`` is (False, True); None where the runner does not run to the call."""
+    key = ("graph frame", *runner)
+    if key not in tree.memo:
+        handed = [_handed_sizes(tree, runner, topk) for topk in (2, 3)]
+        same_count = None not in handed and len(handed[0]) == len(handed[1])
+        tree.memo[key] = tuple(repr(a) != repr(b) for a, b in zip(*handed)) if same_count else None
+    return tree.memo[key]
+
+
+def _handed_sizes(tree: Tree, runner: tuple[str, str], topk: int) -> Optional[tuple]:
+    cls = tree.module(runner[0]).get(runner[1])
+    if not isinstance(cls, type):
+        return None
+    probe = Probe(1, topk, 2)
+
+    def sized(callee: Unknown, args: tuple, kwargs: dict) -> None:
+        if _SIZES_ROWS.search(f"{callee._name}("):
+            raise _Sized(args)
+
+    run = Run(handed=sized)
+    run.facts = facts(probe)
+    worker = Known("worker", like={"runner": run.facts["model_runner"]})  # its model_runner, draft_runner, ...
+    first = next(iter(inspect.signature(cls).parameters), None)
+    with run:
+        try:
+            construct(tree.probe_class(cls), probe, **({first: worker} if first else {}))
+        except _Sized as sized_error:
+            return sized_error.args[0]
+        except Exception:  # it stops before the call on this world: its sizes are not known
+            return None
+    return None
 
 
 # -- a run -----------------------------------------------------------------------------------------
@@ -371,12 +431,15 @@ SHARED = ("req_to_token_pool", "token_to_kv_pool")
 
 def facts(probe: Probe) -> dict:
     """What one run's world knows: server args with the probe's topk and steps (``model_runner.server_args``,
-    ``get_spec()`` and the like: ``unknown.server_args``), a model runner, the pools it shares with every batch."""
+    ``get_spec()`` and the like: ``unknown.server_args``), a model runner, the pools it shares with every batch,
+    the attributes of any outside object (``Unknown``)."""
     server = Known("server_args", speculative_eagle_topk=probe.topk, speculative_num_steps=probe.steps, device="cpu")
     config = Known("model_runner.model_config", context_len=probe.context_len)
     shared = {name: Unknown(name) for name in SHARED}
     runner = Known("model_runner", server_args=server, model_config=config, device="cpu", **shared)
-    return {"server_args": server, "model_runner": runner, **shared}
+    # every attention backend's max_context_len is the model's context length (its model_config.context_len)
+    attributes = {"max_context_len": probe.context_len}
+    return {"server_args": server, "model_runner": runner, "attributes": attributes, **shared}
 
 
 def forward_batch(torch: Any, probe: Probe) -> Known:
@@ -404,7 +467,8 @@ def construct(cls: type, probe: Probe, **given: Any) -> Any:
         ):
             kwargs[name] = Unknown(name)
     instance = cls(**kwargs)
-    if isinstance(instance.__dict__.get("max_context_len"), Unknown):  # read off its per-step backends
+    context_len = instance.__dict__.get("max_context_len")
+    if isinstance(context_len, Unknown) and not context_len._name.startswith("("):  # read off, not computed
         instance.max_context_len = probe.context_len
     return instance
 
@@ -495,10 +559,30 @@ def run_path(tree: Tree, path: DraftPath, probe: Probe, by_worker: bool = False)
             for step, backend in steps:
                 watch(run, torch, step, backend, batch)
         entry = _run_steps_by_worker if by_worker and path.kind == STEPS else ENTRIES[path.kind]
+        if path.kind == ROWS:
+            entry = functools.partial(entry, frames=frames)
         entry(run, torch, instances if path.alone else instances[0], batch, probe)
 
+    frames = _frames(tree, path, getattr(built, "init_cuda_graph_state", None))
     with only_the_path(tree, path):
         return how, explore(body, setup, probe)
+
+
+def _frames(tree: Tree, path: DraftPath, graph: Optional[Callable]) -> list[tuple[tuple[bool, ...], str]]:
+    """(frame, the runner handing it: "" for the first) of each frame in which the path's runners hand ``graph`` its
+    sizes. SGLang's: a two-parameter method gets ``(max_bs, max_num_token)``, a one-parameter one (SGLang 0.4.6.post5
+    to 0.4.7.post1) ``max_num_token``; a size a runner hands counts branches where it does so as the runner runs
+    (``graph_frame``: changing with topk; a size from a function outside the path does not show it)."""
+    if graph is None:
+        return []
+    count = len(inspect.signature(graph).parameters) - 1
+    sglangs = (True,) if count == 1 else (False, True)
+    frames = {}
+    for module, runner in path.runners:
+        frame = graph_frame(tree, (module, runner))
+        if frame is not None and len(frame) == count:
+            frames.setdefault(tuple(map(operator.or_, sglangs, frame)), runner if frames else "")
+    return list(frames.items()) or [(sglangs, "")]
 
 
 @contextlib.contextmanager
@@ -526,29 +610,40 @@ def _run_worker(run: Run, torch: Any, worker: Any, batch: Any, probe: Probe) -> 
     worker.draft_forward(batch)
 
 
-def _run_rows(run: Run, torch: Any, backend: Any, batch: Any, probe: Probe) -> None:
+def _run_rows(run: Run, torch: Any, backend: Any, batch: Any, probe: Probe, frames: Iterable[tuple] = ()) -> None:
     if hasattr(backend, "init_forward_metadata"):  # a fork's own backend may keep only its CUDA-graph rows
         note("phase", "eager")
         backend.init_forward_metadata(batch)
     graph = getattr(backend, "init_cuda_graph_state", None)
     if graph is None:
         return
-    note("phase", "cuda graph")
-    one_parameter = len(inspect.signature(graph).parameters) == 1  # SGLang < 0.4.8: the runner passes branches
-    graph(probe.num_seqs * probe.topk) if one_parameter else graph(probe.num_seqs, probe.num_seqs * probe.topk)
-    note("phase", "capture")
+    for frame, by in frames:
+        _run_graph(torch, backend, graph, probe, frame, by)
+
+
+def _run_graph(torch: Any, backend: Any, graph: Callable, probe: Probe, frame: tuple[bool, ...], by: str) -> None:
+    """The CUDA-graph phases: the rows sized with the sizes a runner hands (``frame``: whether each counts
+    branches), then planned at capture and at replay; ``by``: the runner, named in the phases where it is not the
+    first whose sizes the path runs on."""
+
+    def note_phase(phase: str) -> None:
+        note("phase", f"{phase} ({by})" if by else phase)
+
+    note_phase("cuda graph")
+    graph(*(probe.num_seqs * probe.topk if branches else probe.num_seqs for branches in frame))
+    note_phase("capture")
     if hasattr(backend, "init_forward_metadata_capture_cuda_graph"):
         backend.init_forward_metadata_capture_cuda_graph(forward_batch(torch, probe))
-    note("phase", "replay")
+    note_phase("replay")
     replay = getattr(backend, "init_forward_metadata_replay_cuda_graph", None)
     if replay is not None and "forward_batch" in inspect.signature(replay).parameters:
         replay(forward_batch(torch, probe), probe.num_seqs)
     out_graph = getattr(backend, "init_forward_metadata_out_graph", None)
     if out_graph is not None:  # the draft CUDA-graph runner of 0.5.2x: at capture (in_capture=True), at replay
-        note("phase", "capture")
+        note_phase("capture")
         in_capture = {"in_capture": True} if "in_capture" in inspect.signature(out_graph).parameters else {}
         out_graph(forward_batch(torch, probe), **in_capture)
-        note("phase", "replay")
+        note_phase("replay")
         out_graph(forward_batch(torch, probe))
 
 

@@ -121,7 +121,8 @@ def _name(value: Any) -> str:
 
 class Unknown:
     """A value from outside the path, named by where it came from; ``_fn``: the function a decorator
-    (``@triton.jit``) was given; ``_resolve``: the class it is when used as a base."""
+    (``@triton.jit``) was given; ``_resolve``: the class it is when used as a base. An attribute the run's
+    world knows of every outside object (``Run.facts["attributes"]``) is that value."""
 
     __slots__ = ("_name", "_fn", "_resolve", "_attrs")
 
@@ -143,6 +144,9 @@ class Unknown:
         if attr.startswith("__") and attr.endswith("__"):
             raise AttributeError(attr)
         if attr not in self._attrs:
+            known = Run.current.facts.get("attributes", {}) if Run.current is not None else {}
+            if attr in known:  # the run's, not kept: an unknown may outlive the run
+                return known[attr]
             self._attrs[attr] = Unknown(f"{self._name}.{attr}")
         return self._attrs[attr]
 

@@ -58,6 +58,7 @@ class Tree:
         self._relative: dict[str, Optional[str]] = {}
         self.found: dict[str, bool] = {}  # path under the package -> whether the tree has it, asked without reading it
         self.branches = Branches()  # which way each ``if`` of its code ordering against a number went in the runs
+        self.memo: dict = {}  # what the paths found out about the tree once (``paths.graph_frame``)
         self.builtins = dict(builtins.__dict__, __import__=self.load, print=_quiet, **{BRANCH: self.branches})
 
     def text(self, relative: str) -> Optional[str]:

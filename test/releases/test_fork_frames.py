@@ -1,0 +1,61 @@
+"""Rows a fork sizes in a frame of its own, right as they are: ``apply`` never writes them topk times too wide.
+
+Two fork edits of the real 0.5.12 tree, each giving upstream's rows before the rewrite (a review round of fork
+edits, 2026-12-07): the draft CUDA-graph runner hands branches as ``max_bs`` (upstream 27338 fixed at the call,
+``init_cuda_graph_state(self.max_num_token, self.max_num_token)``), and FlashInfer's multi-step backend folds topk
+into its own ``max_context_len``. Upstream's helper on either counts topk twice. The draft paths run after the
+rewrite show it: the runner's own ``__init__`` hands the CUDA-graph sizes, an outside backend's ``max_context_len``
+is the model's context length. ``check`` and ``apply`` refuse (exit 2), naming each path; nothing is written.
+"""
+
+from __future__ import annotations
+
+import pytest
+from sglang_draft_layout import cli
+from test_regressed_trees import error_lines
+from test_releases import tree_digest
+
+pytestmark = pytest.mark.releases
+
+RUNNER = "sglang/srt/speculative/eagle_draft_cuda_graph_runner.py"
+UPSTREAMS_CALL = "self.draft_attn_backend.init_cuda_graph_state(self.max_bs, self.max_num_token)"
+BRANCHES_CALL = "self.draft_attn_backend.init_cuda_graph_state(self.max_num_token, self.max_num_token)"
+FLASHINFER = "sglang/srt/layers/attention/flashinfer_backend.py"
+#: 0.5.12's FlashInferMultiStepDraftBackend: its context length, its eager width (fork: topk in the first)
+CONTEXT_LEN = "self.max_context_len = self.attn_backends[0].max_context_len\n"
+EAGER_WIDTH = "forward_batch.batch_size * self.topk * self.max_context_len,"
+
+
+def edit(root, relative: str, old: str, new: str) -> None:
+    path = root / relative
+    text = path.read_text()
+    assert text.count(old) == 1, (relative, old)
+    path.write_text(text.replace(old, new))
+
+
+def refused(root, capsys, said: dict[str, str]) -> None:
+    """check and apply exit 2, an error for each class of ``said`` holding its text, and write nothing."""
+    before = tree_digest(root)
+    for command in ("check", "apply"):
+        capsys.readouterr()
+        assert cli.main([command, str(root)]) == 2
+        errors = error_lines(capsys)
+        for cls, text in said.items():
+            assert any(f"{cls}.<kv_indices rows>: draft path" in e and text in e for e in errors), (cls, errors)
+    assert tree_digest(root) == before
+
+
+def test_a_runner_handing_branches_as_max_bs_is_refused(scratch, capsys):
+    root = scratch("0.5.12")
+    edit(root, RUNNER, UPSTREAMS_CALL, BRANCHES_CALL)
+    after = "after the rewrite, bs 2, topk 4, 3 steps: capture: kv_indices rows (3, 2048)"  # upstream's: 512
+    classes = ("FlashInferMultiStepDraftBackend", "TritonMultiStepDraftBackend", "AiterMultiStepDraftBackend")
+    refused(root, capsys, {cls: after for cls in classes})
+
+
+def test_a_context_len_counting_topk_is_refused(scratch, capsys):
+    root = scratch("0.5.12")
+    edit(root, FLASHINFER, CONTEXT_LEN, CONTEXT_LEN.replace("\n", " * self.topk\n"))
+    edit(root, FLASHINFER, EAGER_WIDTH, EAGER_WIDTH.replace(" * self.topk", ""))
+    after = "after the rewrite, bs 2, topk 4, 3 steps: eager: kv_indices rows (3, 2048)"
+    refused(root, capsys, {"FlashInferMultiStepDraftBackend": after})

@@ -1,0 +1,53 @@
+"""The sizes a draft CUDA-graph runner hands the multi-step backend's ``init_cuda_graph_state``: read by running the
+runner's own ``__init__`` at two topks (``paths.graph_frame``), a size counting branches where it changes with topk."""
+
+import textwrap
+
+import pytest
+from sglang_draft_layout.harness import paths, tensors, world
+
+RUNNER = textwrap.dedent(
+    """\
+    from sglang.srt.model_executor.cuda_graph_runner import get_batch_sizes_to_capture
+
+
+    class Runner:
+        def __init__(self, eagle_worker):
+            self.model_runner = model_runner = eagle_worker.model_runner
+            self.topk = model_runner.server_args.speculative_eagle_topk
+            self.draft_attn_backend = model_runner.draft_attn_backend
+            self.capture_bs, self.compile_bs = get_batch_sizes_to_capture(model_runner)
+            self.max_bs = max(self.capture_bs)
+            self.max_num_token = self.max_bs * self.topk
+            {before}self.draft_attn_backend.init_cuda_graph_state({sizes})
+    """
+)
+
+
+def frame(sizes: str, before: str = ""):
+    tree = world.Tree(None, tensors.FACADE)
+    tree.texts["srt/speculative/runner.py"] = RUNNER.format(sizes=sizes, before=before)
+    return paths.graph_frame(tree, ("srt/speculative/runner.py", "Runner"))
+
+
+@pytest.mark.parametrize(
+    "sizes, expected",
+    [
+        ("self.max_bs, self.max_num_token", (False, True)),  # upstream's (0.4.8 on)
+        ("self.max_num_token, self.max_num_token", (True, True)),  # a fork handing branches as max_bs
+        ("self.max_num_token", (True,)),  # 0.4.6.post5 to 0.4.7.post1
+        ("self.max_bs", (False,)),
+    ],
+)
+def test_each_size_counts_branches_where_it_changes_with_topk(sizes, expected):
+    assert frame(sizes) == expected
+
+
+def test_a_runner_stopping_before_the_call_hands_no_sizes():
+    assert frame("self.max_bs, self.max_num_token", before="raise RuntimeError('no graphs')\n        ") is None
+
+
+def test_a_runner_is_found_by_its_call_and_named_on_each_rows_path():
+    text = RUNNER.format(sizes="self.max_bs, self.max_num_token", before="")
+    assert paths.sizes_rows(text)
+    assert not paths.sizes_rows(text.replace("draft_attn_backend.init", "draft_extend_attn_backend.init"))
