@@ -51,3 +51,31 @@ def test_a_runner_is_found_by_its_call_and_named_on_each_rows_path():
     text = RUNNER.format(sizes="self.max_bs, self.max_num_token", before="")
     assert paths.sizes_rows(text)
     assert not paths.sizes_rows(text.replace("draft_attn_backend.init", "draft_extend_attn_backend.init"))
+
+
+BACKEND = textwrap.dedent(
+    """\
+    import torch
+    from somewhere import decorate
+    from sglang.srt.speculative.eagle_utils import generate_draft_decode_kv_indices
+
+
+    class FlashInferMultiStepDraftBackend:
+        def __init__(self, model_runner, topk, speculative_num_steps):
+            self.kernel = generate_draft_decode_kv_indices
+            self.topk, self.speculative_num_steps = topk, speculative_num_steps
+            self.max_context_len = model_runner.model_config.context_len
+
+        @decorate
+        def init_cuda_graph_state(self, max_bs, max_num_tokens):
+            self.rows = torch.zeros((self.speculative_num_steps, max_bs * self.max_context_len))
+    """
+)
+
+
+def test_a_graph_state_a_decorator_outside_the_path_made_unknown_runs_on_sglangs_sizes():
+    tree = world.Tree(None, tensors.FACADE)
+    tree.texts["srt/layers/attention/backend.py"] = BACKEND
+    [path] = paths.draft_paths(tree, ["srt/layers/attention/backend.py"])
+    how, outcomes = paths.run_path(tree, path, paths.PROBES[2])
+    assert how == "__init__" and [outcome.end for outcome in outcomes] == ["ok"]

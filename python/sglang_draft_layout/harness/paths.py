@@ -575,7 +575,10 @@ def _frames(tree: Tree, path: DraftPath, graph: Optional[Callable]) -> list[tupl
     (``graph_frame``: changing with topk; a size from a function outside the path does not show it)."""
     if graph is None:
         return []
-    count = len(inspect.signature(graph).parameters) - 1
+    try:
+        count = len(inspect.signature(graph).parameters) - 1
+    except (TypeError, ValueError):  # not the tree's function (a decorator outside the path made it unknown)
+        count = 2
     sglangs = (True,) if count == 1 else (False, True)
     frames = {}
     for module, runner in path.runners:
