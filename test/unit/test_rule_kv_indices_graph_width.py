@@ -282,3 +282,26 @@ def test_comment_inside_the_shape_tuple_is_kept(sglang_tree):
     after = method_source(sglang_tree.read(FLASHINFER), SCOPE)
     assert "kv_indices_width = draft_kv_indices_buffer_width(" in after
     assert after.count("# topk is missing here (upstream 27338)\n") == 1
+
+
+#: a fork's own per-step indptr allocated before the rows (the shape of SGLang-FluentLLM's draft backends'
+#: ``(self.speculative_num_steps, max_bs + 1)``, meituan-longcat/SGLang-FluentLLM@a9db4a83, flashinfer_backend.py)
+INDPTR_FIRST = """\
+        self.cuda_graph_kv_indptr = torch.zeros(
+            (self.speculative_num_steps, max_bs + 1),
+            dtype=torch.int32,
+            device="cuda",
+        )
+"""
+
+
+def test_the_site_is_the_rows_not_an_indptr_allocated_before_them(sglang_tree):
+    head = "    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int):\n"
+    before = backend_module(CLS, INIT, GRAPH.replace(head, head + INDPTR_FIRST))
+    sglang_tree.write(FLASHINFER, before)
+    [finding] = sglang_tree.apply([RULE]).findings
+    assert (finding.state, finding.line) == (
+        State.TO_PATCH,
+        line_of(before, "self.cuda_graph_kv_indices = torch.zeros("),
+    )
+    assert method_source(sglang_tree.read(FLASHINFER), SCOPE) == AFTER.replace(head, head + INDPTR_FIRST)

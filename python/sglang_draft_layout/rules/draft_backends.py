@@ -81,6 +81,18 @@ def _another_sizing(method: ast.FunctionDef, allocations: list[tuple[ast.Assign,
     return ""
 
 
+def _rows_first(method: ast.FunctionDef, allocations: list[tuple[ast.Assign, ast.Tuple]]) -> list:
+    """``allocations`` with those whose width counts ``max_context_len`` (directly or through its local: kv_indices
+    rows) first, each in its order: a ``(steps, max_bs + 1)`` indptr allocated before the rows is not the site."""
+
+    def counts_context(width: ast.expr) -> bool:
+        binding = width_binding(width, method)
+        value = binding.value if binding else width
+        return any(isinstance(n, ast.Attribute) and n.attr == "max_context_len" for n in ast.walk(value))
+
+    return sorted(allocations, key=lambda allocation: not counts_context(allocation[1].elts[1]))
+
+
 def find_row_width(rule: Rule, source: Source, num_seqs_of: NumSeqsOf, with_topk: str = "") -> Finding:
     """State of a kv_indices row-width site, and the rewrite to upstream's form.
 
@@ -89,7 +101,7 @@ def find_row_width(rule: Rule, source: Source, num_seqs_of: NumSeqsOf, with_topk
     method = locate_method(rule, source)
     if isinstance(method, Finding):
         return method
-    allocations = row_allocations(method)
+    allocations = _rows_first(method, row_allocations(method))
     if not allocations:
         return rule.report(
             State.UNRECOGNISED,
