@@ -275,10 +275,10 @@ def _sources(
 ) -> tuple[dict[str, Source], dict[str, StoredText]]:
     """Each file the rules read, and each other file of the structural guard's folders whose
     text names a draft layout, each read and parsed once: whole where a rule judges
-    module-level definitions, else by the class blocks that matter (``_parse``); and each
-    one's bytes (``StoredText``). A file that cannot be decoded is a TargetError naming it.
+    module-level definitions, else by the class blocks that matter (``_parse``); each draft
+    CUDA-graph runner too, not parsed (the harness runs it); and each one's bytes (``StoredText``). A file that cannot be decoded is a TargetError naming it.
     The tree's draft paths begin to be judged once the files are read (``judgement.begin``)."""
-    by_file, stored = _rules_by_file(rules), {}
+    by_file, stored, runners = _rules_by_file(rules), {}, set()
     for relative in by_file:
         gate.check()
         if (target.package / relative).is_file():
@@ -289,15 +289,22 @@ def _sources(
             gate.check()
             if relative not in by_file:
                 text = StoredText.read(path)
-                if names_draft_layout(text.text) or sizes_rows(text.text):  # the runner: the sizes it hands rows
+                if names_draft_layout(text.text):
                     stored[relative] = text
+                elif sizes_rows(text.text):  # a draft CUDA-graph runner: the harness runs it, no rule reads it
+                    stored[relative] = text
+                    runners.add(relative)
     judgement.begin(target.package, *_texts_and_modules(stored))
     sources = {
-        relative: _parse(
-            target.package / relative,
-            relative,
-            text.text,
-            _parsed_classes(relative, by_file[relative]) if relative in by_file else _read_classes(relative),
+        relative: (
+            Source.class_blocks(relative, text.text, lambda _block: False)  # read by the harness, with the others
+            if relative in runners
+            else _parse(
+                target.package / relative,
+                relative,
+                text.text,
+                _parsed_classes(relative, by_file[relative]) if relative in by_file else _read_classes(relative),
+            )
         )
         for relative, text in stored.items()
     }

@@ -237,7 +237,7 @@ _SIZES_ROWS = re.compile(r"\bdraft_attn_backend\s*\.\s*init_cuda_graph_state\s*\
 
 def sizes_rows(text: str) -> bool:
     """A module's text holds a draft CUDA-graph runner (``draft_paths`` reads its sizes: a file to read)."""
-    return _SIZES_ROWS.search(text) is not None
+    return "draft_attn_backend" in text and _SIZES_ROWS.search(text) is not None  # a search for a word is fast
 
 
 class _Sized(Exception):
