@@ -149,8 +149,9 @@ def test_passes_patched_fails_unpatched(fork, proof_python, tmp_path):
 
 
 #: file, its patched text, the same site put back otherwise (0.5.12's narrow CUDA-graph row, the width of
-#: one branch, a slice end of its own, the V2 worker handing every step row 0, DeepSeek-V4 baking 0.5.12's whole
-#: buffer or row 0 at every step), and what the test says
+#: one branch, a slice end of its own, the V2 worker handing every step row 0, the draft CUDA-graph runner handing
+#: branches as max_bs, DeepSeek-V4 baking 0.5.12's whole buffer or row 0 at every step), and what the test says
+#: (after the file of the path it names, where that is another file)
 REGRESSIONS = {
     "narrow row": (
         "srt/layers/attention/flashinfer_backend.py",
@@ -188,6 +189,13 @@ REGRESSIONS = {
         "DeepseekV4MultiStepBackend: bs 1, topk 1, 2 steps: eager: raises AssertionError at "
         "srt/layers/attention/deepseek_v4_backend.py:",
     ),
+    "runner hands branches": (  # the fork's draft CUDA-graph runner hands max_num_token as max_bs (rows topk^2 wide)
+        "srt/speculative/eagle_draft_cuda_graph_runner.py",
+        "self.draft_attn_backend.init_cuda_graph_state(self.max_bs, self.max_num_token)",
+        "self.draft_attn_backend.init_cuda_graph_state(self.max_num_token, self.max_num_token)",
+        "srt/layers/attention/flashinfer_backend.py: FlashInferMultiStepDraftBackend: bs 2, topk 4, 3 steps: capture: "
+        "kv_indices rows (3, 2048) (row stride 2048); upstream's (3, 512)",
+    ),
     "DSv4 row 0": (
         fork_edits.DSV4,
         "                )[self.speculative_step_id]\n",
@@ -212,7 +220,8 @@ def test_fails_with_a_site_put_back_otherwise(proof_python, tmp_path):
         assert run.returncode != 0, (name, run.stdout + run.stderr)
         # CustomTestCase reports a failed assert as an error; only the draft paths' test fails
         failure = re.split(r"(?:FAIL|ERROR): test_draft_paths_give_upstreams_values", run.stderr)[1]
-        assert f"sglang/{relative}: {said}" in failure, (name, failure[-2000:])
+        said = said if said.startswith("srt/") else f"{relative}: {said}"  # the file of the path it names
+        assert f"sglang/{said}" in failure, (name, failure[-2000:])
         assert f"Ran {TESTS} tests" in run.stderr
         assert re.search(r"FAILED \((errors|failures)=1\)", run.stderr), (name, run.stderr[-2000:])
 
