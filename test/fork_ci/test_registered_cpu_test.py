@@ -158,14 +158,14 @@ REGRESSIONS = {
         GRAPH_WIDTH_BLOCK,
         "self.cuda_graph_kv_indices = torch.zeros(\n"
         "            (self.speculative_num_steps, max_bs * self.max_context_len),",
-        "FlashInferMultiStepDraftBackend: bs 2, topk 4, 3 steps: capture: kv_indices rows (3, 128) (row stride "
-        "128); upstream's (3, 512)",
+        "FlashInferMultiStepDraftBackend: bs 2, topk 4, 3 steps: capture (max bs 3): kv_indices rows (3, 192) (row stride "
+        "192); upstream's (3, 768)",
     ),
     "one branch": (
         "srt/layers/attention/flashinfer_backend.py",
         GRAPH_WIDTH,
         "draft_kv_indices_buffer_width(max_bs, 1, self.max_context_len)",
-        "FlashInferMultiStepDraftBackend: bs 2, topk 4, 3 steps: capture: kv_indices rows (3, 128)",
+        "FlashInferMultiStepDraftBackend: bs 2, topk 4, 3 steps: capture (max bs 3): kv_indices rows (3, 192)",
     ),
     "slice end": (
         "srt/layers/attention/triton_backend.py",
@@ -193,8 +193,8 @@ REGRESSIONS = {
         "srt/speculative/eagle_draft_cuda_graph_runner.py",
         "self.draft_attn_backend.init_cuda_graph_state(self.max_bs, self.max_num_token)",
         "self.draft_attn_backend.init_cuda_graph_state(self.max_num_token, self.max_num_token)",
-        "srt/layers/attention/flashinfer_backend.py: FlashInferMultiStepDraftBackend: bs 2, topk 4, 3 steps: capture: "
-        "kv_indices rows (3, 2048) (row stride 2048); upstream's (3, 512)",
+        "srt/layers/attention/flashinfer_backend.py: FlashInferMultiStepDraftBackend: bs 2, topk 4, 3 steps: capture (max bs 3): "
+        "kv_indices rows (3, 3072) (row stride 3072); upstream's (3, 768)",
     ),
     "DSv4 row 0": (
         fork_edits.DSV4,

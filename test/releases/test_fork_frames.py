@@ -6,6 +6,11 @@ edits, 2026-12-07): the draft CUDA-graph runner hands branches as ``max_bs`` (up
 into its own ``max_context_len``. Upstream's helper on either counts topk twice. The draft paths run after the
 rewrite show it: the runner's own ``__init__`` hands the CUDA-graph sizes, an outside backend's ``max_context_len``
 is the model's context length. ``check`` and ``apply`` refuse (exit 2), naming each path; nothing is written.
+
+Three more from a second round, each a CUDA-graph value of FlashInfer's own that the rewrite leaves (``apply`` wrote
+them with exit 0 until the graph was sized for a batch larger than the one it replays): the kernel handed a row
+stride ``bs * self.max_context_len`` (right only where the graph's batch is the largest), every per-step backend
+handed row 0 of the graph's rows, and the replay handing ``common_template`` the rows cut to the batch's width.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ def refused(root, capsys, said: dict[str, str]) -> None:
 def test_a_runner_handing_branches_as_max_bs_is_refused(scratch, capsys):
     root = scratch("0.5.12")
     edit(root, RUNNER, UPSTREAMS_CALL, BRANCHES_CALL)
-    after = "after the rewrite, bs 2, topk 4, 3 steps: capture: kv_indices rows (3, 2048)"  # upstream's: 512
+    after = "after the rewrite, bs 2, topk 4, 3 steps: capture (max bs 3): kv_indices rows (3, 3072)"  # upstream's: 768
     classes = ("FlashInferMultiStepDraftBackend", "TritonMultiStepDraftBackend", "AiterMultiStepDraftBackend")
     refused(root, capsys, {cls: after for cls in classes})
 
@@ -58,4 +63,36 @@ def test_a_context_len_counting_topk_is_refused(scratch, capsys):
     edit(root, FLASHINFER, CONTEXT_LEN, CONTEXT_LEN.replace("\n", " * self.topk\n"))
     edit(root, FLASHINFER, EAGER_WIDTH, EAGER_WIDTH.replace(" * self.topk", ""))
     after = "after the rewrite, bs 2, topk 4, 3 steps: eager: kv_indices rows (3, 2048)"
+    refused(root, capsys, {"FlashInferMultiStepDraftBackend": after})
+
+
+def test_a_kernel_row_stride_of_the_batch_is_refused(scratch, capsys):
+    root = scratch("0.5.12")
+    edit(root, FLASHINFER, "            self.pool_len,\n            kv_indices_buffer.shape[1],\n",
+         "            self.pool_len,\n            bs * self.max_context_len,\n")  # fmt: skip
+    after = "after the rewrite, bs 1, topk 1, 2 steps: capture (max bs 2): kv_indices rows (2, 128) (row stride 64)"
+    refused(root, capsys, {"FlashInferMultiStepDraftBackend": after})
+
+
+def test_every_step_handed_the_first_graph_row_is_refused(scratch, capsys):
+    root = scratch("0.5.12")
+    handed = "max_bs, max_num_tokens, kv_indices_buf=self.cuda_graph_kv_indices[{}]"
+    edit(root, FLASHINFER, handed.format("i"), handed.format("0"))  # the multi-step backend's, as a typo
+    after = "capture (max bs 4): the per-step backends' CUDA-graph kv_indices are rows [0, 0, 0]; upstream's [0, 1, 2]"
+    refused(root, capsys, {"FlashInferMultiStepDraftBackend": after})
+
+
+def test_a_replay_of_rows_cut_to_the_batch_is_refused(scratch, capsys):
+    root = scratch("0.5.12")
+    replay = "        self.common_template(forward_batch, self.cuda_graph_kv_indices, call_fn)\n"
+    cut = (
+        "        used = forward_batch.batch_size * self.topk * self.max_context_len\n"
+        "        self.common_template(forward_batch, self.cuda_graph_kv_indices[:, :used], call_fn)\n"
+    )
+    path = root / FLASHINFER
+    text = path.read_text()
+    assert text.count(replay) == 2  # at capture, then at replay
+    head, _, tail = text.rpartition(replay)
+    path.write_text(head + cut + tail)
+    after = "after the rewrite, bs 1, topk 1, 2 steps: replay (max bs 2): kv_indices rows (2, 64) (row stride 64)"
     refused(root, capsys, {"FlashInferMultiStepDraftBackend": after})

@@ -55,7 +55,10 @@ def test_a_narrow_cuda_graph_row_put_back_is_refused_by_check_and_apply(scratch,
         assert len(errors) == len(MULTI_STEP), errors
         for name, cls in MULTI_STEP.items():
             said = f"{name}: {cls}.<kv_indices rows>: draft path, run on the probes: as the tree is, bs 2, topk 4"
-            assert any(said in line and ": capture: kv_indices rows (3, " in line for line in errors), (cls, errors)
+            assert any(said in line and ": capture (max bs 3): kv_indices rows (3, " in line for line in errors), (
+                cls,
+                errors,
+            )
     assert tree_digest(root) == before
 
 
@@ -89,7 +92,7 @@ def test_a_forks_own_subclass_left_narrow_by_the_rewrite_is_refused(scratch, cap
     errors = error_lines(capsys)
     said = (
         "triton_backend.py: ForkTritonMultiStepDraftBackend.<kv_indices rows>: draft path, run on the probes: "
-        "after the rewrite, bs 2, topk 4, 3 steps: capture: kv_indices rows (3, 128)"
+        "after the rewrite, bs 2, topk 4, 3 steps: capture (max bs 3): kv_indices rows (3, 192)"
     )
     assert len(errors) == 1 and said in errors[0], errors
     assert f"; {engine.PATH_HINT}" in errors[0]  # no site to keep: the keep comment on its class line
@@ -108,7 +111,9 @@ def test_the_keep_comment_on_its_class_line_keeps_the_forks_own_path(scratch, ca
     assert cli.main(["check", str(root)]) == 0
     out = capsys.readouterr().out
     assert "kept by the fork  ForkTritonMultiStepDraftBackend.<kv_indices rows>" in out, out
-    assert "as the tree is, bs 2, topk 4, 3 steps: capture: kv_indices rows (3, 128)" in out.replace("\n      ", " ")
+    assert "as the tree is, bs 2, topk 4, 3 steps: capture (max bs 3): kv_indices rows (3, 192)" in out.replace(
+        "\n      ", " "
+    )
 
 
 #: the split ``apply`` writes in the V2 worker's ``draft_forward``, and a fork's own in its place: the steps
@@ -183,4 +188,6 @@ def test_a_forks_own_subclass_with_a_width_of_its_own_is_judged(scratch, capsys)
     assert cli.main(["check", str(root)]) == 2
     errors = error_lines(capsys)
     said = "ForkTritonMultiStepDraftBackend.<kv_indices rows>: draft path, run on the probes: as the tree is, bs 1, "
-    assert len(errors) == 1 and said in errors[0] and "capture: kv_indices rows (2, 4096)" in errors[0], errors
+    assert (
+        len(errors) == 1 and said in errors[0] and "capture (max bs 2): kv_indices rows (2, 4096)" in errors[0]
+    ), errors

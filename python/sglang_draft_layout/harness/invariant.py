@@ -71,6 +71,7 @@ class Upstream:
         self.rows = [torch._values(rows[i]) for i in range(steps)]
         self.whole = tuple(probe.buffer)
         self.width = spec_utils.draft_kv_indices_buffer_width(n, topk, probe.context_len)
+        self.graph_width = spec_utils.draft_kv_indices_buffer_width(probe.max_bs, topk, probe.context_len)
         self.used = [
             spec_utils.draft_kv_indices_used_len(sum(probe.seq_lens), topk, n * topk, i + 1) for i in range(steps)
         ]
@@ -94,26 +95,44 @@ def _row(width: int, base: int, values: tuple) -> tuple:
 
 
 def _rows(torch: Any, outcome: Outcome, up: Upstream, probe: Probe) -> tuple[bool, list[str], list[str]]:
-    """(launched, the bug's lines, other values'): rows narrower than upstream's are the bug (27338/27460),
-    and so are the cut rows they leave; any other width or slice end is a value of the tree's own."""
-    bugs, own, judged = [], [], False
+    """(launched, the bug's lines, other values'): rows narrower than upstream's (per batch eagerly, per ``max_bs`` in
+    the CUDA graph) are the bug (27338/27460), and so are the cut rows they leave; any other width or slice end, or a
+    per-step backend's CUDA-graph row other than its step's, is a value of the tree's own."""
+    bugs, own, judged, handed = [], [], False, []
     for phase, events in _phases(outcome).items():
+        handed += [e[1] for e in events if e[0] == "graph row"]
         launches = [e[1:] for e in events if e[0] == "launch"]
         if not launches:
             continue
         judged = True
         buffer, stride, base = launches[0]
+        width = up.width if phase == "eager" else up.graph_width
         shape = tuple(buffer.shape) if torch._is_tensor(buffer) else buffer
-        narrow = isinstance(shape, tuple) and len(shape) == 2 and shape[1] < up.width
-        if shape != (probe.steps, up.width) or stride != shape[-1]:
-            line = f"{phase}: kv_indices rows {shape} (row stride {stride}); upstream's {(probe.steps, up.width)}"
+        narrow = isinstance(shape, tuple) and len(shape) == 2 and shape[1] < width
+        if shape != (probe.steps, width) or stride != shape[-1]:
+            line = f"{phase}: kv_indices rows {shape} (row stride {stride}); upstream's {(probe.steps, width)}"
             (bugs if narrow else own).append(line)
+        if handed and torch._is_tensor(buffer):
+            rows = [_row_of(torch._place(buffer), place) for place in handed]
+            if rows != list(range(len(rows))):
+                own.append(
+                    f"{phase}: the per-step backends' CUDA-graph kv_indices are rows {rows}; upstream's {[*range(len(rows))]}"
+                )
+            handed = []
         cut = [_row(shape[-1] if isinstance(shape, tuple) else 0, base, e[1]) for e in events if e[0] == "kv"]
         expected = [(i, 0, up.used[i]) for i in range(probe.steps)]
         if cut != expected[: len(cut)] or phase == "eager" and len(cut) < probe.steps - 1:
             line = f"{phase}: steps read kv_indices (row, start, length) {cut}; upstream's {expected[:-1]}"
             (bugs if narrow else own).append(line)
     return judged, bugs, own
+
+
+def _row_of(rows: tuple, place: tuple) -> Any:
+    """Which row of ``rows`` the view at ``place`` is, whole (``_place``'s), else "?"."""
+    storage, offset, shape, strides = rows
+    row = (place[1] - offset) // strides[0] if len(shape) == 2 and strides[0] else -1
+    whole = (storage, offset + row * strides[0], shape[1:], strides[1:])
+    return row if 0 <= row < shape[0] and place == whole else "?"
 
 
 def _steps(torch: Any, outcome: Outcome, up: Upstream, probe: Probe) -> tuple[set, list[str], list[str], set]:

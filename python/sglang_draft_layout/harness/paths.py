@@ -47,6 +47,12 @@ class Probe:
     context_len: int = CONTEXT_LEN
 
     @property
+    def max_bs(self) -> int:
+        """The CUDA graph's largest batch: one past the batch it captures and replays (SGLang sizes the graph's rows for
+        the largest batch it captures and replays smaller ones in them)."""
+        return self.num_seqs + 1
+
+    @property
     def seq_lens(self) -> list[int]:
         return [(5, 9, 4)[i % 3] for i in range(self.num_seqs)]
 
@@ -339,6 +345,8 @@ def _observer(callee: Unknown, args: tuple, kwargs: dict) -> None:
             if torch._is_tensor(rows):
                 torch._tag(rows, base)
             note("launch", rows, bound.get("kv_indices_stride"), base)
+    if callee._name.endswith(".init_cuda_graph_state") and torch._is_tensor(bound.get("kv_indices_buf")):
+        note("graph row", torch._place(bound["kv_indices_buf"]))  # a per-step backend's CUDA-graph row
     named = None
     for value in (*args, *kwargs.values()):
         if torch._is_tensor(value):
@@ -625,15 +633,15 @@ def _run_rows(run: Run, torch: Any, backend: Any, batch: Any, probe: Probe, fram
 
 
 def _run_graph(torch: Any, backend: Any, graph: Callable, probe: Probe, frame: tuple[bool, ...], by: str) -> None:
-    """The CUDA-graph phases: the rows sized with the sizes a runner hands (``frame``: whether each counts
-    branches), then planned at capture and at replay; ``by``: the runner, named in the phases where it is not the
-    first whose sizes the path runs on."""
+    """The CUDA-graph phases: the rows sized with the sizes a runner hands for ``probe.max_bs`` (``frame``: whether each
+    counts branches), then planned at capture and at replay of the probe's batch; ``by``: the runner, named in the
+    phases where it is not the first whose sizes the path runs on."""
 
     def note_phase(phase: str) -> None:
-        note("phase", f"{phase} ({by})" if by else phase)
+        note("phase", f"{phase} (max bs {probe.max_bs}{', ' + by if by else ''})")
 
     note_phase("cuda graph")
-    graph(*(probe.num_seqs * probe.topk if branches else probe.num_seqs for branches in frame))
+    graph(*(probe.max_bs * probe.topk if branches else probe.max_bs for branches in frame))
     note_phase("capture")
     if hasattr(backend, "init_forward_metadata_capture_cuda_graph"):
         backend.init_forward_metadata_capture_cuda_graph(forward_batch(torch, probe))

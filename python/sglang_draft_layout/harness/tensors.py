@@ -653,6 +653,11 @@ class Torch:
         return tuple(tensor._flat())
 
     @staticmethod
+    def _place(tensor: Tensor) -> tuple:
+        """(storage, offset, shape, strides): where a view lies in the memory it shares."""
+        return id(tensor._data), tensor._offset, tuple(tensor._shape), tuple(tensor._strides)
+
+    @staticmethod
     def _tag(tensor: Tensor, base: int) -> None:
         """Fill ``tensor`` with ``base + position`` (what a kernel writes: its rows, position by position)."""
         if tensor.is_contiguous():

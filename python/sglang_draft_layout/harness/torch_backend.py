@@ -77,6 +77,11 @@ class Torch:
         return tuple(tensor.reshape(-1).tolist())
 
     @staticmethod
+    def _place(tensor: torch.Tensor) -> tuple:
+        """(storage, offset, shape, strides): where a view lies in the memory it shares."""
+        return tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride()
+
+    @staticmethod
     def _tag(tensor: torch.Tensor, base: int) -> None:
         tensor.copy_(torch.arange(base, base + tensor.numel()).view(tensor.shape))
 
