@@ -103,3 +103,24 @@ def test_an_in_graph_split_twice_is_refused_naming_the_phase_once(scratch, capsy
         and "per-step out_cache_loc (in graph): the per-step out_cache_loc path: " in error
     )
     assert "in graph: step 0 bakes slots" in error
+
+
+def test_a_caller_split_beside_a_decode_raising_at_topk_above_one_names_the_raise(scratch, capsys):
+    """A fork that lets DeepSeek-V4 draft at topk > 1 (its topk assert relaxed) and splits in the caller: the tree's
+    own decode raises there (its shape assert), which is what the refusal says: not a split in the per-step code."""
+    tree = scratch("0.5.12")
+    fork_edits.edit(
+        tree,
+        DSV4,
+        'assert self.topk in [0, 1], "MTP Topk > 1 not supported for DeepSeek V4"',
+        'assert self.topk >= 0, "negative speculative topk"',
+    )
+    fork_edits.dsv4_caller_split(tree)
+    before = tree_digest(tree)
+    for command in ("check", "apply"):
+        assert cli.main([command, "--no-tests", str(tree)]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert "splits the per-step out_cache_loc twice" not in err, err
+        assert "DeepseekV4AttnBackend.init_forward_metadata: per-step out_cache_loc (decode): the per-step" in err, err
+        assert "topk 4, 3 steps: eager: raises AssertionError at srt/layers/attention/deepseek_v4_backend.py:" in err
+    assert tree_digest(tree) == before  # nothing written

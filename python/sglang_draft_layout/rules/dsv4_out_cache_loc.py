@@ -251,7 +251,7 @@ def _find(rule: Rule, source: Source) -> Finding:
                     edits=removal,
                     proven_by_split_once=rule.scope,
                 )
-            if verdict.who == TWICE:
+            if verdict.who == TWICE and where:  # else the per-step code splits nowhere: the runs say what is wrong
                 at = f"line {verdict.line}" if verdict.file == source.path else verdict.at
                 return rule.report(
                     State.UNRECOGNISED,
