@@ -189,5 +189,5 @@ def test_a_forks_own_subclass_with_a_width_of_its_own_is_judged(scratch, capsys)
     errors = error_lines(capsys)
     said = "ForkTritonMultiStepDraftBackend.<kv_indices rows>: draft path, run on the probes: as the tree is, bs 1, "
     assert (
-        len(errors) == 1 and said in errors[0] and "capture (max bs 2): kv_indices rows (2, 4096)" in errors[0]
+        len(errors) == 1 and said in errors[0] and "capture (max bs 2): kv_indices rows (2, 8192)" in errors[0]
     ), errors
