@@ -150,7 +150,8 @@ def test_passes_patched_fails_unpatched(fork, proof_python, tmp_path):
 
 #: file, its patched text, the same site put back otherwise (0.5.12's narrow CUDA-graph row, the width of
 #: one branch, a slice end of its own, the V2 worker handing every step row 0, the draft CUDA-graph runner handing
-#: branches as max_bs, DeepSeek-V4 baking 0.5.12's whole buffer or row 0 at every step), and what the test says
+#: branches as max_bs, the kernel's row stride of the batch, every per-step backend handed graph row 0, DeepSeek-V4
+#: baking 0.5.12's whole buffer or row 0 at every step), and what the test says
 #: (after the file of the path it names, where that is another file)
 REGRESSIONS = {
     "narrow row": (
@@ -195,6 +196,20 @@ REGRESSIONS = {
         "self.draft_attn_backend.init_cuda_graph_state(self.max_num_token, self.max_num_token)",
         "srt/layers/attention/flashinfer_backend.py: FlashInferMultiStepDraftBackend: bs 2, topk 4, 3 steps: capture (max bs 3): "
         "kv_indices rows (3, 3072) (row stride 3072); upstream's (3, 768)",
+    ),
+    "kernel row stride": (  # right only where the CUDA graph's largest batch is the one replayed
+        "srt/layers/attention/flashinfer_backend.py",
+        "            self.pool_len,\n            kv_indices_buffer.shape[1],\n",
+        "            self.pool_len,\n            bs * self.max_context_len,\n",
+        "FlashInferMultiStepDraftBackend: bs 1, topk 1, 2 steps: capture (max bs 2): kv_indices rows (2, 128) (row "
+        "stride 64)",
+    ),
+    "graph row 0": (
+        "srt/layers/attention/flashinfer_backend.py",
+        "max_bs, max_num_tokens, kv_indices_buf=self.cuda_graph_kv_indices[i]",
+        "max_bs, max_num_tokens, kv_indices_buf=self.cuda_graph_kv_indices[0]",
+        "FlashInferMultiStepDraftBackend: bs 3, topk 1, 4 steps: capture (max bs 4): the per-step backends' CUDA-graph "
+        "kv_indices are rows [0, 0, 0]; upstream's [0, 1, 2]",
     ),
     "DSv4 row 0": (
         fork_edits.DSV4,
