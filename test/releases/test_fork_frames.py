@@ -11,6 +11,8 @@ Three more from a second round, each a CUDA-graph value of FlashInfer's own that
 them with exit 0 until the graph was sized for a batch larger than the one it replays): the kernel handed a row
 stride ``bs * self.max_context_len`` (right only where the graph's batch is the largest), every per-step backend
 handed row 0 of the graph's rows, and the replay handing ``common_template`` the rows cut to the batch's width.
+And three from a third: row 0 handed by position, the replay filling a copy of the rows the graph captured, and the
+runner handing branches as ``max_bs`` by keyword.
 """
 
 from __future__ import annotations
@@ -96,3 +98,30 @@ def test_a_replay_of_rows_cut_to_the_batch_is_refused(scratch, capsys):
     path.write_text(head + cut + tail)
     after = "after the rewrite, bs 1, topk 1, 2 steps: replay (max bs 2): kv_indices rows (2, 64) (row stride 64)"
     refused(root, capsys, {"FlashInferMultiStepDraftBackend": after})
+
+
+def test_every_step_handed_the_first_graph_row_by_position_is_refused(scratch, capsys):
+    root = scratch("0.5.12")
+    edit(root, FLASHINFER, "max_bs, max_num_tokens, kv_indices_buf=self.cuda_graph_kv_indices[i]",
+         "max_bs, max_num_tokens, self.cuda_graph_kv_indices[0]")  # fmt: skip
+    after = "capture (max bs 4): the per-step backends' CUDA-graph kv_indices are rows [0, 0, 0]; upstream's [0, 1, 2]"
+    refused(root, capsys, {"FlashInferMultiStepDraftBackend": after})
+
+
+def test_a_replay_filling_a_copy_of_the_graphs_rows_is_refused(scratch, capsys):
+    root = scratch("0.5.12")
+    replay = "        self.common_template(forward_batch, self.cuda_graph_kv_indices, call_fn)\n"
+    path = root / FLASHINFER
+    head, _, tail = path.read_text().rpartition(replay)  # the second: at replay
+    path.write_text(head + replay.replace("self.cuda_graph_kv_indices,", "self.cuda_graph_kv_indices.clone(),") + tail)
+    after = "replay (max bs 2): the kernel fills other rows than those the per-step backends were handed"
+    refused(root, capsys, {"FlashInferMultiStepDraftBackend": after})
+
+
+def test_a_runner_handing_branches_as_max_bs_by_keyword_is_refused(scratch, capsys):
+    root = scratch("0.5.12")
+    edit(root, RUNNER, UPSTREAMS_CALL, BRANCHES_CALL.replace("(self.max_num_token, self.max_num_token)",
+         "(max_bs=self.max_num_token, max_num_tokens=self.max_num_token)"))  # fmt: skip
+    after = "after the rewrite, bs 2, topk 4, 3 steps: capture (max bs 3): kv_indices rows (3, 3072)"  # upstream's: 768
+    classes = ("FlashInferMultiStepDraftBackend", "TritonMultiStepDraftBackend", "AiterMultiStepDraftBackend")
+    refused(root, capsys, {cls: after for cls in classes})

@@ -33,10 +33,15 @@ def frame(sizes: str, before: str = ""):
 @pytest.mark.parametrize(
     "sizes, expected",
     [
-        ("self.max_bs, self.max_num_token", (False, True)),  # upstream's (0.4.8 on)
-        ("self.max_num_token, self.max_num_token", (True, True)),  # a fork handing branches as max_bs
-        ("self.max_num_token", (True,)),  # 0.4.6.post5 to 0.4.7.post1
-        ("self.max_bs", (False,)),
+        ("self.max_bs, self.max_num_token", ((False, True), {})),  # upstream's (0.4.8 on)
+        ("self.max_num_token, self.max_num_token", ((True, True), {})),  # a fork handing branches as max_bs
+        ("self.max_num_token", ((True,), {})),  # 0.4.6.post5 to 0.4.7.post1
+        ("self.max_bs", ((False,), {})),
+        (
+            "max_bs=self.max_num_token, max_num_tokens=self.max_num_token",
+            ((), {"max_bs": True, "max_num_tokens": True}),
+        ),
+        ("self.max_bs, max_num_tokens=self.max_num_token", ((False,), {"max_num_tokens": True})),
     ],
 )
 def test_each_size_counts_branches_where_it_changes_with_topk(sizes, expected):

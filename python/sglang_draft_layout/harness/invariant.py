@@ -100,7 +100,8 @@ def _rows(torch: Any, outcome: Outcome, up: Upstream, probe: Probe) -> tuple[boo
     per-step backend's CUDA-graph row other than its step's, is a value of the tree's own."""
     bugs, own, judged, handed = [], [], False, []
     for phase, events in _phases(outcome).items():
-        handed += [e[1] for e in events if e[0] == "graph row"]
+        if phase.startswith("cuda graph"):  # a frame's rows: each per-step backend handed its own
+            handed = [e[1] for e in events if e[0] == "graph row"]
         launches = [e[1:] for e in events if e[0] == "launch"]
         if not launches:
             continue
@@ -112,13 +113,12 @@ def _rows(torch: Any, outcome: Outcome, up: Upstream, probe: Probe) -> tuple[boo
         if shape != (probe.steps, width) or stride != shape[-1]:
             line = f"{phase}: kv_indices rows {shape} (row stride {stride}); upstream's {(probe.steps, width)}"
             (bugs if narrow else own).append(line)
-        if handed and torch._is_tensor(buffer):
-            rows = [_row_of(torch._place(buffer), place) for place in handed]
-            if rows != list(range(len(rows))):
-                own.append(
-                    f"{phase}: the per-step backends' CUDA-graph kv_indices are rows {rows}; upstream's {[*range(len(rows))]}"
-                )
-            handed = []
+        rows = [_row_of(torch._place(buffer), place) for place in handed] if torch._is_tensor(buffer) else []
+        if rows and set(rows) == {"?"}:  # at capture and at replay, the graph reads the rows the kernel fills
+            own.append(f"{phase}: the kernel fills other rows than those the per-step backends were handed")
+        elif rows != list(range(len(rows))):
+            upstreams = list(range(len(rows)))
+            own.append(f"{phase}: the per-step backends' CUDA-graph kv_indices are rows {rows}; upstream's {upstreams}")
         cut = [_row(shape[-1] if isinstance(shape, tuple) else 0, base, e[1]) for e in events if e[0] == "kv"]
         expected = [(i, 0, up.used[i]) for i in range(probe.steps)]
         if cut != expected[: len(cut)] or phase == "eager" and len(cut) < probe.steps - 1:

@@ -247,22 +247,38 @@ def sizes_rows(text: str) -> bool:
 
 
 class _Sized(Exception):
-    """The runner handed the draft backend's ``init_cuda_graph_state`` these arguments (``args[0]``)."""
+    """The runner handed the draft backend's ``init_cuda_graph_state`` these arguments (``args[0]``: positional,
+    keyword)."""
 
 
-def graph_frame(tree: Tree, runner: tuple[str, str]) -> Optional[tuple[bool, ...]]:
+#: whether each size a runner hands counts branches: (those handed by position, those handed by name)
+Frame = tuple[tuple[bool, ...], dict[str, bool]]
+
+
+def graph_frame(tree: Tree, runner: tuple[str, str]) -> Optional[Frame]:
     """Whether each size ``runner`` hands its draft backend's ``init_cuda_graph_state`` counts branches: its
     ``__init__`` (the tree's own) run at two topks up to that call, a size counting branches where it changes with
-    topk. Upstream's ``(max_bs, max_num_token)`` is (False, True); None where the runner does not run to the call."""
+    topk. Upstream's ``(max_bs, max_num_token)`` is ((False, True), {}); None where the runner does not run to the
+    call."""
     key = ("graph frame", *runner)
     if key not in tree.memo:
         handed = [_handed_sizes(tree, runner, topk) for topk in (2, 3)]
-        same_count = None not in handed and len(handed[0]) == len(handed[1])
-        tree.memo[key] = tuple(repr(a) != repr(b) for a, b in zip(*handed)) if same_count else None
+        alike = None not in handed and [(len(a), k.keys()) for a, k in handed[:1]] == [
+            (len(a), k.keys()) for a, k in handed[1:]
+        ]
+        (args, kwargs), (other_args, other_kwargs) = handed if alike else (((), {}), ((), {}))
+        tree.memo[key] = (
+            (
+                tuple(repr(a) != repr(b) for a, b in zip(args, other_args)),
+                {name: repr(kwargs[name]) != repr(other_kwargs[name]) for name in kwargs},
+            )
+            if alike
+            else None
+        )
     return tree.memo[key]
 
 
-def _handed_sizes(tree: Tree, runner: tuple[str, str], topk: int) -> Optional[tuple]:
+def _handed_sizes(tree: Tree, runner: tuple[str, str], topk: int) -> Optional[tuple[tuple, dict]]:
     cls = tree.module(runner[0]).get(runner[1])
     if not isinstance(cls, type):
         return None
@@ -270,7 +286,7 @@ def _handed_sizes(tree: Tree, runner: tuple[str, str], topk: int) -> Optional[tu
 
     def sized(callee: Unknown, args: tuple, kwargs: dict) -> None:
         if _SIZES_ROWS.search(f"{callee._name}("):
-            raise _Sized(args)
+            raise _Sized((args, kwargs))
 
     run = Run(handed=sized)
     run.facts = facts(probe)
@@ -345,8 +361,8 @@ def _observer(callee: Unknown, args: tuple, kwargs: dict) -> None:
             if torch._is_tensor(rows):
                 torch._tag(rows, base)
             note("launch", rows, bound.get("kv_indices_stride"), base)
-    if callee._name.endswith(".init_cuda_graph_state") and torch._is_tensor(bound.get("kv_indices_buf")):
-        note("graph row", torch._place(bound["kv_indices_buf"]))  # a per-step backend's CUDA-graph row
+    if callee._name.endswith(".init_cuda_graph_state") and torch._is_tensor(row := _graph_row(callee, args, kwargs)):
+        note("graph row", torch._place(row))  # a per-step backend's CUDA-graph row
     named = None
     for value in (*args, *kwargs.values()):
         if torch._is_tensor(value):
@@ -591,9 +607,20 @@ def _frames(tree: Tree, path: DraftPath, graph: Optional[Callable]) -> list[tupl
     frames = {}
     for module, runner in path.runners:
         frame = graph_frame(tree, (module, runner))
-        if frame is not None and len(frame) == count:
-            frames.setdefault(tuple(map(operator.or_, sglangs, frame)), runner if frames else "")
+        flags = _in_order(graph, frame) if frame is not None else None
+        if flags is not None and len(flags) == count:
+            frames.setdefault(tuple(map(operator.or_, sglangs, flags)), runner if frames else "")
     return list(frames.items()) or [(sglangs, "")]
+
+
+def _in_order(graph: Callable, frame: Frame) -> Optional[tuple[bool, ...]]:
+    """A runner's ``frame`` in the order of ``graph``'s parameters (a multi-step backend's ``init_cuda_graph_state``,
+    taking ``self``), as Python binds the call; None where it cannot be bound."""
+    positional, named = frame
+    try:
+        return tuple(inspect.signature(graph).bind(None, *positional, **named).arguments.values())[1:]
+    except (TypeError, ValueError):  # no signature read outside a run (a decorator), or a call it cannot take
+        return None if named else positional
 
 
 @contextlib.contextmanager
@@ -610,11 +637,27 @@ def only_the_path(tree: Tree, path: DraftPath) -> Iterator[None]:
                   and value.__module__ == module["__name__"] and hasattr(value, "init_forward_metadata")}  # fmt: skip
         module.update({name: Unknown(f"{name}") for name in others})
         swapped.append((module, others))
+        _STANDING_IN.update(others)
     try:
         yield
     finally:
         for module, others in swapped:
             module.update(others)
+        _STANDING_IN.clear()
+
+
+#: the classes ``only_the_path`` made unknown, by name: how each takes its arguments (``_graph_row``)
+_STANDING_IN: dict[str, type] = {}
+
+
+def _graph_row(callee: Unknown, args: tuple, kwargs: dict) -> Any:
+    """The ``kv_indices_buf`` a per-step backend's ``init_cuda_graph_state`` is handed, bound as its class (made
+    unknown while the path runs) takes it, by name or by position."""
+    method = getattr(_STANDING_IN.get(callee._name.partition("(")[0]), "init_cuda_graph_state", None)
+    try:
+        return _signature(method).bind_partial(None, *args, **kwargs).arguments.get("kv_indices_buf")
+    except (TypeError, ValueError):  # no such class, or not a call it takes
+        return kwargs.get("kv_indices_buf")
 
 
 def _run_worker(run: Run, torch: Any, worker: Any, batch: Any, probe: Probe) -> None:
