@@ -194,8 +194,8 @@ REGRESSIONS = {
         "srt/speculative/eagle_draft_cuda_graph_runner.py",
         "self.draft_attn_backend.init_cuda_graph_state(self.max_bs, self.max_num_token)",
         "self.draft_attn_backend.init_cuda_graph_state(self.max_num_token, self.max_num_token)",
-        "srt/layers/attention/flashinfer_backend.py: FlashInferMultiStepDraftBackend: bs 2, topk 4, 3 steps: capture (max bs 3): "
-        "kv_indices rows (3, 3072) (row stride 3072); upstream's (3, 768)",
+        "srt/layers/attention/flashinfer_backend.py: FlashInferMultiStepDraftBackend: bs 2, topk 4, 3 steps: capture "
+        "(max bs 3, sized by EAGLEDraftCudaGraphRunner): kv_indices rows (3, 3072) (row stride 3072); upstream's (3, 768)",
     ),
     "kernel row stride": (  # right only where the CUDA graph's largest batch is the one replayed
         "srt/layers/attention/flashinfer_backend.py",

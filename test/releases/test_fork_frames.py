@@ -28,6 +28,11 @@ RUNNER = "sglang/srt/speculative/eagle_draft_cuda_graph_runner.py"
 UPSTREAMS_CALL = "self.draft_attn_backend.init_cuda_graph_state(self.max_bs, self.max_num_token)"
 BRANCHES_CALL = "self.draft_attn_backend.init_cuda_graph_state(self.max_num_token, self.max_num_token)"
 FLASHINFER = "sglang/srt/layers/attention/flashinfer_backend.py"
+#: what check says of each multi-step backend where the runner hands branches as max_bs (upstream's rows: 768 wide)
+BRANCHES_ROWS = (
+    "after the rewrite, bs 2, topk 4, 3 steps: capture (max bs 3, sized by EAGLEDraftCudaGraphRunner): "
+    "kv_indices rows (3, 3072)"
+)
 #: 0.5.12's FlashInferMultiStepDraftBackend: its context length, its eager width (fork: topk in the first)
 CONTEXT_LEN = "self.max_context_len = self.attn_backends[0].max_context_len\n"
 EAGER_WIDTH = "forward_batch.batch_size * self.topk * self.max_context_len,"
@@ -55,7 +60,7 @@ def refused(root, capsys, said: dict[str, str]) -> None:
 def test_a_runner_handing_branches_as_max_bs_is_refused(scratch, capsys):
     root = scratch("0.5.12")
     edit(root, RUNNER, UPSTREAMS_CALL, BRANCHES_CALL)
-    after = "after the rewrite, bs 2, topk 4, 3 steps: capture (max bs 3): kv_indices rows (3, 3072)"  # upstream's: 768
+    after = BRANCHES_ROWS
     classes = ("FlashInferMultiStepDraftBackend", "TritonMultiStepDraftBackend", "AiterMultiStepDraftBackend")
     refused(root, capsys, {cls: after for cls in classes})
 
@@ -122,6 +127,6 @@ def test_a_runner_handing_branches_as_max_bs_by_keyword_is_refused(scratch, caps
     root = scratch("0.5.12")
     edit(root, RUNNER, UPSTREAMS_CALL, BRANCHES_CALL.replace("(self.max_num_token, self.max_num_token)",
          "(max_bs=self.max_num_token, max_num_tokens=self.max_num_token)"))  # fmt: skip
-    after = "after the rewrite, bs 2, topk 4, 3 steps: capture (max bs 3): kv_indices rows (3, 3072)"  # upstream's: 768
+    after = BRANCHES_ROWS
     classes = ("FlashInferMultiStepDraftBackend", "TritonMultiStepDraftBackend", "AiterMultiStepDraftBackend")
     refused(root, capsys, {cls: after for cls in classes})

@@ -593,8 +593,8 @@ def run_path(tree: Tree, path: DraftPath, probe: Probe, by_worker: bool = False)
 
 
 def _frames(tree: Tree, path: DraftPath, graph: Optional[Callable]) -> list[tuple[tuple[bool, ...], str]]:
-    """(frame, the runner handing it: "" for the first) of each frame in which the path's runners hand ``graph`` its
-    sizes. SGLang's: a two-parameter method gets ``(max_bs, max_num_token)``, a one-parameter one (SGLang 0.4.6.post5
+    """(frame, the runner handing it: "" for the first where it is SGLang's) of each frame in which the path's runners
+    hand ``graph`` its sizes. SGLang's: a two-parameter method gets ``(max_bs, max_num_token)``, a one-parameter one (SGLang 0.4.6.post5
     to 0.4.7.post1) ``max_num_token``; a size a runner hands counts branches where it does so as the runner runs
     (``graph_frame``: changing with topk; a size from a function outside the path does not show it)."""
     if graph is None:
@@ -609,7 +609,8 @@ def _frames(tree: Tree, path: DraftPath, graph: Optional[Callable]) -> list[tupl
         frame = graph_frame(tree, (module, runner))
         flags = _in_order(graph, frame) if frame is not None else None
         if flags is not None and len(flags) == count:
-            frames.setdefault(tuple(map(operator.or_, sglangs, flags)), runner if frames else "")
+            frame = tuple(map(operator.or_, sglangs, flags))
+            frames.setdefault(frame, runner if frames or frame != sglangs else "")  # sized otherwise: named
     return list(frames.items()) or [(sglangs, "")]
 
 
@@ -681,7 +682,7 @@ def _run_graph(torch: Any, backend: Any, graph: Callable, probe: Probe, frame: t
     phases where it is not the first whose sizes the path runs on."""
 
     def note_phase(phase: str) -> None:
-        note("phase", f"{phase} (max bs {probe.max_bs}{', ' + by if by else ''})")
+        note("phase", f"{phase} (max bs {probe.max_bs}{', sized by ' + by if by else ''})")
 
     note_phase("cuda graph")
     graph(*(probe.max_bs * probe.topk if branches else probe.max_bs for branches in frame))
