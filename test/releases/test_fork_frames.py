@@ -73,53 +73,49 @@ def test_a_context_len_counting_topk_is_refused(scratch, capsys):
     refused(root, capsys, {"FlashInferMultiStepDraftBackend": after})
 
 
-def test_a_kernel_row_stride_of_the_batch_is_refused(scratch, capsys):
-    root = scratch("0.5.12")
-    edit(root, FLASHINFER, "            self.pool_len,\n            kv_indices_buffer.shape[1],\n",
-         "            self.pool_len,\n            bs * self.max_context_len,\n")  # fmt: skip
-    after = "after the rewrite, bs 1, topk 1, 2 steps: capture (max bs 2): kv_indices rows (2, 128) (row stride 64)"
-    refused(root, capsys, {"FlashInferMultiStepDraftBackend": after})
-
-
-def test_every_step_handed_the_first_graph_row_is_refused(scratch, capsys):
-    root = scratch("0.5.12")
-    handed = "max_bs, max_num_tokens, kv_indices_buf=self.cuda_graph_kv_indices[{}]"
-    edit(root, FLASHINFER, handed.format("i"), handed.format("0"))  # the multi-step backend's, as a typo
-    after = "capture (max bs 4): the per-step backends' CUDA-graph kv_indices are rows [0, 0, 0]; upstream's [0, 1, 2]"
-    refused(root, capsys, {"FlashInferMultiStepDraftBackend": after})
-
-
-def test_a_replay_of_rows_cut_to_the_batch_is_refused(scratch, capsys):
-    root = scratch("0.5.12")
-    replay = "        self.common_template(forward_batch, self.cuda_graph_kv_indices, call_fn)\n"
-    cut = (
+#: a FlashInfer multi-step backend's graph rows: its kernel launch's row stride, what it hands step i, its capture's and
+#: replay's call (the replay's the second)
+ROW_STRIDE = "            self.pool_len,\n            kv_indices_buffer.shape[1],\n"
+HANDED = "max_bs, max_num_tokens, kv_indices_buf=self.cuda_graph_kv_indices[i]"
+FILLED = "        self.common_template(forward_batch, self.cuda_graph_kv_indices, call_fn)\n"
+GRAPH_VALUES = {  # the fork's value, and what check says of it after the rewrite
+    "kernel row stride of the batch": (
+        ROW_STRIDE,
+        ROW_STRIDE.replace("kv_indices_buffer.shape[1]", "bs * self.max_context_len"),
+        "after the rewrite, bs 1, topk 1, 2 steps: capture (max bs 2): kv_indices rows (2, 128) (row stride 64)",
+    ),
+    "row 0 for every step": (
+        HANDED,
+        HANDED.replace("[i]", "[0]"),
+        "capture (max bs 4): the per-step backends' CUDA-graph kv_indices are rows [0, 0, 0]; upstream's [0, 1, 2]",
+    ),
+    "row 0 for every step, by position": (
+        HANDED,
+        HANDED.replace("kv_indices_buf=", "").replace("[i]", "[0]"),
+        "capture (max bs 4): the per-step backends' CUDA-graph kv_indices are rows [0, 0, 0]; upstream's [0, 1, 2]",
+    ),
+    "rows cut to the batch at replay": (
+        FILLED,
         "        used = forward_batch.batch_size * self.topk * self.max_context_len\n"
-        "        self.common_template(forward_batch, self.cuda_graph_kv_indices[:, :used], call_fn)\n"
-    )
-    path = root / FLASHINFER
-    text = path.read_text()
-    assert text.count(replay) == 2  # at capture, then at replay
-    head, _, tail = text.rpartition(replay)
-    path.write_text(head + cut + tail)
-    after = "after the rewrite, bs 1, topk 1, 2 steps: replay (max bs 2): kv_indices rows (2, 64) (row stride 64)"
-    refused(root, capsys, {"FlashInferMultiStepDraftBackend": after})
+        + FILLED.replace("self.cuda_graph_kv_indices,", "self.cuda_graph_kv_indices[:, :used],"),
+        "after the rewrite, bs 1, topk 1, 2 steps: replay (max bs 2): kv_indices rows (2, 64) (row stride 64)",
+    ),
+    "a copy filled at replay": (
+        FILLED,
+        FILLED.replace("self.cuda_graph_kv_indices,", "self.cuda_graph_kv_indices.clone(),"),
+        "replay (max bs 2): the kernel fills other rows than those the per-step backends were handed",
+    ),
+}
 
 
-def test_every_step_handed_the_first_graph_row_by_position_is_refused(scratch, capsys):
+@pytest.mark.parametrize("name", GRAPH_VALUES)
+def test_a_cuda_graph_value_of_the_forks_own_is_refused(scratch, capsys, name):
     root = scratch("0.5.12")
-    edit(root, FLASHINFER, "max_bs, max_num_tokens, kv_indices_buf=self.cuda_graph_kv_indices[i]",
-         "max_bs, max_num_tokens, self.cuda_graph_kv_indices[0]")  # fmt: skip
-    after = "capture (max bs 4): the per-step backends' CUDA-graph kv_indices are rows [0, 0, 0]; upstream's [0, 1, 2]"
-    refused(root, capsys, {"FlashInferMultiStepDraftBackend": after})
-
-
-def test_a_replay_filling_a_copy_of_the_graphs_rows_is_refused(scratch, capsys):
-    root = scratch("0.5.12")
-    replay = "        self.common_template(forward_batch, self.cuda_graph_kv_indices, call_fn)\n"
+    old, new, after = GRAPH_VALUES[name]
     path = root / FLASHINFER
-    head, _, tail = path.read_text().rpartition(replay)  # the second: at replay
-    path.write_text(head + replay.replace("self.cuda_graph_kv_indices,", "self.cuda_graph_kv_indices.clone(),") + tail)
-    after = "replay (max bs 2): the kernel fills other rows than those the per-step backends were handed"
+    head, found, tail = path.read_text().rpartition(old)  # the last: FILLED's is the replay's
+    assert found and (old == FILLED or old not in head), name
+    path.write_text(head + new + tail)
     refused(root, capsys, {"FlashInferMultiStepDraftBackend": after})
 
 
