@@ -276,7 +276,8 @@ def _sources(
     """Each file the rules read, and each other file of the structural guard's folders whose
     text names a draft layout, each read and parsed once: whole where a rule judges
     module-level definitions, else by the class blocks that matter (``_parse``); each draft
-    CUDA-graph runner too, not parsed (the harness runs it); and each one's bytes (``StoredText``). A file that cannot be decoded is a TargetError naming it.
+    CUDA-graph runner too, not parsed (the harness runs it); and each one's bytes
+    (``StoredText``). A file that cannot be decoded is a TargetError naming it.
     The tree's draft paths begin to be judged once the files are read (``judgement.begin``)."""
     by_file, stored, runners = _rules_by_file(rules), {}, set()
     for relative in by_file:

@@ -114,10 +114,10 @@ def _rows(torch: Any, outcome: Outcome, up: Upstream, probe: Probe) -> tuple[boo
             line = f"{phase}: kv_indices rows {shape} (row stride {stride}); upstream's {(probe.steps, width)}"
             (bugs if narrow else own).append(line)
         rows = [_row_of(torch._place(buffer), place) for place in handed] if torch._is_tensor(buffer) else []
+        upstreams = list(range(len(rows)))
         if rows and set(rows) == {"?"}:  # at capture and at replay, the graph reads the rows the kernel fills
             own.append(f"{phase}: the kernel fills other rows than those the per-step backends were handed")
-        elif rows != list(range(len(rows))):
-            upstreams = list(range(len(rows)))
+        elif rows != upstreams:
             own.append(f"{phase}: the per-step backends' CUDA-graph kv_indices are rows {rows}; upstream's {upstreams}")
         cut = [_row(shape[-1] if isinstance(shape, tuple) else 0, base, e[1]) for e in events if e[0] == "kv"]
         expected = [(i, 0, up.used[i]) for i in range(probe.steps)]

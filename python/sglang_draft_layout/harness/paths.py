@@ -262,19 +262,13 @@ def graph_frame(tree: Tree, runner: tuple[str, str]) -> Optional[Frame]:
     call."""
     key = ("graph frame", *runner)
     if key not in tree.memo:
-        handed = [_handed_sizes(tree, runner, topk) for topk in (2, 3)]
-        alike = None not in handed and [(len(a), k.keys()) for a, k in handed[:1]] == [
-            (len(a), k.keys()) for a, k in handed[1:]
-        ]
-        (args, kwargs), (other_args, other_kwargs) = handed if alike else (((), {}), ((), {}))
-        tree.memo[key] = (
-            (
-                tuple(repr(a) != repr(b) for a, b in zip(args, other_args)),
-                {name: repr(kwargs[name]) != repr(other_kwargs[name]) for name in kwargs},
-            )
-            if alike
-            else None
-        )
+        handed, frame = [_handed_sizes(tree, runner, topk) for topk in (2, 3)], None
+        if None not in handed:
+            (args, kwargs), (other_args, other_kwargs) = handed
+            if len(args) == len(other_args) and kwargs.keys() == other_kwargs.keys():
+                changed = {name: repr(kwargs[name]) != repr(other_kwargs[name]) for name in kwargs}
+                frame = tuple(repr(a) != repr(b) for a, b in zip(args, other_args)), changed
+        tree.memo[key] = frame
     return tree.memo[key]
 
 
@@ -594,34 +588,37 @@ def run_path(tree: Tree, path: DraftPath, probe: Probe, by_worker: bool = False)
 
 def _frames(tree: Tree, path: DraftPath, graph: Optional[Callable]) -> list[tuple[tuple[bool, ...], str]]:
     """(frame, the runner handing it: "" for the first where it is SGLang's) of each frame in which the path's runners
-    hand ``graph`` its sizes. SGLang's: a two-parameter method gets ``(max_bs, max_num_token)``, a one-parameter one (SGLang 0.4.6.post5
-    to 0.4.7.post1) ``max_num_token``; a size a runner hands counts branches where it does so as the runner runs
-    (``graph_frame``: changing with topk; a size from a function outside the path does not show it)."""
+    hand ``graph`` its sizes. SGLang's: a two-parameter method gets ``(max_bs, max_num_token)``, a one-parameter one
+    (SGLang 0.4.6.post5 to 0.4.7.post1) ``max_num_token``; a size a runner hands counts branches where it does so as
+    the runner runs (``graph_frame``: changing with topk; a size from a function outside the path does not show it)."""
     if graph is None:
         return []
     try:
-        count = len(inspect.signature(graph).parameters) - 1
+        signature: Optional[inspect.Signature] = inspect.signature(graph)
     except (TypeError, ValueError):  # not the tree's function (a decorator outside the path made it unknown)
-        count = 2
+        signature = None
+    count = len(signature.parameters) - 1 if signature is not None else 2
     sglangs = (True,) if count == 1 else (False, True)
     frames = {}
     for module, runner in path.runners:
         frame = graph_frame(tree, (module, runner))
-        flags = _in_order(graph, frame) if frame is not None else None
+        flags = _in_order(signature, frame) if frame is not None else None
         if flags is not None and len(flags) == count:
             frame = tuple(map(operator.or_, sglangs, flags))
             frames.setdefault(frame, runner if frames or frame != sglangs else "")  # sized otherwise: named
     return list(frames.items()) or [(sglangs, "")]
 
 
-def _in_order(graph: Callable, frame: Frame) -> Optional[tuple[bool, ...]]:
-    """A runner's ``frame`` in the order of ``graph``'s parameters (a multi-step backend's ``init_cuda_graph_state``,
-    taking ``self``), as Python binds the call; None where it cannot be bound."""
+def _in_order(signature: Optional[inspect.Signature], frame: Frame) -> Optional[tuple[bool, ...]]:
+    """A runner's ``frame`` in the order of the parameters of ``signature`` (a multi-step backend's
+    ``init_cuda_graph_state``, taking ``self``), as Python binds the call; None where it cannot be bound."""
     positional, named = frame
-    try:
-        return tuple(inspect.signature(graph).bind(None, *positional, **named).arguments.values())[1:]
-    except (TypeError, ValueError):  # no signature read outside a run (a decorator), or a call it cannot take
+    if signature is None:  # not read outside a run (a decorator): the sizes as handed by position
         return None if named else positional
+    try:
+        return tuple(signature.bind(None, *positional, **named).arguments.values())[1:]
+    except TypeError:  # a call it cannot take
+        return None
 
 
 @contextlib.contextmanager
