@@ -1,6 +1,6 @@
 """Torch as a draft path sees it, on real torch: the harness's ``torch`` for a tree where torch imports.
 
-Every function and tensor is torch's own, on the CPU; only tensor creation is wrapped (a ``device`` is
+Every function and tensor is torch's own, on the CPU; only tensor and size creation is wrapped (a ``device`` is
 dropped, an allocation is noted, a shape holding an ``Unknown`` gives an unknown), and torch's own
 ``__torch_function__`` protocol makes any operation an unknown takes part in an unknown. The written
 CPU test runs the harness on this; ``check`` runs it on ``tensors.Torch``, checked against it.
@@ -33,10 +33,26 @@ def _identity(*args: Any, **_kwargs: Any) -> Any:
     return torch.no_grad()
 
 
+class _SizeType(type):
+    """``torch.Size`` as the tree's code sees it: built from a shape holding an unknown, an unknown (DeepSeek-V4's
+    ``torch.Size((n, 1, self.index_n_heads, self.index_head_dim))``); torch's own sizes are its instances."""
+
+    def __instancecheck__(cls, value: Any) -> bool:
+        return isinstance(value, torch.Size)
+
+    def __call__(cls, *args: Any) -> Any:
+        return Unknown("torch.Size")(*args) if _unknown_in(args) else torch.Size(*args)
+
+
+class _Size(metaclass=_SizeType):
+    pass
+
+
 class Torch:
     """The ``torch`` module the tree's code imports."""
 
     compile = staticmethod(_identity)
+    Size = _Size
 
     def __getattr__(self, name: str) -> Any:
         if name in ("cuda", "distributed", "npu", "xpu", "_dynamo", "_logging"):
