@@ -181,7 +181,8 @@ def embed(text: str, template: str) -> str:
     template itself imports what the embedded modules import (the rendered file is the
     template's text, its imports untouched): an import the template lacks is an error, save a
     relative one that a module embedded above meets (dropped: the names are this file's; a
-    module imported whole, ``from . import arrays``, is bound to this file, ``sys.modules``).
+    module imported whole, ``from . import arrays``, is bound to this file, ``sys.modules``) or
+    whose name the template binds itself (an assignment: what the modules call it by).
     A name that two embedded modules, or one and the template, define is an error too.
     """
     tree = parse(text)  # its imports: what embedding adds has none
@@ -215,7 +216,9 @@ def embed(text: str, template: str) -> str:
             elif imported.startswith(".") and absolute in embedded and alias is None:
                 if name not in embedded[absolute]:
                     raise ValueError(f"{template}: the embedded {module} needs `{line}`: not in {absolute}")
-            elif not _bound(tree, imported, name, alias):
+            elif not _bound(tree, imported, name, alias) and not (
+                imported.startswith(".") and (alias or name) in template_names  # the template binds it itself
+            ):
                 raise ValueError(f"{template}: the embedded {module} needs `{line}` in the template")
         for other, names in [(template, template_names), *embedded.items()]:
             clash = sorted(own & names)

@@ -72,9 +72,9 @@ def test_the_harness_module_embeds_the_harness_verbatim_and_the_cpu_test_imports
         assert _split_imports(_module_source(module))[1] in rendered
     assert "from ..speculative" not in rendered and "from .unknown" not in rendered
     assert "layout_patterns" not in rendered and "harness.tensors" not in rendered
-    assert "from sglang.test.draft_layout_harness import FACADE, GUARDED, Tree, judge_paths\n" in render(
-        "registered_cpu"
-    )
+    cpu_test = render("registered_cpu")
+    assert "from sglang.test.draft_layout_harness import (\n    FACADE,\n    GUARDED,\n    Tree,\n" in cpu_test
+    assert "from sglang.srt" not in cpu_test  # the helpers too come from the harness, compiled from their text
     assert HARNESS[0] == "python/sglang/test/draft_layout_harness.py"
 
 
@@ -91,16 +91,20 @@ def test_a_relative_import_met_only_below_is_refused():
 
 
 def test_a_relative_import_of_a_module_not_embedded_needs_the_templates_own():
-    text = HARNESS_TEMPLATE.replace("from sglang.srt.speculative import eagle_utils, spec_utils\n", "")
+    """The harness binds the helper modules itself (``tree_helpers``): without that binding, or under another
+    name, the embedded modules' ``from ..speculative import eagle_utils`` is unmet."""
+    binding = "eagle_utils, spec_utils = tree_helpers("
+    assert binding in HARNESS_TEMPLATE
     with pytest.raises(
         ValueError,
         match="embedded sglang_draft_layout.harness.paths needs `from ..speculative import "
         "eagle_utils` in the template",
     ):
-        embed(text, HARNESS[1])
-    wrong_module = HARNESS_TEMPLATE.replace("from sglang.srt.speculative import", "from sglang.srt.speculation import")
+        embed(HARNESS_TEMPLATE.replace(binding, "_unused = tree_helpers("), HARNESS[1])
     with pytest.raises(ValueError, match="needs `from ..speculative import eagle_utils`"):
-        embed(wrong_module, HARNESS[1])
+        embed(HARNESS_TEMPLATE.replace(binding, "eagle_util, spec_utils = tree_helpers("), HARNESS[1])
+    rendered = embed(HARNESS_TEMPLATE, HARNESS[1])
+    assert "from sglang.srt.speculative import" not in rendered  # the fork's CI never imports them
 
 
 def test_an_import_an_embedded_module_needs_and_a_name_defined_twice_are_refused():

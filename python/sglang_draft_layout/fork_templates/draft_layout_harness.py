@@ -6,7 +6,8 @@ of this tree (the EAGLE workers' draft_forward, the multi-step kv_indices backen
 DeepSeek-V4-like per-step backends), runs each with this tree's own code and real torch on
 probes, and holds what it does against upstream's values: ``judge_paths``. Its modules are
 the tool's, those ``check`` runs, verbatim (``fmt: off``: the tool's line length; the
-tool's caches and the tracing of its own rewrites left out).
+tool's caches and the tracing of its own rewrites left out); upstream's values are those of
+this tree's helpers, compiled from their text as the draft paths are (``tree_helpers``).
 """
 
 from __future__ import annotations
@@ -29,8 +30,6 @@ from typing import Any, Callable, Collection, Iterable, Iterator, Optional, Sequ
 
 import torch
 
-from sglang.srt.speculative import eagle_utils, spec_utils
-
 # fmt: off
 # sglang-draft-layout: embed sglang_draft_layout.harness.unknown
 # sglang-draft-layout: embed sglang_draft_layout.harness.branches
@@ -39,3 +38,19 @@ from sglang.srt.speculative import eagle_utils, spec_utils
 # sglang-draft-layout: embed sglang_draft_layout.harness.invariant
 # sglang-draft-layout: embed sglang_draft_layout.harness.torch_backend
 # fmt: on
+
+
+def tree_helpers(package: Path) -> list[types.SimpleNamespace]:
+    """This tree's ``eagle_utils`` and ``spec_utils`` as the harness runs its code:
+    compiled from their text, not imported (importing them imports the model layers, and
+    with them kernel packages a CPU machine may lack)."""
+    tree = Tree(package, FACADE)
+    relatives = ("srt/speculative/eagle_utils.py", "srt/speculative/spec_utils.py")
+    return [
+        types.SimpleNamespace(**(tree.module(relative) if tree.has(relative) else {}))
+        for relative in relatives
+    ]
+
+
+# upstream's values: those of this tree's own helpers (the test pins their values)
+eagle_utils, spec_utils = tree_helpers(Path(__file__).resolve().parents[1])

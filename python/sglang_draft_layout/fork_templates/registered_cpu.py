@@ -25,9 +25,15 @@ from pathlib import Path
 import torch
 
 import sglang
-from sglang.srt.speculative import eagle_utils, spec_utils
 from sglang.test.ci.ci_register import register_cpu_ci
-from sglang.test.draft_layout_harness import FACADE, GUARDED, Tree, judge_paths
+from sglang.test.draft_layout_harness import (
+    FACADE,
+    GUARDED,
+    Tree,
+    eagle_utils,
+    judge_paths,
+    spec_utils,
+)
 from sglang.test.test_utils import CustomTestCase
 
 register_cpu_ci(est_time=25, suite="stage-a-test-cpu")
