@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -46,18 +45,25 @@ def run(command: str, tree: Path) -> tuple[int, str, float]:
     return done.returncode, (errors[0] if errors else summary[-1] if summary else ""), time.perf_counter() - start
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def corpus_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments naming the corpus: the manifest, the mirrors, the commits chosen (``chosen``), a JSON file."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("manifest", type=Path)
     parser.add_argument("mirrors", type=Path)
-    parser.add_argument("--only", default="")
+    parser.add_argument("--only", default="", help="the manifest's indices, comma-separated (default: all)")
     parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+    return parser
+
+
+def chosen(args: argparse.Namespace) -> list[tuple[int, dict]]:
     entries = json.loads(args.manifest.read_text())
-    chosen = [int(i) for i in args.only.split(",")] if args.only else range(len(entries))
+    return [(i, entries[i]) for i in ([int(i) for i in args.only.split(",")] if args.only else range(len(entries)))]
+
+
+def main() -> int:
+    args = corpus_parser(__doc__.split("\n\n")[0]).parse_args()
     results = []
-    for index in chosen:
-        entry = entries[index]
+    for index, entry in chosen(args):
         with tempfile.TemporaryDirectory() as scratch:
             tree = export(entry, args.mirrors, Path(scratch))
             check = run("check", tree)

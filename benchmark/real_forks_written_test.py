@@ -17,7 +17,6 @@ patched tree has no such text). Nothing of a fork is kept in this repository.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -27,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from real_forks import export
+from real_forks import chosen, corpus_parser, export
 
 HERE = Path(__file__).resolve().parent
 RUNNER = HERE.parent / "test" / "fork_ci" / "run_on_cpu.py"
@@ -121,19 +120,12 @@ def patched_and_regressed(root: Path, python: str, stand_in: str) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("manifest", type=Path)
-    parser.add_argument("mirrors", type=Path)
+    parser = corpus_parser(__doc__.split("\n\n")[0])
     parser.add_argument("python", help="a Python with SGLang's dependencies (not SGLang itself)")
-    parser.add_argument("--only", default="")
     parser.add_argument("--stand-in", default="", help="packages to stand in, comma-separated (e.g. sgl_kernel)")
-    parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    entries = json.loads(args.manifest.read_text())
-    chosen = [int(i) for i in args.only.split(",")] if args.only else range(len(entries))
     results = []
-    for index in chosen:
-        entry = entries[index]
+    for index, entry in chosen(args):
         with tempfile.TemporaryDirectory() as scratch:
             root = fork_checkout(entry, args.mirrors, Path(scratch))
             if root is None:
