@@ -148,6 +148,18 @@ def test_passes_patched_fails_unpatched(fork, proof_python, tmp_path):
     assert f"Ran {TESTS} tests" in patched.stderr and "\nOK" in patched.stderr
 
 
+def test_passes_where_the_helper_modules_import_a_kernel_package_this_machine_lacks(proof_python, tmp_path):
+    """fzyzcjy/sglang@60d36e7 and 11 more real forks: their ``spec_utils`` imports the model layers, one of which
+    imports ``sgl_kernel`` at module level; on a CPU machine without it the test ran only where the harness compiles
+    the helper modules from their text instead of importing them."""
+    fork = make_fork(tmp_path / "fork")
+    assert cli.main(["apply", str(fork)]) == 0
+    spec_utils = fork / "python/sglang/srt/speculative/spec_utils.py"
+    spec_utils.write_text("from sgl_kernel import silu_and_mul  # noqa: F401\n" + spec_utils.read_text())
+    (run,) = run_generated(proof_python, fork)
+    assert run.returncode == 0 and f"Ran {TESTS} tests" in run.stderr, run.stdout + run.stderr[-2000:]
+
+
 #: file, its patched text, the same site put back otherwise (0.5.12's narrow CUDA-graph row, the width of
 #: one branch, a slice end of its own, the V2 worker handing every step row 0, the draft CUDA-graph runner handing
 #: branches as max_bs, the kernel's row stride of the batch, every per-step backend handed graph row 0, DeepSeek-V4
