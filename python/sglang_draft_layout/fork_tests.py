@@ -186,7 +186,8 @@ def embed(text: str, template: str) -> str:
     A name that two embedded modules, or one and the template, define is an error too.
     """
     tree = parse(text)  # its imports: what embedding adds has none
-    template_names = _defined(tree) | {
+    template_defined = _defined(tree)
+    template_names = template_defined | {
         (a.asname or a.name).split(".")[0]
         for s in tree.body
         if isinstance(s, (ast.Import, ast.ImportFrom))
@@ -217,7 +218,7 @@ def embed(text: str, template: str) -> str:
                 if name not in embedded[absolute]:
                     raise ValueError(f"{template}: the embedded {module} needs `{line}`: not in {absolute}")
             elif not _bound(tree, imported, name, alias) and not (
-                imported.startswith(".") and (alias or name) in template_names  # the template binds it itself
+                imported.startswith(".") and (alias or name) in template_defined  # the template assigns it itself
             ):
                 raise ValueError(f"{template}: the embedded {module} needs `{line}` in the template")
         for other, names in [(template, template_names), *embedded.items()]:

@@ -103,6 +103,11 @@ def test_a_relative_import_of_a_module_not_embedded_needs_the_templates_own():
         embed(HARNESS_TEMPLATE.replace(binding, "_unused = tree_helpers("), HARNESS[1])
     with pytest.raises(ValueError, match="needs `from ..speculative import eagle_utils`"):
         embed(HARNESS_TEMPLATE.replace(binding, "eagle_util, spec_utils = tree_helpers("), HARNESS[1])
+    imported_instead = HARNESS_TEMPLATE.replace(binding, "_unused = tree_helpers(").replace(
+        "import torch\n", "import torch\n\nfrom sglang.srt.speculation import eagle_utils, spec_utils\n", 1
+    )
+    with pytest.raises(ValueError, match="needs `from ..speculative import eagle_utils`"):
+        embed(imported_instead, HARNESS[1])  # imported from another module: not what the modules import
     rendered = embed(HARNESS_TEMPLATE, HARNESS[1])
     assert "from sglang.srt.speculative import" not in rendered  # the fork's CI never imports them
 
