@@ -2,13 +2,13 @@
 
 For each commit of the manifest (as ``real_forks.py`` reads it) whose package registers tests
 (``sglang/test/ci/ci_register.py``: what ``apply`` writes the test for), the commit is exported into a
-scratch fork checkout (``python/sglang``, ``test/registered/``, its ``test/run_suite.py``), patched with ``apply --tests``, and the
-written test is run with ``python3 FILE`` in a venv holding SGLang's dependencies (the proof venv the
-suite builds, ``test/support/sglang_venv.py``), through ``test/fork_ci/run_on_cpu.py``. Then each fix
-the patch wrote is put back one at a time where its text is in the patched tree (``REGRESSIONS``), and
-the test run again: it must fail.
+scratch fork checkout (``python/sglang``, ``test/registered/``, its ``test/run_suite.py``), patched with
+``apply --tests``, and the written test is run with ``python3 FILE`` in a venv holding SGLang's dependencies
+(the proof venv the suite builds, ``test/support/sglang_venv.py``), through ``test/fork_ci/run_on_cpu.py``.
+Then each fix the patch wrote is put back one at a time where its text is in the patched tree
+(``REGRESSIONS``), and the test run again: it must fail.
 
-    python benchmark/real_forks_written_test.py MANIFEST.json MIRRORS PYTHON [--only 0,5,18] [--stand-in sgl_kernel]
+    python benchmark/real_forks_written_test.py MANIFEST.json MIRRORS PYTHON [--only 0,5,18]
 
 Printed per commit: apply's exit, the test's exit on the patched tree (``import`` where it stopped importing SGLang:
 the venv lacks a package the fork imports), and, where it passed, per regression the test's exit (``-`` where the
@@ -27,18 +27,11 @@ from pathlib import Path
 from typing import Optional
 
 from real_forks import chosen, corpus_parser, export
+from sglang_draft_layout.fork_tests import FORK_TESTS
 
 HERE = Path(__file__).resolve().parent
 RUNNER = HERE.parent / "test" / "fork_ci" / "run_on_cpu.py"
-#: RUNNER with more packages stood in (``--stand-in``): ones a fork imports at module level that no CPU venv has
-STAND_IN = """import runpy, sys
-sys.path.insert(0, sys.argv[1])
-from import_probe import _StandInFinder
-sys.meta_path[:0] = [_StandInFinder(package) for package in sys.argv[2].split(",") if package]
-sys.argv = sys.argv[3:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
-CPU_TEST = "test/registered/unit/speculative/test_draft_layout.py"
+CPU_TEST = FORK_TESTS[0][0]  # the registered CPU test
 #: name -> (file under sglang/srt, the patched text, the regression put in its place)
 REGRESSIONS = {
     "narrow graph row": (
@@ -69,17 +62,17 @@ def tool(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "sglang_draft_layout", *args], capture_output=True, text=True, env=env)
 
 
-def written_test(python: str, root: Path, stand_in: str = "") -> tuple[int, str]:
+def written_test(python: str, root: Path) -> tuple[int | str, str]:
+    """The test's exit (``import`` where it stopped importing SGLang: the venv lacks what the fork imports) and the
+    line that says why: the harness's first problem (path, probe, what differs), else the last line it printed."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env["PYTHONPATH"] = str(root / "python")
-    support = str(HERE.parent / "test" / "support")
-    runner = ["-c", STAND_IN, support, f"torchvision,{stand_in}"] if stand_in else [str(RUNNER)]
-    done = subprocess.run([python, *runner, str(root / CPU_TEST)], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=900)  # fmt: skip
+    done = subprocess.run([python, str(RUNNER), str(root / CPU_TEST)], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=900)  # fmt: skip
     lines = [line for line in done.stderr.splitlines() if line.strip()]
-    ran = any(line.startswith("Ran ") for line in lines)  # else it stopped importing SGLang: this venv lacks something
-    problems = [line for line in lines if line.startswith("sglang/")]  # the harness's lines: path, probe, what differs
-    return (done.returncode if ran else "import"), (problems or lines or [""])[-1 if not problems else 0]
+    problems = [line for line in lines if line.startswith("sglang/")]
+    said = problems[0] if problems else lines[-1] if lines else ""
+    return (done.returncode if any(line.startswith("Ran ") for line in lines) else "import"), said
 
 
 def fork_checkout(entry: dict, mirrors: Path, scratch: Path) -> Optional[Path]:
@@ -101,12 +94,12 @@ def fork_checkout(entry: dict, mirrors: Path, scratch: Path) -> Optional[Path]:
     return root
 
 
-def patched_and_regressed(root: Path, python: str, stand_in: str) -> dict:
+def patched_and_regressed(root: Path, python: str) -> dict:
     """``apply --tests``'s exit; the written test on the patched tree; where it passed, on each regression."""
     result = {"apply": tool("apply", "--tests", str(root)).returncode}
     if result["apply"] != 0 or not (root / CPU_TEST).is_file():
         return result
-    result["patched"] = written_test(python, root, stand_in)
+    result["patched"] = written_test(python, root)
     if result["patched"][0] != 0:
         return result
     for name, (relative, patched, regressed) in REGRESSIONS.items():
@@ -114,7 +107,7 @@ def patched_and_regressed(root: Path, python: str, stand_in: str) -> dict:
         text = path.read_text() if path.is_file() else ""
         if re.search(patched, text):
             path.write_text(re.sub(patched, regressed, text))
-            result[name] = written_test(python, root, stand_in)
+            result[name] = written_test(python, root)
             path.write_text(text)
     return result
 
@@ -122,7 +115,6 @@ def patched_and_regressed(root: Path, python: str, stand_in: str) -> dict:
 def main() -> int:
     parser = corpus_parser(__doc__.split("\n\n")[0])
     parser.add_argument("python", help="a Python with SGLang's dependencies (not SGLang itself)")
-    parser.add_argument("--stand-in", default="", help="packages to stand in, comma-separated (e.g. sgl_kernel)")
     args = parser.parse_args()
     results = []
     for index, entry in chosen(args):
@@ -131,11 +123,11 @@ def main() -> int:
             if root is None:
                 continue
             result = {"index": index, "repo": entry["repo"], "commit": entry["commit"][:10]}
-            result |= patched_and_regressed(root, args.python, args.stand_in)
+            result |= patched_and_regressed(root, args.python)
         results.append(result)
         cells = [f"{name} {result[name][0]}" if name in result else f"{name} -" for name in ("patched", *REGRESSIONS)]
-        print(f"{index:3d} {entry['repo'][:28]:28s} {entry['commit'][:10]} apply {result['apply']}  " + ", ".join(cells),
-              flush=True)  # fmt: skip
+        head = f"{index:3d} {entry['repo'][:28]:28s} {entry['commit'][:10]} apply {result['apply']}"
+        print(f"{head}  {', '.join(cells)}", flush=True)
         for name in ("patched", *REGRESSIONS):  # a patched tree failing, a regression passing: the line it printed
             if name in result and (result[name][0] == 0) == (name != "patched"):
                 print(f"      {name}: {result[name][1][:300]}", flush=True)
