@@ -295,7 +295,7 @@ def _sources(
                 elif sizes_rows(text.text):  # a draft CUDA-graph runner: the harness runs it, no rule reads it
                     stored[relative] = text
                     runners.add(relative)
-    judgement.begin(target.package, *_texts_and_modules(stored))
+    judgement.begin(target.package, _texts(stored))
     sources = {
         relative: (
             Source.class_blocks(relative, text.text, lambda _block: False)  # read by the harness, with the others
@@ -312,10 +312,9 @@ def _sources(
     return sources, stored
 
 
-def _texts_and_modules(stored: dict[str, StoredText]) -> tuple[dict[str, str], list[str]]:
-    """The texts read (by path under the package), and those of them the draft paths are looked for in."""
-    texts = {relative: text.text for relative, text in stored.items()}
-    return texts, [relative for relative in texts if relative.startswith(GUARDED_FOLDERS)]
+def _texts(stored: dict[str, StoredText]) -> dict[str, str]:
+    """The texts read, by path under the package."""
+    return {relative: text.text for relative, text in stored.items()}
 
 
 def _parsed_classes(relative: str, rules: Sequence[Rule]) -> Optional[set[str]]:
@@ -524,8 +523,8 @@ def _plan(
     if render_changes and _lacks_a_helper(sources):  # it will render: libcst imported once, before two processes fork
         importlib.import_module(f"{__package__}.rewrite")
     findings, created = _findings(target, by_file, sources, keep)
-    texts, modules = _texts_and_modules(stored)
-    before = judgement.verdicts(target.package, texts, modules)
+    texts = _texts(stored)
+    before = judgement.verdicts(target.package, texts)
     findings = judgement.with_before(findings, before)
     to_render: list[tuple[Path, str, Optional[StoredText], list[Finding], list[Rule], Callable[[], str]]] = []
     for relative, file_rules in by_file.items():
@@ -643,11 +642,10 @@ def _judged_after(
             for relative in {f.rule.file for f in to_patch}
         }
     after = {**texts, **new}
-    modules = [relative for relative in after if relative.startswith(GUARDED_FOLDERS)]
     try:
-        judgement.begin(target.package, after, modules, before)
+        judgement.begin(target.package, after, before)
         meanwhile()
-        return judgement.verdicts(target.package, after, modules), new
+        return judgement.verdicts(target.package, after), new
     except SyntaxError as error:  # in a text the harness read in place of its file: the rewrite's, not the tree's
         if error.filename in {str(target.package / relative) for relative in new}:
             raise _invalid_rewrite(error.filename, error) from None

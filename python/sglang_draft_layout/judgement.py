@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Collection, Mapping, Optional
 
 from .harness.invariant import Verdict, inits_steps
-from .harness.judged import begin_tree, cancel_begun, judge_tree, line_blocks
+from .harness.judged import begin_tree, cancel_begun, guarded_modules, judge_tree, line_blocks
 from .harness.paths import STEPS, WORKER, DraftPath
 from .harness.tensors import FACADE
 from .layout_patterns.baking import IN_GRAPH as IN_GRAPH_METHOD
@@ -23,18 +23,17 @@ from .rules.base import Finding, Rule, State
 from .rules.who_splits import IN_GRAPH as IN_GRAPH_PHASE
 
 
-def verdicts(package: Optional[Path], texts: Mapping[str, str], modules: Collection[str]) -> dict[DraftPath, Verdict]:
-    """Each draft path of ``modules`` (paths under the package; ``texts`` stand in for their files) and its verdict."""
-    return judge_tree(package, FACADE, texts, modules)
+def verdicts(package: Optional[Path], texts: Mapping[str, str]) -> dict[DraftPath, Verdict]:
+    """Each draft path of the tree's guarded modules (``guarded_modules``; ``texts``, by path under the package,
+    stand in for their files) and its verdict."""
+    return judge_tree(package, FACADE, texts, guarded_modules(package, texts))
 
 
-def begin(
-    package: Optional[Path], texts: Mapping[str, str], modules: Collection[str], before: Optional[Mapping] = None
-) -> None:
+def begin(package: Optional[Path], texts: Mapping[str, str], before: Optional[Mapping] = None) -> None:
     """Begin ``verdicts``' judging (in a child process where it can): the caller goes on. ``before``: the verdicts of
     the tree before its rewrite, whose workers say who likely inits each step (``apart.Judging``'s guess)."""
     workers = {path: verdict for path, verdict in (before or {}).items() if path.kind == WORKER}
-    begin_tree(package, FACADE, texts, modules, (inits_steps(workers),) if workers else ())
+    begin_tree(package, FACADE, texts, guarded_modules(package, texts), (inits_steps(workers),) if workers else ())
 
 
 def classes(path: DraftPath) -> set[str]:

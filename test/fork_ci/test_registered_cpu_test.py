@@ -162,8 +162,9 @@ def test_passes_where_the_helper_modules_import_a_kernel_package_this_machine_la
 
 #: file, its patched text, the same site put back otherwise (0.5.12's narrow CUDA-graph row, the width of
 #: one branch, a slice end of its own, the V2 worker handing every step row 0, the draft CUDA-graph runner handing
-#: branches as max_bs, the kernel's row stride of the batch, every per-step backend handed graph row 0, DeepSeek-V4
-#: baking 0.5.12's whole buffer or row 0 at every step), and what the test says
+#: branches as max_bs, the kernel's row stride of the batch, every per-step backend handed graph row 0, a capacity
+#: check stopping a row as wide as it fills, DeepSeek-V4 baking 0.5.12's whole buffer or row 0 at every step), and
+#: what the test says
 #: (after the file of the path it names, where that is another file)
 REGRESSIONS = {
     "narrow row": (
@@ -222,6 +223,13 @@ REGRESSIONS = {
         "max_bs, max_num_tokens, kv_indices_buf=self.cuda_graph_kv_indices[0]",
         "FlashInferMultiStepDraftBackend: bs 3, topk 1, 4 steps: capture (max bs 4): the per-step backends' CUDA-graph "
         "kv_indices are rows [0, 0, 0]; upstream's [0, 1, 2]",
+    ),
+    "strict capacity check": (  # stops a row exactly as wide as the kernel fills
+        "srt/layers/attention/flashinfer_backend.py",
+        "assert required_kv_indices_len <= kv_indices_buffer.shape[1], (",
+        "assert required_kv_indices_len < kv_indices_buffer.shape[1], (",
+        "FlashInferMultiStepDraftBackend: bs 1, topk 1, 2 steps: common_template stops rows 7 wide, as wide as it "
+        "fills: AssertionError at srt/layers/attention/flashinfer_backend.py:",
     ),
     "DSv4 row 0": (
         fork_edits.DSV4,

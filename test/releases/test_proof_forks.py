@@ -43,6 +43,22 @@ VERDICTS = {
     # the helper's assert is no RuntimeError: under the fork's suppress the patched split gives upstream's rows
     "worker-view-suppress": ("patched", State.TO_PATCH),
     "worker-view-nonlocal": ("refused", "rows"),
+    # found by a red-team round of 65 fork edits (2026-12-07): apply wrote all three and check said clean
+    "dsv4-subclass-own-module": (
+        "refused",
+        "deepseek_v4_fork_backend.py: DeepseekV4MultiStepForkBackend.<per-step out_cache_loc>: draft path, run on the "
+        "probes: after the rewrite, bs 1, topk 1, 2 steps: eager: raises AssertionError",
+    ),
+    "worker-subclass-own-module": (
+        "refused",
+        "eagle_worker_v2_fork.py: EagleDraftForkWorker.<draft_forward>: draft path, run on the probes: after the "
+        "rewrite, bs 3, topk 1, 4 steps: the draft steps write to ['other slots'",
+    ),
+    "flashinfer-strict-capacity-check": (
+        "refused",
+        "after the rewrite, bs 1, topk 1, 2 steps: common_template stops rows 7 wide, as wide as it fills: "
+        "AssertionError at srt/layers/attention/flashinfer_backend.py:",
+    ),
 }
 
 

@@ -716,6 +716,83 @@ def worker_view_nonlocal(tree: Path) -> None:
     )
 
 
+DSV4_OWN_MODULE = "srt/layers/attention/deepseek_v4_fork_backend.py"
+#: a DeepSeek-V4 module of the fork's own: a per-step subclass (its ``init_forward_metadata`` appended) and the
+#: multi-step subclass building one per step
+DSV4_OWN_MODULE_HEAD = """from __future__ import annotations
+
+import torch
+
+from sglang.srt.layers.attention.deepseek_v4_backend import (
+    SWA_WINDOW,
+    DeepseekV4AttnBackend,
+    DeepseekV4MultiStepBackend,
+)
+from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+
+class DeepseekV4MultiStepForkBackend(DeepseekV4MultiStepBackend):
+    def __init__(self, model_runner, topk: int, speculative_num_steps: int):
+        super().__init__(model_runner, topk, speculative_num_steps)
+        self.attn_backends = [
+            DeepseekV4StepForkBackend(
+                model_runner,
+                speculative_step_id=i,
+                topk=self.topk,
+                speculative_num_steps=self.speculative_num_steps,
+            )
+            for i in range(self.speculative_num_steps)
+        ]
+
+
+class DeepseekV4StepForkBackend(DeepseekV4AttnBackend):
+"""
+
+
+def dsv4_subclass_own_module(tree: Path) -> None:
+    """A module of the fork's own: a DeepseekV4AttnBackend subclass whose init_forward_metadata is the release's
+    (each step bakes the whole buffer: the bug), built per step by a DeepseekV4MultiStepBackend subclass."""
+    text = (Path(tree) / "sglang" / DSV4).read_text(encoding="utf-8")
+    start, end = _span(text, "DeepseekV4AttnBackend.init_forward_metadata")
+    path = Path(tree) / "sglang" / DSV4_OWN_MODULE
+    path.write_text(DSV4_OWN_MODULE_HEAD + text[start:end].rstrip("\n") + "\n", encoding="utf-8")
+
+
+WORKER_OWN_MODULE = "srt/speculative/eagle_worker_v2_fork.py"
+
+
+def worker_subclass_own_module(tree: Path) -> None:
+    """A module of the fork's own: an EagleDraftWorker subclass whose draft_forward is the release's with the
+    buffer split step-major (``reshape(steps, -1)``: other rows than upstream's)."""
+    text = (Path(tree) / "sglang" / WORKER_V2).read_text(encoding="utf-8")
+    start, end = _span(text, "EagleDraftWorker.draft_forward")
+    method = text[start:end].replace(
+        WORKER_SPLIT, "        out_cache_loc = out_cache_loc.reshape(self.speculative_num_steps, -1)\n"
+    )
+    head = text[: text.index("\nclass ")]  # the release module's imports and module-level names
+    path = Path(tree) / "sglang" / WORKER_OWN_MODULE
+    path.write_text(
+        head + "\nfrom sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker\n\n\n"
+        "class EagleDraftForkWorker(EagleDraftWorker):\n" + method.rstrip("\n") + "\n",
+        encoding="utf-8",
+    )
+
+
+#: 0.5.12's FlashInferMultiStepDraftBackend.common_template kernel launch
+FLASHINFER_LAUNCH = "        self.generate_draft_decode_kv_indices[\n"
+
+
+def flashinfer_strict_capacity_check(tree: Path) -> None:
+    """FlashInfer's rows cherry-picked wide, with a capacity check of the fork's own that stops a row exactly as wide
+    as the kernel fills (``<``: stricter than upstream's)."""
+    edit(tree, FLASHINFER, FLASHINFER_LAUNCH,
+         "        required = seq_lens_sum * self.topk + bs * self.speculative_num_steps\n"
+         "        assert required < kv_indices_buffer.shape[1], f\"kv_indices row too small: {required}\"\n\n"
+         + FLASHINFER_LAUNCH, "FlashInferMultiStepDraftBackend.common_template")  # fmt: skip
+    edit(tree, FLASHINFER, "max_bs * self.max_context_len),", "max_bs * self.topk * self.max_context_len),",
+         "FlashInferMultiStepDraftBackend.init_cuda_graph_state")  # fmt: skip
+
+
 #: issue 26's forks: the rewrite must be proven (patched, the rows upstream's) or refused
 PROOF_FORKS: Dict[str, Callable[[Path], None]] = {
     "worker-minus-one": worker_minus_one,
@@ -734,6 +811,9 @@ PROOF_FORKS: Dict[str, Callable[[Path], None]] = {
     "dsv4-caller-next-row": dsv4_caller_next_row,
     "worker-view-suppress": worker_view_suppress,
     "worker-view-nonlocal": worker_view_nonlocal,
+    "dsv4-subclass-own-module": dsv4_subclass_own_module,
+    "worker-subclass-own-module": worker_subclass_own_module,
+    "flashinfer-strict-capacity-check": flashinfer_strict_capacity_check,
 }
 
 

@@ -218,10 +218,14 @@ def draft_paths(tree: Tree, modules: Iterable[str]) -> list[DraftPath]:
             if "attn_backends" in body or _DRIVES.search(body)
         }
         drivers = [name for name, body in classes if name in built and _drives(body, built[name])]
+        handed_a_step = {c for name in drivers if _DRIVES.search(classes_text[name]) for c in built[name]}
+        # a per-step class handing out_cache_loc= on, knowing its step itself or from its driver (a subclass's)
         bakers = [
             name
             for name, body in classes
-            if "speculative_step_id" in body and "out_cache_loc=" in body and name not in drivers
+            if "out_cache_loc=" in body
+            and name not in drivers
+            and ("speculative_step_id" in body or name in handed_a_step)
         ]
         for name in drivers:  # the bakers, and the classes it builds (a fork's own per-step subclass too)
             if bakers or not _DRIVES.search(classes_text[name]):
