@@ -25,7 +25,7 @@ from support import fork_edits
 
 pytestmark = pytest.mark.releases
 #: the written test's test methods (the helpers' three, the draft paths' one)
-TESTS = 4
+TESTS = 5
 RUNNER = Path(__file__).with_name("run_on_cpu.py")
 GRAPH_WIDTH = "draft_kv_indices_buffer_width(\n            max_bs, self.topk, self.max_context_len\n        )"
 GRAPH_WIDTH_BLOCK = (
@@ -163,8 +163,8 @@ def test_passes_where_the_helper_modules_import_a_kernel_package_this_machine_la
 #: file, its patched text, the same site put back otherwise (0.5.12's narrow CUDA-graph row, the width of
 #: one branch, a slice end of its own, the V2 worker handing every step row 0, the draft CUDA-graph runner handing
 #: branches as max_bs, the kernel's row stride of the batch, every per-step backend handed graph row 0, a capacity
-#: check stopping a row as wide as it fills, DeepSeek-V4 baking 0.5.12's whole buffer or row 0 at every step), and
-#: what the test says
+#: check stopping a row as wide as it fills, DeepSeek-V4 baking 0.5.12's whole buffer, initing step 0 at every step or
+#: baking row 0 at every step), and what the test says
 #: (after the file of the path it names, where that is another file)
 REGRESSIONS = {
     "narrow row": (
@@ -231,6 +231,12 @@ REGRESSIONS = {
         "FlashInferMultiStepDraftBackend: bs 1, topk 1, 2 steps: common_template stops rows 7 wide, as wide as it "
         "fills: AssertionError at srt/layers/attention/flashinfer_backend.py:",
     ),
+    "DSv4 inits step 0 each time": (  # steps 1.. never bake their row
+        fork_edits.DSV4,
+        "            self.attn_backends[i].init_forward_metadata(forward_batch)\n",
+        "            self.attn_backends[0].init_forward_metadata(forward_batch)\n",
+        "DeepseekV4MultiStepBackend: bs 3, topk 1, 4 steps: eager: steps [1, 2] bake nothing; upstream's step i bakes row i",
+    ),
     "DSv4 row 0": (
         fork_edits.DSV4,
         "                )[self.speculative_step_id]\n",
@@ -259,6 +265,40 @@ def test_fails_with_a_site_put_back_otherwise(proof_python, tmp_path):
         assert f"sglang/{said}" in failure, (name, failure[-2000:])
         assert f"Ran {TESTS} tests" in run.stderr
         assert re.search(r"FAILED \((errors|failures)=1\)", run.stderr), (name, run.stderr[-2000:])
+
+
+#: a helper's body changed where only some of its values change (file under srt/speculative, its text, the change):
+#: a shortcut at topk 1, the int32 guard loosened
+HELPER_REGRESSIONS = {
+    "used length at topk 1": (
+        "spec_utils.py",
+        "    return seq_lens_sum * topk + bs * num_steps\n",
+        "    if topk == 1:\n        return seq_lens_sum + num_steps\n    return seq_lens_sum * topk + bs * num_steps\n",
+    ),
+    "rows at topk 1": (
+        "eagle_utils.py",
+        "    return (\n        out_cache_loc.view(batch_size, topk, num_steps)\n",
+        "    if topk == 1:\n        return out_cache_loc.view(num_steps, batch_size)\n"
+        "    return (\n        out_cache_loc.view(batch_size, topk, num_steps)\n",
+    ),
+    "int32 guard": ("spec_utils.py", "    assert width < 2**31, (\n", "    assert width < 2**32, (\n"),
+}
+
+
+def test_fails_with_a_helper_changed_where_its_pinned_values_hold(proof_python, tmp_path):
+    """The draft paths are held against the tree's own helpers: each must be upstream's wherever a path is judged."""
+    forks = []
+    for name, (relative, patched_text, changed_text) in HELPER_REGRESSIONS.items():
+        fork = make_fork(tmp_path / name.replace(" ", "-"))
+        assert cli.main(["apply", str(fork)]) == 0
+        path = fork / "python/sglang/srt/speculative" / relative
+        assert path.read_text().count(patched_text) == 1, name
+        path.write_text(path.read_text().replace(patched_text, changed_text))
+        forks.append(fork)
+    for name, run in zip(HELPER_REGRESSIONS, run_generated(proof_python, *forks)):
+        assert run.returncode != 0, (name, run.stdout + run.stderr)
+        assert re.search(r"(?:FAIL|ERROR): test_upstreams_values_wherever_the_paths_are_judged", run.stderr), name
+        assert f"Ran {TESTS} tests" in run.stderr
 
 
 KEEP = "  # sglang-draft-layout: keep"

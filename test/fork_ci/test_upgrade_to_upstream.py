@@ -200,4 +200,4 @@ def test_the_written_test_passes_on_the_merged_fork(upstream, tmp_path, proof_py
         timeout=600,
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "Ran 4 tests" in run.stderr and "\nOK" in run.stderr
+    assert "Ran 5 tests" in run.stderr and "\nOK" in run.stderr

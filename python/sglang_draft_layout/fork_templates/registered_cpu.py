@@ -19,6 +19,7 @@ A path the fork keeps (``# sglang-draft-layout: keep``, or ``apply --keep``) is 
 
 from __future__ import annotations
 
+import itertools
 import unittest
 from pathlib import Path
 
@@ -72,6 +73,29 @@ class TestDraftLayoutHelpers(CustomTestCase):
         self.assertEqual(rows[3].tolist(), [3, 7, 11, 15, 19, 23])
         with self.assertRaises(AssertionError):  # not bs * topk * num_steps slots
             eagle_utils.per_step_draft_out_cache_loc(torch.arange(23), 2, 3, 4)
+
+    def test_upstreams_values_wherever_the_paths_are_judged(self):
+        # the draft paths are held against these helpers on probes of up to 512
+        # sequences, topk 128 and 16 steps: there each must be upstream's formula
+        sizes = itertools.product((1, 2, 3, 5, 64, 512), (1, 2, 4, 8, 128), (1, 3, 16))
+        for n, topk, steps in sizes:
+            branches = n * topk
+            slots = torch.arange(branches * steps)
+            rows = eagle_utils.per_step_draft_out_cache_loc(slots, n, topk, steps)
+            # row i: the i-th slot of each branch
+            self.assertTrue(torch.equal(rows, slots.view(branches, steps).t()))
+            for context_len in (64, 4096):
+                width = spec_utils.draft_kv_indices_buffer_width(n, topk, context_len)
+                self.assertEqual(width, branches * context_len)
+            for i in range(steps):
+                used = spec_utils.draft_kv_indices_used_len(
+                    7 * n, topk, branches, i + 1
+                )
+                self.assertEqual(used, 7 * n * topk + branches * (i + 1))
+        width = spec_utils.draft_kv_indices_buffer_width(1, 1, 2**31 - 1)
+        self.assertEqual(width, 2**31 - 1)  # the widest int32 offsets hold
+        with self.assertRaises(AssertionError):
+            spec_utils.draft_kv_indices_buffer_width(1, 1, 2**31)
 
 
 class TestDraftPaths(CustomTestCase):

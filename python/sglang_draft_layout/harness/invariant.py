@@ -136,9 +136,9 @@ def _row_of(rows: tuple, place: tuple) -> Any:
 
 
 def _steps(torch: Any, outcome: Outcome, up: Upstream, probe: Probe) -> tuple[set, list[str], list[str], set]:
-    """(the phases a step baked in, the bug's lines: a step baking the whole buffer, other values', and (phase,
-    who handed each step what)), each line naming its phase ("eager", "in graph")."""
-    bugs, own, split, shown = [], [], set(), set()
+    """(the phases a step baked in, the bug's lines: a step baking the whole buffer, other values' (a draft step
+    baking nothing too), and (phase, who handed each step what)), each line naming its phase ("eager", "in graph")."""
+    bugs, own, split, shown, baking = [], [], set(), set(), {}
     for phase, events in _phases(outcome).items():
         for event in events:
             if event[0] == "raised":
@@ -154,10 +154,14 @@ def _steps(torch: Any, outcome: Outcome, up: Upstream, probe: Probe) -> tuple[se
             elif event[0] in ("bake", "stored") and event[1] is not None:
                 step, values, shape = event[1:]
                 shown.add(phase)
+                baking.setdefault(phase, set()).add(step)
                 if values != up.rows[step] or len(shape) != 1:
                     which = "the whole buffer" if values == up.whole else f"slots {list(values)[:8]}"
                     line = f"{phase}: step {step} bakes {which}; upstream's row {step} is {list(up.rows[step])[:8]}"
                     (bugs if values == up.whole else own).append(line)
+    for phase, steps in baking.items():  # every draft step that runs a forward bakes its row
+        if missing := [i for i in range(probe.steps - 1) if i not in steps]:
+            own.append(f"{phase}: steps {missing} bake nothing; upstream's step i bakes row i")
     return shown, bugs, own, split
 
 
