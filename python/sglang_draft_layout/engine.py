@@ -19,6 +19,7 @@ from typing import Callable, Collection, Iterator, Optional, Sequence
 
 from . import fork_tests, judgement, stale_keeps, transaction, verdict_cache
 from .harness.apart import each_apart
+from .harness.invariant import guarded_modules
 from .harness.paths import sizes_rows
 from .imports import add_imports
 from .layout_patterns.ast_walk import parsing_once
@@ -27,7 +28,7 @@ from .rules import RULES, helper_definitions
 from .rules.base import MODULE_SCOPE, Finding, Rule, Source, State
 from .rules.kv_indices_graph_width import one_parameter_frame
 from .rules.splice import spliced
-from .rules.structural_guard import GUARDED_FOLDERS, guard_rules, may_hold_draft_layout, names_draft_layout
+from .rules.structural_guard import guard_rules, may_hold_draft_layout, names_draft_layout
 from .stored import StoredText, lines
 from .target import Target, TargetError
 from .transaction import TEMP_NAME, FileWrite, Interrupted  # noqa: F401 (Interrupted: for callers)
@@ -284,17 +285,15 @@ def _sources(
         gate.check()
         if (target.package / relative).is_file():
             stored[relative] = StoredText.read(target.package / relative)
-    for folder in GUARDED_FOLDERS:
-        for path in sorted((target.package / folder).rglob("*.py")):
-            relative = path.relative_to(target.package).as_posix()
-            gate.check()
-            if relative not in by_file:
-                text = StoredText.read(path)
-                if names_draft_layout(text.text):
-                    stored[relative] = text
-                elif sizes_rows(text.text):  # a draft CUDA-graph runner: the harness runs it, no rule reads it
-                    stored[relative] = text
-                    runners.add(relative)
+    for relative in guarded_modules(target.package):
+        gate.check()
+        if relative not in by_file:
+            text = StoredText.read(target.package / relative)
+            if names_draft_layout(text.text):
+                stored[relative] = text
+            elif sizes_rows(text.text):  # a draft CUDA-graph runner: the harness runs it, no rule reads it
+                stored[relative] = text
+                runners.add(relative)
     judgement.begin(target.package, _texts(stored))
     sources = {
         relative: (

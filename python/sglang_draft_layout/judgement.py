@@ -13,8 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Collection, Mapping, Optional
 
-from .harness.invariant import Verdict, inits_steps
-from .harness.judged import begin_tree, cancel_begun, guarded_modules, judge_tree, line_blocks
+from .harness.invariant import Verdict, guarded_modules, inits_steps
+from .harness.judged import begin_tree, cancel_begun, judge_tree, line_blocks
 from .harness.paths import STEPS, WORKER, DraftPath
 from .harness.tensors import FACADE
 from .layout_patterns.baking import IN_GRAPH as IN_GRAPH_METHOD

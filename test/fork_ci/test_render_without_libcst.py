@@ -73,7 +73,7 @@ def test_the_harness_module_embeds_the_harness_verbatim_and_the_cpu_test_imports
     assert "from ..speculative" not in rendered and "from .unknown" not in rendered
     assert "layout_patterns" not in rendered and "harness.tensors" not in rendered
     cpu_test = render("registered_cpu")
-    assert "from sglang.test.draft_layout_harness import (\n    FACADE,\n    GUARDED,\n    Tree,\n" in cpu_test
+    assert "from sglang.test.draft_layout_harness import (\n    FACADE,\n    Tree,\n    eagle_utils,\n" in cpu_test
     assert "from sglang.srt" not in cpu_test  # the helpers too come from the harness, compiled from their text
     assert HARNESS[0] == "python/sglang/test/draft_layout_harness.py"
 

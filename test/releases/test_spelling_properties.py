@@ -35,7 +35,7 @@ import pytest
 from hypothesis import Phase, event, example, given, note, settings, strategies as st
 from sglang_draft_layout import cli
 from sglang_draft_layout.harness import invariant, judged
-from sglang_draft_layout.harness.invariant import GUARDED
+from sglang_draft_layout.harness.invariant import GUARDED, guarded_modules
 from sglang_draft_layout.harness.judged import judge_tree
 from sglang_draft_layout.harness.paths import Probe
 from sglang_draft_layout.harness.torch_backend import FACADE
@@ -73,7 +73,7 @@ def not_upstream(package: Path) -> dict[str, str]:
     """``module: Class`` -> why, of each draft path of the tree that does not give upstream's values on
     ``PROBES`` with real torch (or shows no layout, or cannot be run there), and of each of 0.5.12's ``PATHS``
     no longer found."""
-    modules = [p.relative_to(package).as_posix() for f in GUARDED for p in sorted((package / f).rglob("*.py"))]
+    modules = guarded_modules(package)
     texts = {m: (package / m).read_text(encoding="utf-8") for m in modules}
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(invariant, "PROBES", PROBES)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sglang_draft_layout import engine
-from sglang_draft_layout.harness.invariant import GUARDED
+from sglang_draft_layout.harness.invariant import guarded_modules
 from sglang_draft_layout.harness.judged import judge_tree
 from sglang_draft_layout.harness.paths import STEPS
 from sglang_draft_layout.harness.tensors import FACADE
@@ -22,9 +22,7 @@ def not_split_once(package: Path) -> list[tuple[str, str]]:
     class the fork keeps (``check``'s kept sites) is not run, as the written test leaves it out."""
     plan = engine.plan(resolve(str(package)), render_changes=False, tests=False)
     kept = {(f.rule.file, f.rule.scope.split(".")[0]) for f in plan.findings if f.state is State.KEPT}
-    modules = [
-        p.relative_to(package).as_posix() for folder in GUARDED for p in sorted((package / folder).rglob("*.py"))
-    ]
+    modules = guarded_modules(package)
     texts = {m: (package / m).read_text(encoding="utf-8") for m in modules}
     found = judge_tree(package, FACADE, texts, [m for m, t in texts.items() if "speculative_num_steps" in t])
     problems = []

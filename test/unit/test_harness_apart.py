@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from sglang_draft_layout import engine
 from sglang_draft_layout.harness import apart, judged
-from sglang_draft_layout.harness.invariant import GUARDED, Verdict, inits_steps, judge, judge_paths
+from sglang_draft_layout.harness.invariant import Verdict, guarded_modules, inits_steps, judge, judge_paths
 from sglang_draft_layout.harness.paths import ROWS, STEPS, WORKER, draft_paths
 from sglang_draft_layout.harness.tensors import FACADE
 from sglang_draft_layout.harness.world import Tree
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 @pytest.fixture(scope="module")
 def release() -> tuple[Path, list[str]]:
     package = pristine_tree("0.5.12") / "sglang"
-    modules = sorted(p.relative_to(package).as_posix() for f in GUARDED for p in (package / f).rglob("*.py"))
+    modules = guarded_modules(package)
     return package, modules
 
 

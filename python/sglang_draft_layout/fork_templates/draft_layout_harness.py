@@ -21,6 +21,7 @@ import dis
 import functools
 import inspect
 import operator
+import os
 import re
 import sys
 import types

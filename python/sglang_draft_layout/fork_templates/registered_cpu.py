@@ -29,9 +29,9 @@ import sglang
 from sglang.test.ci.ci_register import register_cpu_ci
 from sglang.test.draft_layout_harness import (
     FACADE,
-    GUARDED,
     Tree,
     eagle_utils,
+    guarded_modules,
     judge_paths,
     spec_utils,
 )
@@ -100,11 +100,7 @@ class TestDraftLayoutHelpers(CustomTestCase):
 
 class TestDraftPaths(CustomTestCase):
     def test_draft_paths_give_upstreams_values(self):
-        modules = sorted(
-            path.relative_to(PACKAGE).as_posix()
-            for folder in GUARDED
-            for path in (PACKAGE / folder).rglob("*.py")
-        )
+        modules = guarded_modules(PACKAGE)
         verdicts = {
             f"{path.module}: {path.cls}": verdict
             for path, verdict in judge_paths(Tree(PACKAGE, FACADE), modules).items()

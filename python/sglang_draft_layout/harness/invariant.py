@@ -11,7 +11,9 @@ probe (``paths.run_path``) and says, one line each, where it differs.
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Collection, Iterator, Optional, Sequence
 
 from ..speculative import eagle_utils, spec_utils
@@ -310,3 +312,15 @@ def inits_steps(workers: dict[DraftPath, Verdict]) -> Optional[DraftPath]:
 
 #: the folders whose modules the draft paths are looked for in (under the sglang package)
 GUARDED = ("srt/layers/attention", "srt/speculative")
+
+
+def guarded_modules(package: Optional[Path], given: Collection[str] = ()) -> list[str]:
+    """The modules the draft paths are looked for in (paths under the package): every module under ``GUARDED`` of the
+    package, and each of ``given`` there (a text standing in for a file); a path in a module of the fork's own is
+    judged whatever its text names."""
+    found = {relative for relative in given if relative.startswith(GUARDED)}
+    for folder in GUARDED if package is not None else ():
+        for root, _folders, files in os.walk(os.path.join(package, folder)):  # a walk, not rglob: a plan asks often
+            under = os.path.relpath(root, package).replace(os.sep, "/")
+            found.update(f"{under}/{name}" for name in files if name.endswith(".py"))
+    return sorted(found)

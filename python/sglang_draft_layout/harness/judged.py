@@ -12,7 +12,6 @@ import ast
 import difflib
 import hashlib
 import inspect
-import os
 import re
 import types
 from dataclasses import replace
@@ -22,7 +21,7 @@ from typing import Any, Collection, Mapping, Optional
 from .apart import Judging
 from .branches import ordering_lines
 from .coverage import Lines, layout_statements
-from .invariant import GUARDED, Verdict, judge
+from .invariant import Verdict, guarded_modules, judge
 from .lazy import HOOK, bind, call, lazy_code
 from .paths import DraftPath
 from .unknown import in_package
@@ -288,15 +287,3 @@ def verdict_of(
     backend), on the tree with ``texts``; None where no draft path runs it."""
     found = judge_tree(package, torch, texts, guarded_modules(package, texts))
     return next((v for p, v in found.items() if p.module == module and cls in (p.cls, *p.per_step)), None)
-
-
-def guarded_modules(package: Optional[Path], texts: Mapping[str, str]) -> list[str]:
-    """The modules the draft paths are looked for in, as the written CPU test looks: every module under the guarded
-    folders of the package, and each text given in place of one (a path in a module of the fork's own is judged,
-    whatever its text names)."""
-    found = {relative for relative in texts if relative.startswith(GUARDED)}
-    for folder in GUARDED if package is not None else ():
-        for root, _folders, files in os.walk(os.path.join(package, folder)):  # a walk, not rglob: a plan asks often
-            under = os.path.relpath(root, package).replace(os.sep, "/")
-            found.update(f"{under}/{name}" for name in files if name.endswith(".py"))
-    return sorted(found)
