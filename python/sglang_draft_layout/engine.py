@@ -9,9 +9,8 @@ import difflib
 import fcntl
 import functools
 import gc
-import hashlib
 import importlib
-import tempfile
+import os
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -748,14 +747,14 @@ def refusal_hint(keeps: Sequence[str], lines: str = "that line") -> str:
 
 @contextlib.contextmanager
 def tree_lock(target: Target) -> Iterator[None]:
-    """Serialise applies to one tree across processes (a lock file outside the tree)."""
-    key = hashlib.sha256(str(target.package.resolve()).encode()).hexdigest()[:16]
-    with open(Path(tempfile.gettempdir()) / f"sglang-draft-layout-{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    """Serialise applies to one tree across processes: a lock on the package folder itself (no lock file left
+    anywhere; a read-only tree can be locked too)."""
+    folder = os.open(target.package, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(folder)  # the lock goes with it
 
 
 def write(changes: Sequence[FileChange]) -> None:

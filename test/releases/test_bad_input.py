@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -142,6 +144,23 @@ def test_two_applies_at_once_patch_once(scratch, patched):
     assert [code for _out, _err, code in results] == [0, 0], results
     assert sorted("nothing to do" in out for out, _err, _code in results) == [False, True]
     assert digest(root) == digest(patched("0.5.12"))
+
+
+def test_an_apply_holds_its_tree_and_leaves_no_lock_file(scratch, tmp_path, monkeypatch):
+    root = scratch("0.5.12")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # where a lock file would go
+    target = resolve(str(root))
+    with engine.tree_lock(target):
+        other = os.open(target.package, os.O_RDONLY)  # what another apply locks
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(other)
+    assert list(temp.iterdir()) == []
+    assert not list(root.rglob("*.lock"))
 
 
 def test_failure_while_writing_restores_every_file(scratch, monkeypatch):
