@@ -287,7 +287,9 @@ def _sources(
     for relative in guarded_modules(target.package):
         gate.check()
         if relative not in by_file:
-            text = StoredText.read(target.package / relative)
+            text = StoredText.read_naming(target.package / relative, _GUARDED_WORDS)
+            if text is None:
+                continue
             if names_draft_layout(text.text):
                 stored[relative] = text
             elif sizes_rows(text.text):  # a draft CUDA-graph runner: the harness runs it, no rule reads it
@@ -308,6 +310,11 @@ def _sources(
         for relative, text in stored.items()
     }
     return sources, stored
+
+
+#: a guarded module holds one of these where the structural guard (``names_draft_layout``) or the harness
+#: (``sizes_rows``) reads it
+_GUARDED_WORDS = (b"speculative_num_steps", b"draft_attn_backend")
 
 
 def _texts(stored: dict[str, StoredText]) -> dict[str, str]:

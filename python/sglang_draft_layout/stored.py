@@ -18,11 +18,19 @@ import tokenize
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional, Sequence
 
 from .target import TargetError
 
 #: a line end as Python counts it
 _LINE_END = re.compile(r"(\r\n|\r|\n)$")
+
+
+def _raw(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise TargetError(f"{path}: reading: {error.strerror or error}; nothing written") from None
 
 
 def lines(text: str) -> list[str]:
@@ -43,11 +51,14 @@ class StoredText:
     @classmethod
     def read(cls, path: Path) -> "StoredText":
         """The file at ``path``; a file it cannot read or decode is a TargetError naming it."""
-        try:
-            raw = path.read_bytes()
-        except OSError as error:
-            raise TargetError(f"{path}: reading: {error.strerror or error}; nothing written") from None
-        return cls.decode(path, raw)
+        return cls.decode(path, _raw(path))
+
+    @classmethod
+    def read_naming(cls, path: Path, words: Sequence[bytes]) -> Optional["StoredText"]:
+        """The file at ``path`` (``read``), or None where it is ASCII and holds none of ``words``: not decoded (most
+        modules a plan looks at are left so)."""
+        raw = _raw(path)
+        return cls.decode(path, raw) if not raw.isascii() or any(word in raw for word in words) else None
 
     @classmethod
     def decode(cls, path: Path, raw: bytes) -> "StoredText":

@@ -69,6 +69,19 @@ def test_a_module_the_paths_only_looked_for_counts_by_being_there(scratch, runs,
     assert runs(tree)[1] == judged + 2
 
 
+def test_a_guarded_module_whose_bytes_were_only_searched_counts_by_its_bytes(scratch, runs, tmp_path):
+    """A module of the guarded folders that names no draft step (its bytes searched, never decoded: ``Tree.mentions``)
+    is judged by its hash: a path may be found in it once it does."""
+    tree = scratch("0.5.12")
+    scanned = "srt/layers/attention/torch_native_backend.py"
+    assert b"speculative_num_steps" not in (tree / "sglang" / scanned).read_bytes()
+    _first, judged = runs(tree)
+    entries = [pickle.loads(p.read_bytes())[0] for p in (tmp_path / "cache" / "verdicts").iterdir()]
+    assert all(isinstance(read[scanned], str) for read in entries)  # hashed
+    (tree / "sglang" / scanned).write_text((tree / "sglang" / scanned).read_text() + "\n# a fork's comment\n")
+    assert runs(tree)[1] == judged + 2
+
+
 def test_an_unwritable_cache_is_no_cache(scratch, runs, tmp_path, monkeypatch):
     tree = scratch("0.5.12")  # first: the release's wheel is read from the cache
     blocker = tmp_path / "a-file"

@@ -77,3 +77,26 @@ def test_a_form_feed_does_not_end_a_line():
     assert code_lines(code) == ["x = 1\n", "\x0c\n", "def f():\n", "    return 2\n"]
     source = Source("mod.py", code)
     assert source.text(source.function("f").body[0]) == "return 2"
+
+
+@pytest.mark.parametrize(
+    "raw, decoded",
+    [
+        (b"x = 1\n", False),  # ASCII without the words: left undecoded
+        (b"steps = self.speculative_num_steps\n", True),
+        ("s = 'é'\n".encode(), True),  # not ASCII: decoded, so that a file Python cannot read is named
+    ],
+)
+def test_read_naming_decodes_a_file_only_where_it_may_name_the_words(tmp_path, raw, decoded):
+    path = tmp_path / "mod.py"
+    path.write_bytes(raw)
+    found = StoredText.read_naming(path, (b"speculative_num_steps",))
+    assert (found is not None) == decoded
+    assert found is None or found.text == raw.decode()
+
+
+def test_read_naming_names_a_file_it_cannot_decode(tmp_path):
+    path = tmp_path / "mod.py"
+    path.write_bytes(b"x = 1\n# \xff\n")
+    with pytest.raises(TargetError, match=r"mod\.py:2: not valid utf-8"):
+        StoredText.read_naming(path, (b"speculative_num_steps",))

@@ -137,8 +137,9 @@ class Judging:
 
 def read_by(tree: Tree) -> dict[str, bool]:
     """The files (under the package) ``tree``'s judging asked about: True where it read the text (a text standing in for
-    it included), False where it asked only whether the tree has it (``Tree.has``)."""
-    return {**dict.fromkeys(tree.found, False), **dict.fromkeys(tree.texts, True)}
+    it included) or searched its bytes (``Tree.mentions``), False where it asked only whether the tree has it
+    (``Tree.has``)."""
+    return {**dict.fromkeys(tree.found, False), **dict.fromkeys(tree.scanned, True), **dict.fromkeys(tree.texts, True)}
 
 
 def each_apart(calls: Sequence[Callable[[], Any]]) -> list[Any]:

@@ -195,9 +195,9 @@ def draft_paths(tree: Tree, modules: Iterable[str]) -> list[DraftPath]:
     found, blocks, workers = [], {}, {}  # (module, class) -> text, of the attention modules and the workers
     runners, drafting = [], []  # (module, class) of the draft CUDA-graph runners; the drafting workers' texts
     for relative in modules:
-        text = tree.text(relative)
-        if not text or "speculative_num_steps" not in text:
+        if not tree.mentions(relative, "speculative_num_steps"):
             continue
+        text = tree.text(relative)
         classes = _class_blocks(text)
         if relative.startswith(SPECULATIVE):
             runners += [(relative, name) for name, body in classes if sizes_rows(body)]

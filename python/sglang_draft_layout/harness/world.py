@@ -57,6 +57,7 @@ class Tree:
         self._probe_classes: dict[type, type] = {}
         self._relative: dict[str, Optional[str]] = {}
         self.found: dict[str, bool] = {}  # path under the package -> whether the tree has it, asked without reading it
+        self.scanned: set[str] = set()  # paths whose bytes were searched and lack the word asked for (``mentions``)
         self.branches = Branches()  # which way each ``if`` of its code ordering against a number went in the runs
         self.memo: dict = {}  # what the paths found out about the tree once (``paths.graph_frame``)
         self.builtins = dict(builtins.__dict__, __import__=self.load, print=_quiet, **{BRANCH: self.branches})
@@ -65,6 +66,16 @@ class Tree:
         if relative not in self.texts and self.package is not None:
             self.texts[relative] = (self.package / relative).read_text(encoding="utf-8") if self.has(relative) else None
         return self.texts.get(relative)
+
+    def mentions(self, relative: str, word: str) -> bool:
+        """Whether the tree's module holds ``word``: its bytes searched, decoded (``text``) only where they hold it (most
+        modules a path is looked for in are read for this alone)."""
+        if relative not in self.texts and self.package is not None and self.has(relative):
+            if word.encode() not in (self.package / relative).read_bytes():
+                self.scanned.add(relative)
+                return False
+        text = self.text(relative)
+        return text is not None and word in text
 
     def has(self, relative: str) -> bool:
         """Whether the tree has ``relative`` (a text stands in for it, or the file is there), not read for it."""
