@@ -276,12 +276,15 @@ def _bases(tree: Tree, path: DraftPath) -> list[str]:
 
 
 def _capacity(tree: Tree, path: DraftPath, probe: Probe, up: Upstream) -> list[str]:
-    """Upstream's capacity check: rows one narrower than the kernel fills are stopped, rows as wide pass it."""
+    """Upstream's capacity check: rows one narrower than the kernel fills are stopped, eager rows and the CUDA-graph
+    rows alike; rows as wide pass it."""
     need = up.used[-1]
-    for outcome in capacity_run(tree, path, probe, need - 1):
-        stopped = isinstance(outcome.error, AssertionError) and not outcome.of("launch")
-        if outcome.end == "ok" or outcome.end == "raised" and not stopped:
-            return [f"common_template fills rows {need - 1} wide (it writes {need}) without a capacity check"]
+    for graph in (False, True):
+        for outcome in capacity_run(tree, path, probe, need - 1, graph):
+            stopped = isinstance(outcome.error, AssertionError) and not outcome.of("launch")
+            if outcome.end == "ok" or outcome.end == "raised" and not stopped:
+                rows = "CUDA-graph rows" if graph else "rows"
+                return [f"common_template fills {rows} {need - 1} wide (it writes {need}) without a capacity check"]
     for outcome in capacity_run(tree, path, probe, need):
         if outcome.end == "raised" and not outcome.of("launch"):
             return [f"common_template stops rows {need} wide, as wide as it fills: {outcome.where}"]

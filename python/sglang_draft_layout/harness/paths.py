@@ -736,8 +736,9 @@ def _run_steps_by_worker(run: Run, torch: Any, driven: Any, batch: Any, probe: P
 ENTRIES = {WORKER: _run_worker, ROWS: _run_rows, STEPS: _run_steps}
 
 
-def capacity_run(tree: Tree, path: DraftPath, probe: Probe, width: int) -> list[Outcome]:
-    """``common_template`` handed rows ``width`` wide (the check must stop a row narrower than it fills)."""
+def capacity_run(tree: Tree, path: DraftPath, probe: Probe, width: int, graph: bool = False) -> list[Outcome]:
+    """``common_template`` handed rows ``width`` wide (the check must stop a row narrower than it fills); ``graph``:
+    the backend's own CUDA-graph rows, as its graph capture and replay hand them (``self.cuda_graph_kv_indices``)."""
     _TORCH[0] = torch = tree.torch
     cls = tree.module(path.module).get(path.cls)
     with only_the_path(tree, path):
@@ -746,9 +747,9 @@ def capacity_run(tree: Tree, path: DraftPath, probe: Probe, width: int) -> list[
             return tries[-1:]
 
         def body(run: Run) -> None:
-            rows = torch.zeros((probe.steps, width), dtype=torch.int32)
-            construct(tree.probe_class(cls), probe).common_template(
-                forward_batch(torch, probe), rows, lambda *args, **kwargs: None
-            )
+            rows, backend = torch.zeros((probe.steps, width), dtype=torch.int32), construct(tree.probe_class(cls), probe)
+            if graph:
+                backend.cuda_graph_kv_indices = rows
+            backend.common_template(forward_batch(torch, probe), rows, lambda *args, **kwargs: None)
 
         return explore(body, tries[-1].took, probe)
