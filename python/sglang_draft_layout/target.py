@@ -62,12 +62,12 @@ def _package_of(folder: Path) -> Optional[tuple[Path, Path]]:
 
 
 def find_package(path: Optional[str]) -> tuple[Path, Path]:
-    """(root, the `sglang` folder): the installed SGLang when ``path`` is None, else the tree
-    holding ``path``, found upward as git and black find their root.
+    """(root, the `sglang` folder): the installed SGLang when ``path`` is None, else the nearest
+    tree holding ``path``, found upward as git and black find their root.
 
-    A fork checkout (a folder holding ``python/sglang``) that holds ``path`` wins, so a
-    command run from ``python/`` or ``python/sglang/srt`` of a checkout patches the whole
-    checkout (its tests included); otherwise the nearest folder that is an SGLang tree.
+    The package of a fork checkout (``python/sglang``) is the whole checkout's, so a command run
+    from ``python/`` or ``python/sglang/srt`` of a checkout patches the whole checkout (its tests
+    included); another SGLang tree inside the checkout's folder (a copy, a vendored tree) is its own.
     """
     if path is None:
         spec = importlib.util.find_spec("sglang")
@@ -84,16 +84,17 @@ def find_package(path: Optional[str]) -> tuple[Path, Path]:
             f"{path}: a file, not a folder (TARGET names the tree, which is patched whole: "
             f"e.g. {shlex.quote(str(named.parent))})"
         )
-    folders = [start, *start.parents]
-    for folder in folders:
-        if (folder / "python" / "sglang" / "srt" / "speculative").is_dir():
-            return folder, folder / "python" / "sglang"
-    for folder in folders:
+    for folder in [start, *start.parents]:
         found = _package_of(folder)
-        if found and found[1] == folder and folder != start:
+        if found is None:
+            continue
+        root, package = found
+        checkout = package.parent.parent
+        if package == checkout / "python" / "sglang" and root != checkout:
+            return checkout, package  # from inside a fork checkout's python/: the whole checkout
+        if package == folder and folder != start:
             return folder.parent, folder  # found upward from inside the package: its parent is the root
-        if found:
-            return found
+        return found
     below = trees_below(start)
     if below:
         raise TreeBelow(start, below)

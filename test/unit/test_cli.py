@@ -358,6 +358,20 @@ def test_found_upward_from_a_subfolder(tree, capsys, monkeypatch):
     )
 
 
+def test_a_tree_inside_a_fork_checkouts_folder_is_its_own(tree, capsys, monkeypatch):
+    """A copy of a tree kept in a fork checkout's folder (or a vendored one) is the tree named, not the checkout's."""
+    checkout = tree.root.parent / "checkout"
+    (checkout / "python").mkdir(parents=True)
+    shutil.copytree(tree.package, checkout / "python" / "sglang")
+    copy = checkout / "scratch" / "sglang"
+    shutil.copytree(tree.package, copy)
+    monkeypatch.chdir(checkout)
+    for named in ("scratch", "scratch/sglang", "scratch/sglang/srt/layers"):
+        assert report_json(capsys, "check", named)["target"]["package"] == str(copy), named
+    for named in (".", "python", "python/sglang/srt"):
+        assert report_json(capsys, "check", named)["target"]["package"] == str(checkout / "python" / "sglang"), named
+
+
 def test_no_such_path_and_not_a_tree(tmp_path, capsys):
     assert run(capsys, "check", str(tmp_path / "nope")) == (2, "", f"error: {tmp_path / 'nope'}: no such path\n")
     code, _out, err = run(capsys, "check", str(tmp_path))
