@@ -234,7 +234,7 @@ REGRESSIONS = {
     "capacity check skipped for the CUDA-graph rows": (  # the rows 0.5.12's narrow width overflowed
         "srt/layers/attention/flashinfer_backend.py",
         "        assert required_kv_indices_len <= kv_indices_buffer.shape[1], (",
-        "        if kv_indices_buffer is not getattr(self, \"cuda_graph_kv_indices\", None):\n"
+        '        if kv_indices_buffer is not getattr(self, "cuda_graph_kv_indices", None):\n'
         "            assert required_kv_indices_len <= kv_indices_buffer.shape[1], (",
         "FlashInferMultiStepDraftBackend: bs 1, topk 1, 2 steps: common_template fills CUDA-graph rows 6 wide (it "
         "writes 7) without a capacity check",

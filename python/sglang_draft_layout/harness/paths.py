@@ -747,7 +747,8 @@ def capacity_run(tree: Tree, path: DraftPath, probe: Probe, width: int, graph: b
             return tries[-1:]
 
         def body(run: Run) -> None:
-            rows, backend = torch.zeros((probe.steps, width), dtype=torch.int32), construct(tree.probe_class(cls), probe)
+            rows = torch.zeros((probe.steps, width), dtype=torch.int32)
+            backend = construct(tree.probe_class(cls), probe)
             if graph:
                 backend.cuda_graph_kv_indices = rows
             backend.common_template(forward_batch(torch, probe), rows, lambda *args, **kwargs: None)
