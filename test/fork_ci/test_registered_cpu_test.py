@@ -161,10 +161,10 @@ def test_passes_where_the_helper_modules_import_a_kernel_package_this_machine_la
 
 
 #: file, its patched text, the same site put back otherwise (0.5.12's narrow CUDA-graph row, the width of
-#: one branch, a slice end of its own, the V2 worker handing every step row 0, the draft CUDA-graph runner handing
-#: branches as max_bs, the kernel's row stride of the batch, every per-step backend handed graph row 0, a capacity
-#: check stopping a row as wide as it fills or skipped for the CUDA-graph rows, DeepSeek-V4 baking 0.5.12's whole
-#: buffer, initing step 0 at every step or baking row 0 at every step), and what the test says
+#: one branch, a slice end of its own, the V2 worker handing every step row 0 or step 0's backend, the draft
+#: CUDA-graph runner handing branches as max_bs, the kernel's row stride of the batch, every per-step backend handed
+#: graph row 0, a capacity check stopping a row as wide as it fills or skipped for the CUDA-graph rows, DeepSeek-V4
+#: baking 0.5.12's whole buffer, initing step 0 at every step or baking row 0 at every step), and what the test says
 #: (after the file of the path it names, where that is another file)
 REGRESSIONS = {
     "narrow row": (
@@ -193,6 +193,12 @@ REGRESSIONS = {
         "forward_batch.out_cache_loc = out_cache_loc[i]",
         "forward_batch.out_cache_loc = out_cache_loc[0]",
         "EagleDraftWorker: bs 3, topk 1, 4 steps: the draft steps write to ['row 0']; upstream's rows 0..2",
+    ),
+    "V2 worker reads with step 0's backend": (  # every step's forward with attn_backends[0]: row 0's kv_indices
+        "srt/speculative/eagle_worker_v2.py",
+        "forward_batch.attn_backend = self.draft_attn_backend.attn_backends[i]",
+        "forward_batch.attn_backend = self.draft_attn_backend.attn_backends[0]",
+        "EagleDraftWorker: bs 3, topk 1, 4 steps: the draft steps' forwards read with 1 attention backend for 3 steps",
     ),
     "DSv4 whole buffer": (
         fork_edits.DSV4,

@@ -172,13 +172,26 @@ def _worker(outcome: Outcome, up: Upstream, probe: Probe) -> tuple[bool, list[st
     order = [v for i, v in enumerate(written) if i == 0 or v != written[i - 1]]
     expected = up.rows[: probe.steps - 1]
     if order == expected:
-        return bool(written), [], []
+        return bool(written), [], _backends(outcome)
     seen = [
         "the whole buffer" if v == up.whole else f"row {up.rows.index(v)}" if v in up.rows else "other slots"
         for v in order
     ]
     line = f"the draft steps write to {seen or 'nothing'}; upstream's rows 0..{probe.steps - 2}"
     return True, ([line] if "the whole buffer" in seen else []), ([] if "the whole buffer" in seen else [line])
+
+
+def _backends(outcome: Outcome) -> list[str]:
+    """Upstream's draft steps each read with their own per-step backend (``attn_backends[i]``: the kv_indices row and
+    slice end the multi-step backend planned for step i); a worker handing its forwards fewer is a problem."""
+    backends = [backend for (backend,) in outcome.of("backend")]
+    shared = len(set(backends))
+    if shared == len(backends):
+        return []
+    return [
+        f"the draft steps' forwards read with {shared} attention backend{'s' if shared != 1 else ''} for "
+        f"{len(backends)} steps; upstream's step i reads with its own (attn_backends[i])"
+    ]
 
 
 def judge(

@@ -371,8 +371,11 @@ def _observer(callee: Unknown, args: tuple, kwargs: dict) -> None:
         elif not isinstance(value, _NOT_WALKED) and hasattr(value, "__dict__"):
             forward = callee._name.endswith(".forward") or callee._name.endswith(".forward(...)")
             inits = run.step is None and callee._name.endswith(".init_forward_metadata")  # a worker's per-step init
-            if forward:  # a model's forward handed the batch: its KV write
+            if forward:  # a model's forward handed the batch: its KV write, and the attention backend it reads with
                 _bake(torch, run, value.__dict__.get("out_cache_loc"))
+                if run.step is None and "attn_backend" in value.__dict__:
+                    backend = value.__dict__["attn_backend"]
+                    note("backend", backend._name if isinstance(backend, Unknown) else id(backend))
             held = _draft(torch, value.__dict__.get("out_cache_loc")) if inits else None
             if held is not None:
                 note("inits", *held)
