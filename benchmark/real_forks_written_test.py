@@ -54,6 +54,17 @@ REGRESSIONS = {
         r"forward_batch\.out_cache_loc = out_cache_loc\[i\]",
         "forward_batch.out_cache_loc = out_cache_loc[0]",
     ),
+    "V2 worker step 0's backend": (
+        "speculative/eagle_worker_v2.py",
+        r"attn_backend( ?= ?)self\.draft_attn_backend\.attn_backends\[i\]",
+        r"attn_backend\1self.draft_attn_backend.attn_backends[0]",
+    ),
+    "capacity check skipped for graph rows": (
+        "layers/attention/flashinfer_backend.py",
+        r"\n( *)assert required_kv_indices_len <= kv_indices_buffer\.shape\[1\], \(",
+        r'\n\1if kv_indices_buffer is not getattr(self, "cuda_graph_kv_indices", None):\n'
+        r"\1    assert required_kv_indices_len <= kv_indices_buffer.shape[1], (",
+    ),
 }
 
 
