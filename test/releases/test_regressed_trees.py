@@ -62,6 +62,22 @@ def test_a_narrow_cuda_graph_row_put_back_is_refused_by_check_and_apply(scratch,
     assert tree_digest(root) == before
 
 
+def test_upstreams_worker_reading_every_step_with_step_0s_backend_is_refused(scratch, capsys):
+    """0.5.23's ``EagleDraftWorker`` hands each step's backend through ``ForwardContext(attn_backend=...)``, not the
+    batch: every step handed ``attn_backends[0]`` (step 0's kv_indices row and slice end) is refused."""
+    root = scratch("0.5.23")
+    path = root / "sglang/srt/speculative/eagle_worker_v2.py"
+    text = path.read_text()
+    site = "attn_backend=self.draft_attn_backend.attn_backends[i]"
+    assert text.count(site) == 2  # draft_forward's, then _draft_forward_idle's
+    path.write_text(text.replace(site, site.replace("[i]", "[0]"), 1))
+    assert cli.main(["check", str(root)]) == 2
+    assert any(
+        "EagleDraftWorker.<draft_forward>" in line and "forwards read with 1 attention backend for 3 steps" in line
+        for line in error_lines(capsys)
+    )
+
+
 #: a fork's own multi-step backend: its CUDA-graph rows sized by a method of its own, one branch wide
 OWN_SUBCLASS = """
 

@@ -184,7 +184,12 @@ def _worker(outcome: Outcome, up: Upstream, probe: Probe) -> tuple[bool, list[st
 def _backends(outcome: Outcome) -> list[str]:
     """Upstream's draft steps each read with their own per-step backend (``attn_backends[i]``: the kv_indices row and
     slice end the multi-step backend planned for step i); a worker handing its forwards fewer is a problem."""
-    backends = [backend for (backend,) in outcome.of("backend")]
+    backends, context = [], None
+    for kind, *data in outcome.events:  # each forward's: the one a context was handed last, else the batch's
+        if kind == "context backend":
+            context = data[0]
+        elif kind == "backend" and (context if context is not None else data[0]) is not None:
+            backends.append(context if context is not None else data[0])
     shared = len(set(backends))
     if shared == len(backends):
         return []

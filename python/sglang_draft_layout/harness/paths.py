@@ -361,6 +361,8 @@ def _observer(callee: Unknown, args: tuple, kwargs: dict) -> None:
             note("launch", rows, bound.get("kv_indices_stride"), base)
     if callee._name.endswith(".init_cuda_graph_state") and torch._is_tensor(row := _graph_row(callee, args, kwargs)):
         note("graph row", torch._place(row))  # a per-step backend's CUDA-graph row
+    if run.step is None and "attn_backend" in kwargs:  # ``ForwardContext(attn_backend=...)``: the steps after read it
+        note("context backend", _backend_key(kwargs["attn_backend"]))
     named = None
     for value in (*args, *kwargs.values()):
         if torch._is_tensor(value):
@@ -373,9 +375,9 @@ def _observer(callee: Unknown, args: tuple, kwargs: dict) -> None:
             inits = run.step is None and callee._name.endswith(".init_forward_metadata")  # a worker's per-step init
             if forward:  # a model's forward handed the batch: its KV write, and the attention backend it reads with
                 _bake(torch, run, value.__dict__.get("out_cache_loc"))
-                if run.step is None and "attn_backend" in value.__dict__:
-                    backend = value.__dict__["attn_backend"]
-                    note("backend", backend._name if isinstance(backend, Unknown) else id(backend))
+                if run.step is None:  # a worker's step: None where the batch carries none (a context may)
+                    backend = value.__dict__.get("attn_backend")
+                    note("backend", None if backend is None else _backend_key(backend))
             held = _draft(torch, value.__dict__.get("out_cache_loc")) if inits else None
             if held is not None:
                 note("inits", *held)
@@ -383,6 +385,11 @@ def _observer(callee: Unknown, args: tuple, kwargs: dict) -> None:
             rows = getattr(spec, "__dict__", {}).get("kv_indices")
             if torch._is_tensor(rows):
                 note("kv", torch._values(rows))
+
+
+def _backend_key(backend: Any) -> Any:
+    """What tells one attention backend from another: an outside one's name (``...attn_backends[2]``), else itself."""
+    return backend._name if isinstance(backend, Unknown) else id(backend)
 
 
 def is_write_target(name: str) -> bool:
