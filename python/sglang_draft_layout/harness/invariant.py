@@ -188,8 +188,8 @@ def _backends(outcome: Outcome) -> list[str]:
     for kind, *data in outcome.events:  # each forward's: the one a context was handed last, else the batch's
         if kind == "context backend":
             context = data[0]
-        elif kind == "backend" and (context if context is not None else data[0]) is not None:
-            backends.append(context if context is not None else data[0])
+        elif kind == "backend" and (backend := context if context is not None else data[0]) is not None:
+            backends.append(backend)
     shared = len(set(backends))
     if shared == len(backends):
         return []
