@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 from sglang_draft_layout import cli, engine
+from sglang_draft_layout.harness.invariant import guarded_modules
 from sglang_draft_layout.layout_patterns.ast_walk import called_name
 from sglang_draft_layout.layout_patterns.helper_names import HELPERS
 from sglang_draft_layout.rules import RULES
 from sglang_draft_layout.rules.base import MODULE_SCOPE, State
-from sglang_draft_layout.rules.structural_guard import GUARDED_FOLDERS
 from sglang_draft_layout.target import resolve
 
 pytestmark = pytest.mark.releases
@@ -130,16 +130,15 @@ def test_may_2026_fork_is_patched_to_0_5_13s_file(may_fork, pristine, capsys, in
 def helper_calls(package: Path) -> set[tuple[str, str, str, int]]:
     """(file, class, method, line) of each call of a helper in a method of the guarded folders."""
     found = set()
-    for folder in GUARDED_FOLDERS:
-        for path in (package / folder).rglob("*.py"):
-            tree = ast.parse(path.read_text())
-            for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
-                for method in (n for n in cls.body if isinstance(n, ast.FunctionDef)):
-                    found |= {
-                        (path.relative_to(package).as_posix(), cls.name, method.name, call.lineno)
-                        for call in ast.walk(method)
-                        if isinstance(call, ast.Call) and called_name(call) in HELPERS
-                    }
+    for relative in guarded_modules(package):
+        tree = ast.parse((package / relative).read_text())
+        for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+            for method in (n for n in cls.body if isinstance(n, ast.FunctionDef)):
+                found |= {
+                    (relative, cls.name, method.name, call.lineno)
+                    for call in ast.walk(method)
+                    if isinstance(call, ast.Call) and called_name(call) in HELPERS
+                }
     return found
 
 

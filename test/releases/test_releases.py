@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 from sglang_draft_layout import cli, engine
+from sglang_draft_layout.harness.invariant import guarded_modules
 from sglang_draft_layout.layout_patterns.forms import wrong_draft_layout
 from sglang_draft_layout.rules import RULES
 from sglang_draft_layout.rules.base import State
-from sglang_draft_layout.rules.structural_guard import GUARDED_FOLDERS
 from sglang_draft_layout.target import resolve
 
 pytestmark = pytest.mark.releases
@@ -163,10 +163,7 @@ def test_upstream_release_reports_patched_and_stays_byte_identical(pristine, tmp
     if layout == "install":  # what the written CPU test checks (layout_patterns.forms.wrong_draft_layout): nothing
         package = root / "sglang"
         assert [
-            hit
-            for folder in GUARDED_FOLDERS
-            for path in sorted((package / folder).rglob("*.py"))
-            for hit in wrong_layouts(path.read_text())
+            hit for relative in guarded_modules(package) for hit in wrong_layouts((package / relative).read_text())
         ] == []
 
 

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from sglang_draft_layout import cli, engine
+from sglang_draft_layout.harness.invariant import guarded_modules
 from sglang_draft_layout.layout_patterns.forms import draft_layout_classes
 from sglang_draft_layout.rules import RULES
-from sglang_draft_layout.rules.structural_guard import GUARDED_FOLDERS
 from sglang_draft_layout.target import resolve
 from support.written_split_once import not_split_once
 from test_lint import LINTERS, lint_changes
@@ -64,9 +64,8 @@ def guarded_classes(root: Path) -> set[str]:
     """Every class with a draft layout in the guarded folders, each file parsed whole."""
     return {
         name
-        for folder in GUARDED_FOLDERS
-        for path in (root / "sglang" / folder).rglob("*.py")
-        for name in draft_layout_classes(ast.parse(path.read_text()))
+        for relative in guarded_modules(root / "sglang")
+        for name in draft_layout_classes(ast.parse((root / "sglang" / relative).read_text()))
     }
 
 

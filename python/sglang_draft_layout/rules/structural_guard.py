@@ -40,7 +40,6 @@ import functools
 import re
 from typing import Callable, Collection
 
-from ..harness.invariant import GUARDED
 from ..layout_patterns.ast_walk import methods
 from ..layout_patterns.baking import (
     ATTENTION,
@@ -63,8 +62,6 @@ from .kv_indices_eager_width import batch_size_factor
 from .kv_indices_graph_width import max_bs_parameter
 from .who_splits import CALLER, EAGER, IN_GRAPH, NONE, PER_STEP, class_verdict, split_of
 
-#: the folders (under the sglang package) the guard reads
-GUARDED_FOLDERS = GUARDED
 #: the calls that move the steps dimension first in a per-step out_cache_loc split
 _MOVES = ("permute", "movedim", "transpose", "swapaxes", "swapdims")
 #: a file matters only if it names the steps and one of these
