@@ -65,6 +65,16 @@ REGRESSIONS = {
         r'\n\1if kv_indices_buffer is not getattr(self, "cuda_graph_kv_indices", None):\n'
         r"\1    assert required_kv_indices_len <= kv_indices_buffer.shape[1], (",
     ),
+    "runner sizes for its smallest batch": (
+        "speculative/eagle_draft_cuda_graph_runner.py",
+        r"self\.max_bs = max\(self\.capture_bs\)",
+        "self.max_bs = self.capture_bs[0]",
+    ),
+    "kv_indptr row 0 each step": (
+        "layers/attention/flashinfer_backend.py",
+        r"forward_batch\.spec_info\.kv_indptr = self\.kv_indptr\[i, : bs \+ 1\]",
+        "forward_batch.spec_info.kv_indptr = self.kv_indptr[0, : bs + 1]",
+    ),
 }
 
 

@@ -162,10 +162,11 @@ def test_passes_where_the_helper_modules_import_a_kernel_package_this_machine_la
 
 #: file, its patched text, the same site put back otherwise (0.5.12's narrow CUDA-graph row, the width of
 #: one branch, a slice end of its own, the V2 worker handing every step row 0 or step 0's backend, the draft
-#: CUDA-graph runner handing branches as max_bs, the kernel's row stride of the batch, every per-step backend handed
-#: graph row 0, a capacity check stopping a row as wide as it fills or skipped for the CUDA-graph rows, DeepSeek-V4
-#: baking 0.5.12's whole buffer, initing step 0 at every step or baking row 0 at every step), and what the test says
-#: (after the file of the path it names, where that is another file)
+#: CUDA-graph runner handing branches as max_bs or sizing the rows for its smallest batch, FlashInfer-MLA's steps all
+#: reading kv_indptr row 0, the kernel's row stride of the batch, every per-step backend handed graph row 0, a
+#: capacity check stopping a row as wide as it fills or skipped for the CUDA-graph rows, DeepSeek-V4 baking 0.5.12's
+#: whole buffer, initing step 0 at every step or baking row 0 at every step), and what the test says (after the file
+#: of the path it names, where that is another file)
 REGRESSIONS = {
     "narrow row": (
         "srt/layers/attention/flashinfer_backend.py",
@@ -215,6 +216,20 @@ REGRESSIONS = {
         "self.draft_attn_backend.init_cuda_graph_state(self.max_num_token, self.max_num_token)",
         "srt/layers/attention/flashinfer_backend.py: FlashInferMultiStepDraftBackend: bs 2, topk 4, 3 steps: capture "
         "(max bs 3, sized by EAGLEDraftCudaGraphRunner): kv_indices rows (3, 3072) (row stride 3072); upstream's (3, 768)",
+    ),
+    "runner sizes rows for its smallest batch": (  # the rows of one batch; the graph replays up to max_bs in them
+        "srt/speculative/eagle_draft_cuda_graph_runner.py",
+        "self.max_bs = max(self.capture_bs)",
+        "self.max_bs = self.capture_bs[0]",
+        "srt/layers/attention/flashinfer_backend.py: FlashInferMultiStepDraftBackend: bs 1, topk 1, 2 steps: capture "
+        "(max bs 2, sized by EAGLEDraftCudaGraphRunner): kv_indices rows (2, 64) (row stride 64); upstream's (2, 128)",
+    ),
+    "kv_indptr row 0": (  # every step reads its kv_indices row through step 0's kv_indptr
+        "srt/layers/attention/flashinfer_mla_backend.py",
+        "forward_batch.spec_info.kv_indptr = self.kv_indptr[i, : bs + 1]",
+        "forward_batch.spec_info.kv_indptr = self.kv_indptr[0, : bs + 1]",
+        "FlashInferMLAMultiStepDraftBackend: bs 3, topk 1, 4 steps: eager: steps read kv_indptr (row, start, length) "
+        "[(0, 0, 4), (0, 0, 4), (0, 0, 4)]; upstream's [(0, 0, 4), (1, 0, 4), (2, 0, 4)]",
     ),
     "kernel row stride": (  # right only where the CUDA graph's largest batch is the one replayed
         "srt/layers/attention/flashinfer_backend.py",

@@ -78,6 +78,45 @@ def test_upstreams_worker_reading_every_step_with_step_0s_backend_is_refused(scr
     )
 
 
+def test_a_runner_sizing_the_rows_for_its_smallest_batch_is_refused(scratch, capsys):
+    """The draft CUDA-graph runner hands ``init_cuda_graph_state`` the numbers its ``__init__`` computes from the batch
+    sizes it captures: ``capture_bs[0]`` (the smallest; SGLang sorts them) leaves every multi-step backend's rows too
+    narrow for the batches the graph replays."""
+    root = scratch("0.5.23")
+    path = root / "sglang/srt/speculative/eagle_draft_cuda_graph_runner.py"
+    text = path.read_text()
+    assert text.count("self.max_bs = max(self.capture_bs)") == 1
+    path.write_text(text.replace("self.max_bs = max(self.capture_bs)", "self.max_bs = self.capture_bs[0]"))
+    assert cli.main(["check", str(root)]) == 2
+    errors = error_lines(capsys)
+    for name, cls in {**MULTI_STEP, "flashinfer_mla_backend.py": "FlashInferMLAMultiStepDraftBackend"}.items():
+        said = (
+            f"{name}: {cls}.<kv_indices rows>: draft path, run on the probes: as the tree is, bs 1, topk 1, 2 steps: "
+        )
+        graph = "capture (max bs 2, sized by EAGLEDraftCudaGraphRunner): kv_indices rows (2, 64) (row stride 64)"
+        assert any(said + graph in line for line in errors), (cls, errors)
+
+
+@pytest.mark.parametrize(
+    "name, cls", [*MULTI_STEP.items(), ("flashinfer_mla_backend.py", "FlashInferMLAMultiStepDraftBackend")]
+)
+def test_steps_reading_kv_indptr_row_0_are_refused(scratch, capsys, name, cls):
+    """Step i reads the first bs + 1 of kv_indptr row i (the kernel fills one per step)."""
+    root = scratch("0.5.23")
+    path = root / "sglang/srt/layers/attention" / name
+    text = path.read_text()
+    site = "forward_batch.spec_info.kv_indptr = self.kv_indptr[i, : bs + 1]"
+    assert text.count(site) == 1
+    path.write_text(text.replace(site, site.replace("[i,", "[0,")))
+    assert cli.main(["check", str(root)]) == 2
+    [error] = error_lines(capsys)
+    assert (
+        f"{name}: {cls}.<kv_indices rows>: draft path, run on the probes: as the tree is, bs 3, topk 1, 4 steps: "
+        in error
+    )
+    assert "eager: steps read kv_indptr (row, start, length) [(0, 0, 4), (0, 0, 4), (0, 0, 4)]; upstream's " in error
+
+
 #: a fork's own multi-step backend: its CUDA-graph rows sized by a method of its own, one branch wide
 OWN_SUBCLASS = """
 

@@ -1,5 +1,6 @@
-"""The sizes a draft CUDA-graph runner hands the multi-step backend's ``init_cuda_graph_state``: read by running the
-runner's own ``__init__`` at two topks (``paths.graph_frame``), a size counting branches where it changes with topk."""
+"""The sizes a draft CUDA-graph runner hands the multi-step backend's ``init_cuda_graph_state``: the numbers its own
+``__init__`` hands at a probe, its captured batch sizes the world's (``paths.handed_sizes``); and, for a size it takes
+from outside the path, whether it counts branches: run at two topks (``paths.graph_frame``), changing with topk."""
 
 import textwrap
 
@@ -17,17 +18,37 @@ RUNNER = textwrap.dedent(
             self.topk = model_runner.server_args.speculative_eagle_topk
             self.draft_attn_backend = model_runner.draft_attn_backend
             self.capture_bs, self.compile_bs = get_batch_sizes_to_capture(model_runner)
-            self.max_bs = max(self.capture_bs)
+            self.max_bs = {max_bs}
             self.max_num_token = self.max_bs * self.topk
             {before}self.draft_attn_backend.init_cuda_graph_state({sizes})
     """
 )
 
 
-def frame(sizes: str, before: str = ""):
+def runner_tree(sizes: str, before: str = "", max_bs: str = "max(self.capture_bs)") -> world.Tree:
     tree = world.Tree(None, tensors.FACADE)
-    tree.texts["srt/speculative/runner.py"] = RUNNER.format(sizes=sizes, before=before)
-    return paths.graph_frame(tree, ("srt/speculative/runner.py", "Runner"))
+    tree.texts["srt/speculative/runner.py"] = RUNNER.format(sizes=sizes, before=before, max_bs=max_bs)
+    return tree
+
+
+def frame(sizes: str, before: str = ""):
+    return paths.graph_frame(runner_tree(sizes, before), ("srt/speculative/runner.py", "Runner"))
+
+
+@pytest.mark.parametrize(
+    "max_bs, handed",
+    [
+        ("max(self.capture_bs)", (3, 12)),  # upstream's: the largest batch the graph captures
+        ("self.capture_bs[-1]", (3, 12)),  # SGLang's capture sizes come sorted
+        ("self.capture_bs[0]", (1, 4)),  # the smallest: rows too narrow for the batches replayed in them
+        ("len(self.capture_bs)", (3, 12)),  # the world's sizes at bs 2 (largest 3): 1, 2, 3
+    ],
+)
+def test_the_sizes_handed_are_the_numbers_the_runner_computes_at_the_probe(max_bs, handed):
+    tree = runner_tree("self.max_bs, self.max_num_token", max_bs=max_bs)
+    probe = paths.Probe(2, 4, 3)
+    args, kwargs = paths.handed_sizes(tree, ("srt/speculative/runner.py", "Runner"), probe)
+    assert [type(size) for size in args] == [int, int] and args == handed and kwargs == {}
 
 
 @pytest.mark.parametrize(
@@ -53,7 +74,7 @@ def test_a_runner_stopping_before_the_call_hands_no_sizes():
 
 
 def test_a_runner_is_found_by_its_call_and_named_on_each_rows_path():
-    text = RUNNER.format(sizes="self.max_bs, self.max_num_token", before="")
+    text = runner_tree("self.max_bs, self.max_num_token").texts["srt/speculative/runner.py"]
     assert paths.sizes_rows(text)
     assert not paths.sizes_rows(text.replace("draft_attn_backend.init", "draft_extend_attn_backend.init"))
 

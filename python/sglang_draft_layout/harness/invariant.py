@@ -108,7 +108,7 @@ def _rows(torch: Any, outcome: Outcome, up: Upstream, probe: Probe) -> tuple[boo
         if not launches:
             continue
         judged = True
-        buffer, stride, base = launches[0]
+        buffer, stride, base, indptr = launches[0]
         width = up.width if phase == "eager" else up.graph_width
         shape = tuple(buffer.shape) if torch._is_tensor(buffer) else buffer
         narrow = isinstance(shape, tuple) and len(shape) == 2 and shape[1] < width
@@ -126,6 +126,11 @@ def _rows(torch: Any, outcome: Outcome, up: Upstream, probe: Probe) -> tuple[boo
         if cut != expected[: len(cut)] or phase == "eager" and len(cut) < probe.steps - 1:
             line = f"{phase}: steps read kv_indices (row, start, length) {cut}; upstream's {expected[:-1]}"
             (bugs if narrow else own).append(line)
+        if indptr is not None:  # step i reads the first bs + 1 of kv_indptr row i
+            ptrs = [_row(indptr.shape[-1], -base, e[2]) for e in events if e[0] == "kv" and e[2] is not None]
+            branches = [(i, 0, probe.num_seqs * probe.topk + 1) for i in range(len(ptrs))]
+            if ptrs != branches:
+                own.append(f"{phase}: steps read kv_indptr (row, start, length) {ptrs}; upstream's {branches}")
     return judged, bugs, own
 
 

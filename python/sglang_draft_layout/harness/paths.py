@@ -266,7 +266,7 @@ def graph_frame(tree: Tree, runner: tuple[str, str]) -> Optional[Frame]:
     call."""
     key = ("graph frame", *runner)
     if key not in tree.memo:
-        handed, frame = [_handed_sizes(tree, runner, topk) for topk in (2, 3)], None
+        handed, frame = [handed_sizes(tree, runner, Probe(1, topk, 2)) for topk in (2, 3)], None
         if None not in handed:
             (args, kwargs), (other_args, other_kwargs) = handed
             if len(args) == len(other_args) and kwargs.keys() == other_kwargs.keys():
@@ -276,11 +276,20 @@ def graph_frame(tree: Tree, runner: tuple[str, str]) -> Optional[Frame]:
     return tree.memo[key]
 
 
-def _handed_sizes(tree: Tree, runner: tuple[str, str], topk: int) -> Optional[tuple[tuple, dict]]:
+def handed_sizes(tree: Tree, runner: tuple[str, str], probe: "Probe") -> Optional[tuple[tuple, dict]]:
+    """What ``runner``'s ``__init__`` (the tree's own) hands its draft backend's ``init_cuda_graph_state`` at ``probe``
+    (its captured batch sizes up to ``probe.max_bs``: ``unknown.batch_sizes_to_capture``): (args, kwargs), or None
+    where it does not run to the call."""
+    key = ("handed sizes", *runner, probe)
+    if key not in tree.memo:
+        tree.memo[key] = _handed_sizes(tree, runner, probe)
+    return tree.memo[key]
+
+
+def _handed_sizes(tree: Tree, runner: tuple[str, str], probe: "Probe") -> Optional[tuple[tuple, dict]]:
     cls = tree.module(runner[0]).get(runner[1])
     if not isinstance(cls, type):
         return None
-    probe = Probe(1, topk, 2)
 
     def sized(callee: Unknown, args: tuple, kwargs: dict) -> None:
         if _SIZES_ROWS.search(f"{callee._name}("):
@@ -356,9 +365,12 @@ def _observer(callee: Unknown, args: tuple, kwargs: dict) -> None:
             pass
         if fn.__name__ == KERNEL and callee._name.endswith("]"):  # kernel[grid](...)
             rows, base = bound.get("kv_indices"), TAG * (1 + len([e for e in run.events if e[0] == "launch"]))
+            indptr = bound.get("kv_indptr") if torch._is_tensor(bound.get("kv_indptr")) else None
             if torch._is_tensor(rows):
                 torch._tag(rows, base)
-            note("launch", rows, bound.get("kv_indices_stride"), base)
+            if indptr is not None:  # its kv_indptr rows as ``-base + position``: never a kv_indices value
+                torch._tag(indptr, -base)
+            note("launch", rows, bound.get("kv_indices_stride"), base, indptr)
     if callee._name.endswith(".init_cuda_graph_state") and torch._is_tensor(row := _graph_row(callee, args, kwargs)):
         note("graph row", torch._place(row))  # a per-step backend's CUDA-graph row
     if run.step is None and "attn_backend" in kwargs:  # ``ForwardContext(attn_backend=...)``: the steps after read it
@@ -382,9 +394,10 @@ def _observer(callee: Unknown, args: tuple, kwargs: dict) -> None:
             if held is not None:
                 note("inits", *held)
             spec = value if "kv_indices" in value.__dict__ else value.__dict__.get("spec_info")
-            rows = getattr(spec, "__dict__", {}).get("kv_indices")
-            if torch._is_tensor(rows):
-                note("kv", torch._values(rows))
+            fields = getattr(spec, "__dict__", {})
+            if torch._is_tensor(rows := fields.get("kv_indices")):  # what a step reads: kv_indices and kv_indptr
+                indptr = fields.get("kv_indptr")
+                note("kv", torch._values(rows), torch._values(indptr) if torch._is_tensor(indptr) else None)
 
 
 def _backend_key(backend: Any) -> Any:
@@ -467,11 +480,13 @@ def facts(probe: Probe) -> dict:
     the attributes of any outside object (``Unknown``)."""
     server = Known("server_args", speculative_eagle_topk=probe.topk, speculative_num_steps=probe.steps, device="cpu")
     config = Known("model_runner.model_config", context_len=probe.context_len)
-    shared = {name: Unknown(name) for name in SHARED}
+    pool = Known("req_to_token_pool", size=probe.max_bs)  # the graph's largest batch (kv_indptr rows: size * topk + 1)
+    shared = {"req_to_token_pool": pool, "token_to_kv_pool": Unknown("token_to_kv_pool")}
     runner = Known("model_runner", server_args=server, model_config=config, device="cpu", **shared)
     # every attention backend's max_context_len is the model's context length (its model_config.context_len)
     attributes = {"max_context_len": probe.context_len}
-    return {"server_args": server, "model_runner": runner, "attributes": attributes, **shared}
+    capture = sorted({1, probe.num_seqs, probe.max_bs})  # a CUDA graph's batch sizes: the probe's largest last
+    return {"server_args": server, "model_runner": runner, "attributes": attributes, "capture_bs": capture, **shared}
 
 
 def forward_batch(torch: Any, probe: Probe) -> Known:
@@ -595,16 +610,17 @@ def run_path(tree: Tree, path: DraftPath, probe: Probe, by_worker: bool = False)
             entry = functools.partial(entry, frames=frames)
         entry(run, torch, instances if path.alone else instances[0], batch, probe)
 
-    frames = _frames(tree, path, getattr(built, "init_cuda_graph_state", None))
+    frames = _frames(tree, path, getattr(built, "init_cuda_graph_state", None), probe)
     with only_the_path(tree, path):
         return how, explore(body, setup, probe)
 
 
-def _frames(tree: Tree, path: DraftPath, graph: Optional[Callable]) -> list[tuple[tuple[bool, ...], str]]:
-    """(frame, the runner handing it: "" for the first where it is SGLang's) of each frame in which the path's runners
-    hand ``graph`` its sizes. SGLang's: a two-parameter method gets ``(max_bs, max_num_token)``, a one-parameter one
-    (SGLang 0.4.6.post5 to 0.4.7.post1) ``max_num_token``; a size a runner hands counts branches where it does so as
-    the runner runs (``graph_frame``: changing with topk; a size from a function outside the path does not show it)."""
+def _frames(tree: Tree, path: DraftPath, graph: Optional[Callable], probe: Probe) -> list[tuple[tuple[int, ...], str]]:
+    """(sizes, the runner handing them: "" for the first where they are SGLang's) of each way the path's runners hand
+    ``graph`` its sizes at ``probe``. SGLang's: a two-parameter method gets ``(max_bs, max_num_token)``, a
+    one-parameter one (SGLang 0.4.6.post5 to 0.4.7.post1) ``max_num_token``. A size is the number the runner hands as it
+    runs (``handed_sizes``); one it takes from outside the path is SGLang's, counting branches where it does so as the
+    runner runs (``graph_frame``: changing with topk)."""
     if graph is None:
         return []
     try:
@@ -613,20 +629,29 @@ def _frames(tree: Tree, path: DraftPath, graph: Optional[Callable]) -> list[tupl
         signature = None
     count = len(signature.parameters) - 1 if signature is not None else 2
     sglangs = (True,) if count == 1 else (False, True)
+
+    def sized(flags: Iterable[bool]) -> tuple[int, ...]:
+        return tuple(probe.max_bs * probe.topk if branches else probe.max_bs for branches in flags)
+
     frames = {}
     for module, runner in path.runners:
         frame = graph_frame(tree, (module, runner))
         flags = _in_order(signature, frame) if frame is not None else None
         if flags is not None and len(flags) == count:
-            frame = tuple(map(operator.or_, sglangs, flags))
-            frames.setdefault(frame, runner if frames or frame != sglangs else "")  # sized otherwise: named
-    return list(frames.items()) or [(sglangs, "")]
+            sizes = sized(map(operator.or_, sglangs, flags))
+            handed = handed_sizes(tree, (module, runner), probe)
+            numbers = _in_order(signature, handed) if handed is not None else None
+            if numbers is not None and len(numbers) == count:
+                sizes = tuple(n if type(n) is int else size for n, size in zip(numbers, sizes))
+            frames.setdefault(sizes, runner if frames or sizes != sized(sglangs) else "")  # sized otherwise: named
+    return list(frames.items()) or [(sized(sglangs), "")]
 
 
-def _in_order(signature: Optional[inspect.Signature], frame: Frame) -> Optional[tuple[bool, ...]]:
-    """A runner's ``frame`` in the order of the parameters of ``signature`` (a multi-step backend's
-    ``init_cuda_graph_state``, taking ``self``), as Python binds the call; None where it cannot be bound."""
-    positional, named = frame
+def _in_order(signature: Optional[inspect.Signature], handed: tuple[tuple, dict]) -> Optional[tuple]:
+    """What a runner hands, by position and by name (its ``graph_frame``, its ``handed_sizes``), in the order of the
+    parameters of ``signature`` (a multi-step backend's ``init_cuda_graph_state``, taking ``self``), as Python binds
+    the call; None where it cannot be bound."""
+    positional, named = handed
     if signature is None:  # not read outside a run (a decorator): the sizes as handed by position
         return None if named else positional
     try:
@@ -683,20 +708,20 @@ def _run_rows(run: Run, torch: Any, backend: Any, batch: Any, probe: Probe, fram
     graph = getattr(backend, "init_cuda_graph_state", None)
     if graph is None:
         return
-    for frame, by in frames:
-        _run_graph(torch, backend, graph, probe, frame, by)
+    for sizes, by in frames:
+        _run_graph(torch, backend, graph, probe, sizes, by)
 
 
-def _run_graph(torch: Any, backend: Any, graph: Callable, probe: Probe, frame: tuple[bool, ...], by: str) -> None:
-    """The CUDA-graph phases: the rows sized with the sizes a runner hands for ``probe.max_bs`` (``frame``: whether each
-    counts branches), then planned at capture and at replay of the probe's batch; ``by``: the runner, named in the
-    phases where it is not the first whose sizes the path runs on."""
+def _run_graph(torch: Any, backend: Any, graph: Callable, probe: Probe, sizes: tuple[int, ...], by: str) -> None:
+    """The CUDA-graph phases: the rows sized with the ``sizes`` a runner hands for ``probe.max_bs``, then planned at
+    capture and at replay of the probe's batch; ``by``: the runner, named in the phases where it hands other sizes
+    than SGLang's or is not the first whose sizes the path runs on."""
 
     def note_phase(phase: str) -> None:
         note("phase", f"{phase} (max bs {probe.max_bs}{', sized by ' + by if by else ''})")
 
     note_phase("cuda graph")
-    graph(*(probe.max_bs * probe.topk if branches else probe.max_bs for branches in frame))
+    graph(*sizes)
     note_phase("capture")
     if hasattr(backend, "init_forward_metadata_capture_cuda_graph"):
         backend.init_forward_metadata_capture_cuda_graph(forward_batch(torch, probe))

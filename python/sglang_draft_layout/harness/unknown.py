@@ -237,6 +237,22 @@ def server_args(*_args: Any, **_kwargs: Any) -> Any:
     return facts["server_args"] if facts else Unknown("server_args")
 
 
+def batch_sizes_to_capture(*args: Any, **kwargs: Any) -> Any:
+    """``get_batch_sizes_to_capture(model_runner)``: the batch sizes a CUDA-graph runner captures, sorted, the largest
+    the probe's ``max_bs``, and those it compiles (none), as SGLang returns them (0.5.12's
+    ``model_executor/cuda_graph_runner.py``)."""
+    facts = getattr(Run.current, "facts", None)
+    if not facts:
+        return Unknown("get_batch_sizes_to_capture")(*args, **kwargs)
+    return list(facts["capture_bs"]), []
+
+
+def cuda_graph_max_batch_size(*args: Any) -> Any:
+    """``get_cuda_graph_max_batch_size(n)`` (0.5.19 on; ``(server_args, n)`` in 0.5.17 and 0.5.18): ``n`` rounded up to
+    the CUDA graph's batch alignment, 1 on the probe's one GPU (``utils/common.py``)."""
+    return args[-1]
+
+
 class ServerArgsDict:
     """``global_server_args_dict``: the run's server args by key."""
 

@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .branches import BRANCH, Branches, ordering_lines, with_branches
-from .unknown import TREE_FILES, Run, ServerArgsDict, Unknown, server_args
+from .unknown import (
+    TREE_FILES,
+    Run,
+    ServerArgsDict,
+    Unknown,
+    batch_sizes_to_capture,
+    cuda_graph_max_batch_size,
+    server_args,
+)
 
 KERNEL = "generate_draft_decode_kv_indices"
 #: the names a path calls from other modules of the tree that run as the tree defines them: the helpers, the
@@ -36,12 +44,16 @@ def _quiet(*_args: Any, **_kwargs: Any) -> None:
     """The tree's ``print``."""
 
 
-#: how SGLang's modules reach the server args, each era its own: each gives the run's (``unknown.server_args``)
-SERVER_ARGS = {
+#: what SGLang's modules ask of the server that the run's world answers: its args, each era its own way
+#: (``unknown.server_args``), the batch sizes a CUDA-graph runner captures and the largest it may
+#: (``unknown.batch_sizes_to_capture``, ``unknown.cuda_graph_max_batch_size``)
+SERVER = {
     "get_global_server_args": server_args,
     "get_server_args": server_args,
     "get_spec": server_args,
     "global_server_args_dict": ServerArgsDict(),
+    "get_batch_sizes_to_capture": batch_sizes_to_capture,
+    "get_cuda_graph_max_batch_size": cuda_graph_max_batch_size,
 }
 
 
@@ -283,11 +295,11 @@ class ModuleView:
         tree, dotted = self._tree, f"{self._dotted}.{name}"
         if tree.relative(dotted) is not None:
             return ModuleView(tree, dotted)
+        if name in SERVER:
+            return SERVER[name]
         relative = tree.relative(self._dotted)
         if relative is None:
             return Unknown(dotted)
-        if name in SERVER_ARGS:
-            return SERVER_ARGS[name]
         if name in OWN:
             namespace = tree.module(relative)
             if name not in namespace:
