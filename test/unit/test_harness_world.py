@@ -1,8 +1,9 @@
-"""The harness's reading of a class statement: what ``self`` gets assigned (``world``), and a class parsed alone
+"""The harness's reading of a module (``Tree.mentions``) and of a class statement: what ``self`` gets assigned (``world``), and a class parsed alone
 (``judged``: the tool's side)."""
 
 import ast
 import textwrap
+from pathlib import Path
 
 from sglang_draft_layout.harness import judged, world
 
@@ -84,3 +85,22 @@ def test_an_unknown_unpacks_into_as_many_items_as_the_statement_takes():
     for forced, count in (({}, 1), ({"items of x": False}, 0)):
         with Run(forced):
             assert len([item for item in namespace["x"]]) == count
+
+
+def test_a_module_searched_for_a_word_is_read_once_as_text_reads_it(tmp_path, monkeypatch):
+    """``Tree.mentions`` decodes the bytes it searched where the word is there: the text ``Path.read_text`` gives
+    (universal newlines), the file opened once; a module without the word is only searched."""
+    package = tmp_path / "sglang"
+    package.mkdir()
+    (package / "mixed.py").write_bytes("steps = 1\r\nspeculative_num_steps = 2\rother = 3\n# é\n".encode())
+    (package / "none.py").write_bytes(b"x = 1\r\n")
+    expected = (package / "mixed.py").read_text(encoding="utf-8")
+    opened = []
+    real_open = Path.open
+    monkeypatch.setattr(Path, "open", lambda self, *a, **k: opened.append(self.name) or real_open(self, *a, **k))
+    tree = world.Tree(package, None)
+    assert tree.mentions("mixed.py", "speculative_num_steps")
+    assert tree.text("mixed.py") == expected == "steps = 1\nspeculative_num_steps = 2\nother = 3\n# é\n"
+    assert not tree.mentions("none.py", "speculative_num_steps")
+    assert "none.py" in tree.scanned and "none.py" not in tree.texts
+    assert opened == ["mixed.py", "none.py"]

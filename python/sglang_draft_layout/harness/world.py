@@ -83,9 +83,12 @@ class Tree:
         """Whether the tree's module holds ``word``: its bytes searched, decoded (``text``) only where they hold it (most
         modules a path is looked for in are read for this alone)."""
         if relative not in self.texts and self.package is not None and self.has(relative):
-            if word.encode() not in (self.package / relative).read_bytes():
+            data = (self.package / relative).read_bytes()
+            if word.encode() not in data:
                 self.scanned.add(relative)
                 return False
+            # as ``text`` reads the file (universal newlines), from the bytes at hand
+            self.texts[relative] = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
         text = self.text(relative)
         return text is not None and word in text
 
