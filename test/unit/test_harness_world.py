@@ -1,5 +1,5 @@
-"""The harness's reading of a module (``Tree.mentions``) and of a class statement: what ``self`` gets assigned (``world``), and a class parsed alone
-(``judged``: the tool's side)."""
+"""The harness's reading of a module (``Tree.mentions``) and of a class statement: what ``self`` gets assigned
+(``world``), and a class parsed alone (``judged``: the tool's side)."""
 
 import ast
 import textwrap
