@@ -70,6 +70,11 @@ REGRESSIONS = {
         r"self\.max_bs = max\(self\.capture_bs\)",
         "self.max_bs = self.capture_bs[0]",
     ),
+    "per-step backends on kv_indptr row 0": (
+        "layers/attention/flashinfer_backend.py",
+        r"(?<!paged_)kv_indptr_buf=self\.kv_indptr\[i\],",
+        "kv_indptr_buf=self.kv_indptr[0],",
+    ),
     "kv_indptr row 0 each step": (
         "layers/attention/flashinfer_backend.py",
         r"forward_batch\.spec_info\.kv_indptr = self\.kv_indptr\[i, : bs \+ 1\]",

@@ -117,6 +117,27 @@ def test_steps_reading_kv_indptr_row_0_are_refused(scratch, capsys, name, cls):
     assert "eager: steps read kv_indptr (row, start, length) [(0, 0, 4), (0, 0, 4), (0, 0, 4)]; upstream's " in error
 
 
+@pytest.mark.parametrize(
+    "name, cls", [*MULTI_STEP.items(), ("flashinfer_mla_backend.py", "FlashInferMLAMultiStepDraftBackend")]
+)
+def test_per_step_backends_built_on_kv_indptr_row_0_are_refused(scratch, capsys, name, cls):
+    """Per-step backend i is built on kv_indptr row i (``kv_indptr_buf=self.kv_indptr[i]``): the buffer its CUDA graph
+    plans into."""
+    root = scratch("0.5.23")
+    path = root / "sglang/srt/layers/attention" / name
+    text = path.read_text()
+    site = "kv_indptr_buf=self.kv_indptr[i],"
+    assert text.count(site) == 1
+    path.write_text(text.replace(site, "kv_indptr_buf=self.kv_indptr[0],"))
+    assert cli.main(["check", str(root)]) == 2
+    [error] = error_lines(capsys)
+    said = "the per-step backends are built on kv_indptr rows [0, 0, 0]; upstream's [0, 1, 2]"
+    assert (
+        f"{name}: {cls}.<kv_indices rows>: draft path, run on the probes: as the tree is, bs 3, topk 1, 4 steps: {said}"
+        in error
+    )
+
+
 #: a fork's own multi-step backend: its CUDA-graph rows sized by a method of its own, one branch wide
 OWN_SUBCLASS = """
 

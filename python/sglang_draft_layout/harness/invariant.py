@@ -101,6 +101,11 @@ def _rows(torch: Any, outcome: Outcome, up: Upstream, probe: Probe) -> tuple[boo
     the CUDA graph) are the bug (27338/27460), and so are the cut rows they leave; any other width or slice end, or a
     per-step backend's CUDA-graph row other than its step's, is a value of the tree's own."""
     bugs, own, judged, handed = [], [], False, []
+    launched, built = outcome.of("launch"), [e[1] for e in outcome.events if e[0] == "indptr row"]
+    if launched and launched[0][3] is not None and built:  # per-step backend i is built on kv_indptr row i
+        rows = [_row_of(torch._place(launched[0][3]), place) for place in built]
+        if rows != list(range(len(rows))):
+            own.append(f"the per-step backends are built on kv_indptr rows {rows}; upstream's {list(range(len(rows)))}")
     for phase, events in _phases(outcome).items():
         if phase.startswith("cuda graph"):  # a frame's rows: each per-step backend handed its own
             handed = [e[1] for e in events if e[0] == "graph row"]

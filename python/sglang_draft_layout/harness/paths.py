@@ -371,8 +371,13 @@ def _observer(callee: Unknown, args: tuple, kwargs: dict) -> None:
             if indptr is not None:  # its kv_indptr rows as ``-base + position``: never a kv_indices value
                 torch._tag(indptr, -base)
             note("launch", rows, bound.get("kv_indices_stride"), base, indptr)
-    if callee._name.endswith(".init_cuda_graph_state") and torch._is_tensor(row := _graph_row(callee, args, kwargs)):
+    graph = callee._name.endswith(".init_cuda_graph_state")
+    if graph and torch._is_tensor(row := _handed(callee, "init_cuda_graph_state", "kv_indices_buf", args, kwargs)):
         note("graph row", torch._place(row))  # a per-step backend's CUDA-graph row
+    if callee._name in _STANDING_IN and torch._is_tensor(
+        row := _handed(callee, "__init__", "kv_indptr_buf", args, kwargs)
+    ):
+        note("indptr row", torch._place(row))  # a per-step backend built on its kv_indptr row
     if run.step is None and "attn_backend" in kwargs:  # ``ForwardContext(attn_backend=...)``: the steps after read it
         note("context backend", _backend_key(kwargs["attn_backend"]))
     named = None
@@ -683,18 +688,19 @@ def only_the_path(tree: Tree, path: DraftPath) -> Iterator[None]:
         _STANDING_IN.clear()
 
 
-#: the classes ``only_the_path`` made unknown, by name: how each takes its arguments (``_graph_row``)
+#: the classes ``only_the_path`` made unknown, by name: how each takes its arguments (``_handed``)
 _STANDING_IN: dict[str, type] = {}
 
 
-def _graph_row(callee: Unknown, args: tuple, kwargs: dict) -> Any:
-    """The ``kv_indices_buf`` a per-step backend's ``init_cuda_graph_state`` is handed, bound as its class (made
-    unknown while the path runs) takes it, by name or by position."""
-    method = getattr(_STANDING_IN.get(callee._name.partition("(")[0]), "init_cuda_graph_state", None)
+def _handed(callee: Unknown, method: str, name: str, args: tuple, kwargs: dict) -> Any:
+    """The argument ``name`` a call of ``method`` of a class made unknown while the path runs is handed (a per-step
+    backend's ``kv_indptr_buf``, the ``kv_indices_buf`` its ``init_cuda_graph_state`` gets), bound as its class takes
+    it, by name or by position."""
+    function = getattr(_STANDING_IN.get(callee._name.partition("(")[0]), method, None)
     try:
-        return _signature(method).bind_partial(None, *args, **kwargs).arguments.get("kv_indices_buf")
+        return _signature(function).bind_partial(None, *args, **kwargs).arguments.get(name)
     except (TypeError, ValueError):  # no such class, or not a call it takes
-        return kwargs.get("kv_indices_buf")
+        return kwargs.get(name)
 
 
 def _run_worker(run: Run, torch: Any, worker: Any, batch: Any, probe: Probe) -> None:
