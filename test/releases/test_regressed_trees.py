@@ -138,6 +138,40 @@ def test_per_step_backends_built_on_kv_indptr_row_0_are_refused(scratch, capsys,
     )
 
 
+#: Ascend/sglang@bf186cf8fc's FlashInfer module: the draft kv_indptr rows padded, by a function of its own, to the
+#: batch alignment its CUDA graphs capture (the attention TP size: one GPU on the probes)
+ASCEND_PADDING = (
+    "\nfrom sglang.srt.utils import require_gathered_buffer\n"
+    "\n\ndef _cuda_graph_capture_max_bs(server_args, max_bs: int) -> int:\n"
+    "    mul_base = 1\n"
+    "    if server_args.enable_two_batch_overlap:\n"
+    "        mul_base *= 2\n"
+    "    if require_gathered_buffer(server_args):\n"
+    "        mul_base *= get_attention_tp_size()\n"
+    "    return (max_bs + mul_base - 1) // mul_base * mul_base\n"
+)
+
+
+def test_kv_indptr_rows_padded_as_a_forks_own_function_pads_them_are_judged(scratch, capsys):
+    root = scratch("0.5.12")
+    assert cli.main(["apply", "--no-tests", str(root)]) == 0
+    path = root / "sglang/srt/layers/attention/flashinfer_backend.py"
+    text = path.read_text()
+    sized = "max_bs = model_runner.req_to_token_pool.size * self.topk"
+    padded = "max_bs = _cuda_graph_capture_max_bs(\n            model_runner.server_args, model_runner.req_to_token_pool.size * self.topk\n        )"
+    site = "forward_batch.spec_info.kv_indptr = self.kv_indptr[i, : bs + 1]"
+    assert text.count(sized) == 1 and text.count(site) == 1
+    text = text.replace(
+        "\n\nclass FlashInferMultiStepDraftBackend", ASCEND_PADDING + "\n\nclass FlashInferMultiStepDraftBackend"
+    )
+    path.write_text(text.replace(sized, padded).replace(site, site.replace("[i,", "[0,")))
+    capsys.readouterr()
+    assert cli.main(["check", str(root)]) == 2
+    [error] = error_lines(capsys)
+    assert "FlashInferMultiStepDraftBackend.<kv_indices rows>" in error
+    assert "steps read kv_indptr (row, start, length) [(0, 0, 4), (0, 0, 4), (0, 0, 4)]" in error
+
+
 #: a fork's own multi-step backend: its CUDA-graph rows sized by a method of its own, one branch wide
 OWN_SUBCLASS = """
 

@@ -253,6 +253,12 @@ def cuda_graph_max_batch_size(*args: Any) -> Any:
     return args[-1]
 
 
+def one_gpu(*_args: Any, **_kwargs: Any) -> int:
+    """``get_attention_tp_size()``, ``get_attention_cp_size()``, ``get_attention_dp_size()`` (``layers/dp_attention.py``,
+    0.4.8 on): the probe's server runs on one GPU."""
+    return 1
+
+
 class ServerArgsDict:
     """``global_server_args_dict``: the run's server args by key."""
 

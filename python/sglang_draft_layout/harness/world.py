@@ -26,6 +26,7 @@ from .unknown import (
     Unknown,
     batch_sizes_to_capture,
     cuda_graph_max_batch_size,
+    one_gpu,
     server_args,
 )
 
@@ -46,7 +47,7 @@ def _quiet(*_args: Any, **_kwargs: Any) -> None:
 
 #: what SGLang's modules ask of the server that the run's world answers: its args, each era its own way
 #: (``unknown.server_args``), the batch sizes a CUDA-graph runner captures and the largest it may
-#: (``unknown.batch_sizes_to_capture``, ``unknown.cuda_graph_max_batch_size``)
+#: (``unknown.batch_sizes_to_capture``, ``unknown.cuda_graph_max_batch_size``), its parallel sizes (one GPU)
 SERVER = {
     "get_global_server_args": server_args,
     "get_server_args": server_args,
@@ -54,6 +55,7 @@ SERVER = {
     "global_server_args_dict": ServerArgsDict(),
     "get_batch_sizes_to_capture": batch_sizes_to_capture,
     "get_cuda_graph_max_batch_size": cuda_graph_max_batch_size,
+    **dict.fromkeys(("get_attention_tp_size", "get_attention_cp_size", "get_attention_dp_size"), one_gpu),
 }
 
 
