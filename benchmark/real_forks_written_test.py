@@ -70,6 +70,11 @@ REGRESSIONS = {
         r"self\.max_bs = max\(self\.capture_bs\)",
         "self.max_bs = self.capture_bs[0]",
     ),
+    "host kv_indptr row 0": (
+        "layers/attention/flashinfer_backend.py",
+        r"global_override_indptr_cpu = indptr_cpu_whole\[i\]",
+        "global_override_indptr_cpu = indptr_cpu_whole[0]",
+    ),
     "per-step backends on kv_indptr row 0": (
         "layers/attention/flashinfer_backend.py",
         r"(?<!paged_)kv_indptr_buf=self\.kv_indptr\[i\],",

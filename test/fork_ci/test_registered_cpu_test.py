@@ -163,7 +163,8 @@ def test_passes_where_the_helper_modules_import_a_kernel_package_this_machine_la
 #: file, its patched text, the same site put back otherwise (0.5.12's narrow CUDA-graph row, the width of
 #: one branch, a slice end of its own, the V2 worker handing every step row 0 or step 0's backend, the draft
 #: CUDA-graph runner handing branches as max_bs or sizing the rows for its smallest batch, FlashInfer-MLA's steps all
-#: reading kv_indptr row 0, Triton's per-step backends all built on it, the kernel's row stride of the batch, every per-step backend handed graph row 0, a
+#: reading kv_indptr row 0, FlashInfer planning them all with its host copy, Triton's per-step backends all built on
+#: it, the kernel's row stride of the batch, every per-step backend handed graph row 0, a
 #: capacity check stopping a row as wide as it fills or skipped for the CUDA-graph rows, DeepSeek-V4 baking 0.5.12's
 #: whole buffer, initing step 0 at every step or baking row 0 at every step), and what the test says (after the file
 #: of the path it names, where that is another file)
@@ -230,6 +231,13 @@ REGRESSIONS = {
         "forward_batch.spec_info.kv_indptr = self.kv_indptr[0, : bs + 1]",
         "FlashInferMLAMultiStepDraftBackend: bs 3, topk 1, 4 steps: eager: steps read kv_indptr (row, start, length) "
         "[(0, 0, 4), (0, 0, 4), (0, 0, 4)]; upstream's [(0, 0, 4), (1, 0, 4), (2, 0, 4)]",
+    ),
+    "host kv_indptr row 0": (  # FlashInfer plans every step with step 0's lengths
+        "srt/layers/attention/flashinfer_backend.py",
+        "global_override_indptr_cpu = indptr_cpu_whole[i]",
+        "global_override_indptr_cpu = indptr_cpu_whole[0]",
+        "FlashInferMultiStepDraftBackend: bs 3, topk 1, 4 steps: eager: steps read kv_indptr on the host (row, start, "
+        "length) [(0, 0, 4), (0, 0, 4), (0, 0, 4)]; upstream's [(0, 0, 4), (1, 0, 4), (2, 0, 4)]",
     ),
     "per-step backends built on kv_indptr row 0": (  # in the CUDA graph each plans into row 0: the last step's wins
         "srt/layers/attention/triton_backend.py",

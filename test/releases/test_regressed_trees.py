@@ -117,6 +117,21 @@ def test_steps_reading_kv_indptr_row_0_are_refused(scratch, capsys, name, cls):
     assert "eager: steps read kv_indptr (row, start, length) [(0, 0, 4), (0, 0, 4), (0, 0, 4)]; upstream's " in error
 
 
+def test_flashinfer_planning_every_step_with_host_kv_indptr_row_0_is_refused(scratch, capsys):
+    """FlashInfer's ``common_template`` sets ``global_override_indptr_cpu`` to step i's host copy of kv_indptr row i,
+    which its plan reads (0.5.23 builds the copy on the host from the sequence lengths where it can: not judged)."""
+    root = scratch("0.5.23")
+    path = root / "sglang/srt/layers/attention/flashinfer_backend.py"
+    text = path.read_text()
+    site = "global_override_indptr_cpu = indptr_cpu_whole[i]"
+    assert text.count(site) == 1
+    path.write_text(text.replace(site, site.replace("[i]", "[0]")))
+    assert cli.main(["check", str(root)]) == 2
+    [error] = error_lines(capsys)
+    assert "flashinfer_backend.py: FlashInferMultiStepDraftBackend.<kv_indices rows>: " in error
+    assert "eager: steps read kv_indptr on the host (row, start, length) [(0, 0, 4), (0, 0, 4), (0, 0, 4)]" in error
+
+
 @pytest.mark.parametrize(
     "name, cls", [*MULTI_STEP.items(), ("flashinfer_mla_backend.py", "FlashInferMLAMultiStepDraftBackend")]
 )

@@ -17,12 +17,13 @@ import functools
 import inspect
 import operator
 import re
+import sys
 import types
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from ..speculative import eagle_utils
-from .unknown import TAG, TREE_FILES, Known, NeedsValue, Run, Unknown, in_package, note, refused_by_decision
+from .unknown import TAG, TREE_FILES, Known, NeedsValue, Run, Unknown, in_package, note, refused_by_decision, tree_frame
 from .world import KERNEL, Tree
 
 BASE = 1_000_000  # the draft buffer's slots
@@ -401,8 +402,17 @@ def _observer(callee: Unknown, args: tuple, kwargs: dict) -> None:
             spec = value if "kv_indices" in value.__dict__ else value.__dict__.get("spec_info")
             fields = getattr(spec, "__dict__", {})
             if torch._is_tensor(rows := fields.get("kv_indices")):  # what a step reads: kv_indices and kv_indptr
-                indptr = fields.get("kv_indptr")
-                note("kv", torch._values(rows), torch._values(indptr) if torch._is_tensor(indptr) else None)
+                frame = tree_frame(sys._getframe(1))  # the tree's code handing it: its module's host kv_indptr
+                host = frame.f_globals.get(HOST_INDPTR) if frame is not None else None
+                ptrs = [
+                    torch._values(ptr) if torch._is_tensor(ptr) else None for ptr in (fields.get("kv_indptr"), host)
+                ]
+                note("kv", torch._values(rows), *ptrs)
+
+
+#: the module global FlashInfer's ``common_template`` sets to each step's kv_indptr row on the host before handing the
+#: step's backend the batch: its plan reads it (``indptr_cpu_whole[i]``, 0.4.8 on)
+HOST_INDPTR = "global_override_indptr_cpu"
 
 
 def _backend_key(backend: Any) -> Any:
