@@ -97,6 +97,26 @@ def test_a_runner_sizing_the_rows_for_its_smallest_batch_is_refused(scratch, cap
         assert any(said + graph in line for line in errors), (cls, errors)
 
 
+def test_a_runner_capping_its_largest_batch_is_judged_past_the_cap(scratch, capsys):
+    """``min(max(self.capture_bs), 256)`` is an ``if`` in disguise (``branches.bounds``): the probes go past it, a batch
+    of 257 in a graph of 258, whose rows the runner sizes for 256, and every multi-step backend it sizes is refused."""
+    root = scratch("0.5.23")
+    path = root / "sglang/srt/speculative/eagle_draft_cuda_graph_runner.py"
+    text = path.read_text()
+    assert text.count("self.max_bs = max(self.capture_bs)") == 1
+    path.write_text(text.replace("max(self.capture_bs)", "min(max(self.capture_bs), 256)"))
+    assert cli.main(["check", str(root)]) == 2
+    errors = error_lines(capsys)
+    assert len(errors) == len(MULTI_STEP) + 1, errors
+    for name, cls in {**MULTI_STEP, "flashinfer_mla_backend.py": "FlashInferMLAMultiStepDraftBackend"}.items():
+        said = (
+            f"{name}: {cls}.<kv_indices rows>: draft path, run on the probes: as the tree is, bs 257, topk 1, 3 steps "
+            "(for `min(max(self.capture_bs), 256)` at srt/speculative/eagle_draft_cuda_graph_runner.py:160): capture "
+            "(max bs 258, sized by EAGLEDraftCudaGraphRunner): kv_indices rows (3, 16384)"
+        )
+        assert any(said in line for line in errors), (cls, errors)
+
+
 @pytest.mark.parametrize(
     "name, cls", [*MULTI_STEP.items(), ("flashinfer_mla_backend.py", "FlashInferMLAMultiStepDraftBackend")]
 )

@@ -128,6 +128,31 @@ def test_a_conditional_expression_is_recorded_as_an_if_is():
     ]
 
 
+def test_a_min_or_max_bounding_a_value_by_a_number_is_recorded_as_an_if_is():
+    """``min(max_bs, 64)`` orders ``max_bs`` against 64 as ``if max_bs <= 64`` would: each bound recorded (in a call's
+    keyword and a comprehension's loop too), its value unchanged; ``min(a, 2)`` (a number the probes pass) and
+    ``max(rows)`` are not."""
+    source = (
+        "def f(bs, rows, steps):\n"
+        "    width = min(bs, 64) * rows\n"
+        "    cut = dict(row=max(MIN_BS, bs))\n"
+        "    return [min(i, 3) for i in range(steps)], width, cut, min(bs, 2), max(rows, bs)\n"
+        "MIN_BS = 8\n"
+    )
+    assert ordering_lines(source) == [2, 3, 4]
+    branches, namespace = recorded(source, "f.py")
+    with Run():
+        assert namespace["f"](3, 4, 2) == ([0, 1], 12, {"row": 8}, 2, 4)
+    assert branches.one_way() == [
+        ("f.py", 2, "min(bs, 64)", (65,)),
+        ("f.py", 3, "max(MIN_BS, bs)", (9,)),
+        ("f.py", 4, "min(i, 3)", (4,)),
+    ]
+    with Run():
+        namespace["f"](70, 4, 5)
+    assert branches.one_way() == []  # each taken the other way
+
+
 def test_a_constants_number_is_read_when_the_test_runs():
     source = "SMALL = 12\nTINY = 2\ndef f(num_seqs):\n    if num_seqs <= SMALL:\n        return 1\n    if num_seqs < TINY:\n        return 2\n"
     branches, namespace = recorded(source, "f.py")

@@ -1,5 +1,7 @@
 """Which way each ``if`` comparing with a number went in a tree's runs: where the probes need more.
 
+A ``min`` or ``max`` of a value and such a number (``min(max_bs, 64)``) is an ``if`` in disguise: noted alike.
+
 ``Branches`` records which way each ``if`` (and conditional expression) ordering against or equal to a number
 (``comparisons``: ``num_seqs <= 4``, ``num_seqs <= MAX_SMALL``, ``num_seqs != 5``) went in the runs, its test handed
 to it (the tree's code as ``with_branches`` compiles it), and the values its test read: one that every run took the
@@ -94,14 +96,16 @@ def _values_read(test: ast.expr) -> Optional[list[ast.expr]]:
 
 
 #: where a line may order against or equal a number larger than ``TAKEN`` or a name in capitals (an attribute's too),
-#: after the operator or before it (``comparisons`` decides); an arrow (``->``) and a shift (``<<``, ``>>=``) are none
+#: after the operator or before it (``comparisons`` decides), or bound a value by one (``min(max_bs, 64)``:
+#: ``bounds``); an arrow (``->``) and a shift (``<<``, ``>>=``) are none
 ORDERING = re.compile(
     r"(?:(?<![-<>])[<>](?![<>])=?|[=!]=)[ \t]*(?:[3-9]|[1-9]\d|(?:[A-Za-z_]\w*\.)*[A-Z][A-Z0-9_])"
     r"|(?<![\w.])(?:[3-9]|[1-9]\d+|(?:[A-Za-z_]\w*\.)*[A-Z][A-Z0-9_]+)[ \t]*(?:[<>](?![<>])|[=!]=)"
+    r"|\b(?:min|max)\((?=.*(?<![\w.])(?:[3-9]|[1-9]\d+|(?:[A-Za-z_]\w*\.)*[A-Z][A-Z0-9_]+)\b)"
 )
 
 
-_OPERATORS = ("<", ">", "==", "!=")
+_OPERATORS = ("<", ">", "==", "!=", "min(", "max(")
 _QUOTE = re.compile("['\"]")
 
 
@@ -195,7 +199,8 @@ def _recorded(test: ast.expr, filename: str, line: int) -> Optional[ast.Call]:
 
 def _expressions(node: ast.AST, filename: str) -> dict[str, Any]:
     """The fields of ``node`` (a statement's, but its bodies; an expression's) that hold a conditional expression
-    whose test compares with a number (``x if num_seqs <= 4 else y``), each a copy with that test ``_recorded``."""
+    whose test compares with a number (``x if num_seqs <= 4 else y``) or a bound (``min(max_bs, 64)``: ``bounds``), each
+    a copy with that test ``_recorded``, that value handed to ``Branches.bound``."""
     fields: dict[str, Any] = {}
     for name, value in ast.iter_fields(node):
         if name in BODIES:
@@ -204,11 +209,22 @@ def _expressions(node: ast.AST, filename: str) -> dict[str, Any]:
             new = _expression(value, filename)
             if new is not value:
                 fields[name] = new
-        elif isinstance(value, list):
-            items = [_expression(item, filename) if isinstance(item, ast.expr) else item for item in value]
+        elif isinstance(value, list):  # a call's keywords and a comprehension's loops hold expressions too
+            items = [
+                (
+                    _expression(item, filename)
+                    if isinstance(item, ast.expr)
+                    else _with_fields(item, _expressions(item, filename)) if isinstance(item, _HOLDING) else item
+                )
+                for item in value
+            ]
             if any(new is not old for new, old in zip(items, value)):
                 fields[name] = items
     return fields
+
+
+#: the parts of an expression that are no expressions but hold some (``f(n=...)``, ``[... for i in ...]``)
+_HOLDING = (ast.keyword, ast.comprehension)
 
 
 def _expression(node: ast.expr, filename: str) -> ast.expr:
@@ -216,7 +232,27 @@ def _expression(node: ast.expr, filename: str) -> ast.expr:
     recorded = _recorded(node.test, filename, node.test.lineno) if isinstance(node, ast.IfExp) else None
     if recorded is not None:
         fields["test"] = recorded
+    bound = bounds(node) if isinstance(node, ast.Call) else None
+    if bound is not None:  # ``min(max_bs, 64)``: the value handed to ``BRANCH.bound`` on its way in
+        number, at = bound
+        key = ast.Constant((filename, node.lineno, ast.unparse(node), (False,)))
+        recorder = ast.Attribute(ast.Name(BRANCH, ast.Load()), "bound", ast.Load())
+        args = list(fields.get("args", node.args))
+        args[at] = ast.Call(recorder, [key, args[at], copy.copy(number)], [])
+        fields["args"] = [ast.fix_missing_locations(ast.copy_location(arg, old)) for arg, old in zip(args, node.args)]
     return _with_fields(node, fields)
+
+
+def bounds(call: ast.Call) -> Optional[tuple[ast.expr, int]]:
+    """(the number, the place of the value it bounds) of ``min`` or ``max`` of a value and a number larger than
+    ``TAKEN`` or a name in capitals (``min(max_bs, 64)``, ``max(MIN_BS, bs)``): an ``if`` ordering against it in
+    disguise; None for any other call."""
+    if not (isinstance(call.func, ast.Name) and call.func.id in ("min", "max") and len(call.args) == 2):
+        return None
+    if call.keywords or any(isinstance(arg, ast.Starred) for arg in call.args):
+        return None
+    numbers = [at for at, arg in enumerate(call.args) if _is_number(arg)]
+    return (call.args[numbers[0]], 1 - numbers[0]) if len(numbers) == 1 else None
 
 
 def _operands_handed(test: ast.expr, key: tuple[str, int], operands: list[ast.expr]) -> ast.expr:
@@ -258,6 +294,13 @@ class Branches:
         if type(value) is bool and other_side and Run.current is not None:  # an unknown's is decided both ways
             self.ways.setdefault((filename, line, test, other_side), set()).add(value)
             self.on_probe.setdefault((filename, line), set()).update(read or ())
+        return value
+
+    def bound(self, key: tuple[str, int, str, tuple[bool, ...]], value: Any, number: Any) -> Any:
+        """``value``, which a ``min`` or ``max`` at ``key`` bounds by ``number`` (``bounds``), noted as the ``if`` ordering
+        it against ``number`` would be."""
+        if type(value) is int and type(number) is int:
+            self(key, value <= number, number)
         return value
 
     def operand(self, key: tuple[str, int], value: Any) -> Any:

@@ -297,7 +297,8 @@ def _past(branches: Branches, key: tuple[str, int, str, tuple[int, ...]]) -> lis
 
 def _branch(key: tuple[str, int, str, tuple[int, ...]]) -> str:
     filename, line, test, _numbers = key
-    return f"`if {test[:60]}:` at {in_package(filename)}:{line}"
+    written = test[:60] if test.startswith(("min(", "max(")) else f"if {test[:60]}:"  # a bound (``branches.bounds``)
+    return f"`{written}` at {in_package(filename)}:{line}"
 
 
 def _bases(tree: Tree, path: DraftPath) -> list[str]:

@@ -280,14 +280,7 @@ def graph_frame(tree: Tree, runner: tuple[str, str]) -> Optional[Frame]:
 def handed_sizes(tree: Tree, runner: tuple[str, str], probe: "Probe") -> Optional[tuple[tuple, dict]]:
     """What ``runner``'s ``__init__`` (the tree's own) hands its draft backend's ``init_cuda_graph_state`` at ``probe``
     (its captured batch sizes up to ``probe.max_bs``: ``unknown.batch_sizes_to_capture``): (args, kwargs), or None
-    where it does not run to the call."""
-    key = ("handed sizes", *runner, probe)
-    if key not in tree.memo:
-        tree.memo[key] = _handed_sizes(tree, runner, probe)
-    return tree.memo[key]
-
-
-def _handed_sizes(tree: Tree, runner: tuple[str, str], probe: "Probe") -> Optional[tuple[tuple, dict]]:
+    where it does not run to the call. Run for each path it sizes, each time: the ``if``s it takes are that path's."""
     cls = tree.module(runner[0]).get(runner[1])
     if not isinstance(cls, type):
         return None
