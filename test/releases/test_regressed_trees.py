@@ -173,21 +173,27 @@ def test_per_step_backends_built_on_kv_indptr_row_0_are_refused(scratch, capsys,
     )
 
 
-#: Ascend/sglang@bf186cf8fc's FlashInfer module: the draft kv_indptr rows padded, by a function of its own, to the
-#: batch alignment its CUDA graphs capture (the attention TP size: one GPU on the probes)
-ASCEND_PADDING = (
+#: a FlashInfer module padding the draft kv_indptr rows, by a function of its own, to the batch alignment its CUDA
+#: graphs capture (the attention TP size: one GPU on the probes), as Ascend/sglang@bf186cf8fc reads that size and as
+#: seedleap/sglang@1f5eeb6c57 does (0.5.2x's ``get_parallel()``)
+PADDING = (
     "\nfrom sglang.srt.utils import require_gathered_buffer\n"
     "\n\ndef _cuda_graph_capture_max_bs(server_args, max_bs: int) -> int:\n"
     "    mul_base = 1\n"
     "    if server_args.enable_two_batch_overlap:\n"
     "        mul_base *= 2\n"
     "    if require_gathered_buffer(server_args):\n"
-    "        mul_base *= get_attention_tp_size()\n"
+    "        mul_base *= {tp_size}\n"
     "    return (max_bs + mul_base - 1) // mul_base * mul_base\n"
 )
+TP_SIZE = {
+    "Ascend/sglang@bf186cf8fc": "get_attention_tp_size()",
+    "seedleap/sglang@1f5eeb6c57": "get_parallel().attn_tp_size",
+}
 
 
-def test_kv_indptr_rows_padded_as_a_forks_own_function_pads_them_are_judged(scratch, capsys):
+@pytest.mark.parametrize("fork", TP_SIZE)
+def test_kv_indptr_rows_padded_as_a_forks_own_function_pads_them_are_judged(scratch, capsys, fork):
     root = scratch("0.5.12")
     assert cli.main(["apply", "--no-tests", str(root)]) == 0
     path = root / "sglang/srt/layers/attention/flashinfer_backend.py"
@@ -196,8 +202,11 @@ def test_kv_indptr_rows_padded_as_a_forks_own_function_pads_them_are_judged(scra
     padded = "max_bs = _cuda_graph_capture_max_bs(\n            model_runner.server_args, model_runner.req_to_token_pool.size * self.topk\n        )"
     site = "forward_batch.spec_info.kv_indptr = self.kv_indptr[i, : bs + 1]"
     assert text.count(sized) == 1 and text.count(site) == 1
+    padding = PADDING.format(tp_size=TP_SIZE[fork])
+    if "get_parallel" in padding:
+        padding = "\nfrom sglang.srt.runtime_context import get_parallel" + padding
     text = text.replace(
-        "\n\nclass FlashInferMultiStepDraftBackend", ASCEND_PADDING + "\n\nclass FlashInferMultiStepDraftBackend"
+        "\n\nclass FlashInferMultiStepDraftBackend", padding + "\n\nclass FlashInferMultiStepDraftBackend"
     )
     path.write_text(text.replace(sized, padded).replace(site, site.replace("[i,", "[0,")))
     capsys.readouterr()

@@ -259,6 +259,11 @@ def one_gpu(*_args: Any, **_kwargs: Any) -> int:
     return 1
 
 
+def parallel(*_args: Any, **_kwargs: Any) -> "Known":
+    """``get_parallel()`` (``runtime_context.py``, 0.5.2x): on one GPU every size (``attn_tp_size``) is 1, every rank 0."""
+    return Known("parallel", like={"_size": 1, "_rank": 0})
+
+
 class ServerArgsDict:
     """``global_server_args_dict``: the run's server args by key."""
 

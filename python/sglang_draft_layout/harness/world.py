@@ -27,6 +27,7 @@ from .unknown import (
     batch_sizes_to_capture,
     cuda_graph_max_batch_size,
     one_gpu,
+    parallel,
     server_args,
 )
 
@@ -56,6 +57,7 @@ SERVER = {
     "get_batch_sizes_to_capture": batch_sizes_to_capture,
     "get_cuda_graph_max_batch_size": cuda_graph_max_batch_size,
     **dict.fromkeys(("get_attention_tp_size", "get_attention_cp_size", "get_attention_dp_size"), one_gpu),
+    "get_parallel": parallel,
 }
 
 
