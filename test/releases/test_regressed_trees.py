@@ -29,6 +29,8 @@ MULTI_STEP = {
 }
 #: the CUDA-graph row width each of them asks for (the eager one names ``forward_batch.batch_size``)
 GRAPH_WIDTH = "max_bs, self.topk, self.max_context_len"
+#: the multi-step backends 0.5.23 draft with (FlashInfer-MLA's topk 1 too), by file under srt/layers/attention
+BACKENDS = {**MULTI_STEP, "flashinfer_mla_backend.py": "FlashInferMLAMultiStepDraftBackend"}
 
 
 def error_lines(capsys) -> list[str]:
@@ -78,99 +80,72 @@ def test_upstreams_worker_reading_every_step_with_step_0s_backend_is_refused(scr
     )
 
 
-def test_a_runner_sizing_the_rows_for_its_smallest_batch_is_refused(scratch, capsys):
+#: the draft CUDA-graph runner's largest batch put otherwise, and where the rows it sizes show it: its smallest batch
+#: (SGLang sorts them), or the largest capped by ``min`` (an ``if`` in disguise, ``branches.bounds``: the probes go
+#: past the cap, a batch of 257 in a graph of 258)
+RUNNER_MAX_BS = {
+    "self.capture_bs[0]": "bs 1, topk 1, 2 steps: capture (max bs 2, sized by EAGLEDraftCudaGraphRunner): kv_indices "
+    "rows (2, 64) (row stride 64)",
+    "min(max(self.capture_bs), 256)": "bs 257, topk 1, 3 steps (for `min(max(self.capture_bs), 256)` at "
+    "srt/speculative/eagle_draft_cuda_graph_runner.py:160): capture (max bs 258, sized by EAGLEDraftCudaGraphRunner): "
+    "kv_indices rows (3, 16384)",
+}
+
+
+@pytest.mark.parametrize("max_bs", RUNNER_MAX_BS)
+def test_a_runner_sizing_the_rows_for_less_than_its_largest_batch_is_refused(scratch, capsys, max_bs):
     """The draft CUDA-graph runner hands ``init_cuda_graph_state`` the numbers its ``__init__`` computes from the batch
-    sizes it captures: ``capture_bs[0]`` (the smallest; SGLang sorts them) leaves every multi-step backend's rows too
-    narrow for the batches the graph replays."""
+    sizes it captures: rows sized for less than the largest are too narrow for the batches the graph replays, and every
+    multi-step backend it sizes is refused."""
     root = scratch("0.5.23")
     path = root / "sglang/srt/speculative/eagle_draft_cuda_graph_runner.py"
     text = path.read_text()
     assert text.count("self.max_bs = max(self.capture_bs)") == 1
-    path.write_text(text.replace("self.max_bs = max(self.capture_bs)", "self.max_bs = self.capture_bs[0]"))
-    assert cli.main(["check", str(root)]) == 2
-    errors = error_lines(capsys)
-    for name, cls in {**MULTI_STEP, "flashinfer_mla_backend.py": "FlashInferMLAMultiStepDraftBackend"}.items():
-        said = (
-            f"{name}: {cls}.<kv_indices rows>: draft path, run on the probes: as the tree is, bs 1, topk 1, 2 steps: "
-        )
-        graph = "capture (max bs 2, sized by EAGLEDraftCudaGraphRunner): kv_indices rows (2, 64) (row stride 64)"
-        assert any(said + graph in line for line in errors), (cls, errors)
-
-
-def test_a_runner_capping_its_largest_batch_is_judged_past_the_cap(scratch, capsys):
-    """``min(max(self.capture_bs), 256)`` is an ``if`` in disguise (``branches.bounds``): the probes go past it, a batch
-    of 257 in a graph of 258, whose rows the runner sizes for 256, and every multi-step backend it sizes is refused."""
-    root = scratch("0.5.23")
-    path = root / "sglang/srt/speculative/eagle_draft_cuda_graph_runner.py"
-    text = path.read_text()
-    assert text.count("self.max_bs = max(self.capture_bs)") == 1
-    path.write_text(text.replace("max(self.capture_bs)", "min(max(self.capture_bs), 256)"))
+    path.write_text(text.replace("self.max_bs = max(self.capture_bs)", f"self.max_bs = {max_bs}"))
     assert cli.main(["check", str(root)]) == 2
     errors = error_lines(capsys)
     assert len(errors) == len(MULTI_STEP) + 1, errors
     for name, cls in {**MULTI_STEP, "flashinfer_mla_backend.py": "FlashInferMLAMultiStepDraftBackend"}.items():
         said = (
-            f"{name}: {cls}.<kv_indices rows>: draft path, run on the probes: as the tree is, bs 257, topk 1, 3 steps "
-            "(for `min(max(self.capture_bs), 256)` at srt/speculative/eagle_draft_cuda_graph_runner.py:160): capture "
-            "(max bs 258, sized by EAGLEDraftCudaGraphRunner): kv_indices rows (3, 16384)"
+            f"{name}: {cls}.<kv_indices rows>: draft path, run on the probes: as the tree is, {RUNNER_MAX_BS[max_bs]}"
         )
         assert any(said in line for line in errors), (cls, errors)
 
 
-@pytest.mark.parametrize(
-    "name, cls", [*MULTI_STEP.items(), ("flashinfer_mla_backend.py", "FlashInferMLAMultiStepDraftBackend")]
-)
-def test_steps_reading_kv_indptr_row_0_are_refused(scratch, capsys, name, cls):
-    """Step i reads the first bs + 1 of kv_indptr row i (the kernel fills one per step)."""
-    root = scratch("0.5.23")
-    path = root / "sglang/srt/layers/attention" / name
-    text = path.read_text()
-    site = "forward_batch.spec_info.kv_indptr = self.kv_indptr[i, : bs + 1]"
-    assert text.count(site) == 1
-    path.write_text(text.replace(site, site.replace("[i,", "[0,")))
-    assert cli.main(["check", str(root)]) == 2
-    [error] = error_lines(capsys)
-    assert (
-        f"{name}: {cls}.<kv_indices rows>: draft path, run on the probes: as the tree is, bs 3, topk 1, 4 steps: "
-        in error
-    )
-    assert "eager: steps read kv_indptr (row, start, length) [(0, 0, 4), (0, 0, 4), (0, 0, 4)]; upstream's " in error
-
-
-def test_flashinfer_planning_every_step_with_host_kv_indptr_row_0_is_refused(scratch, capsys):
-    """FlashInfer's ``common_template`` sets ``global_override_indptr_cpu`` to step i's host copy of kv_indptr row i,
-    which its plan reads (0.5.23 builds the copy on the host from the sequence lengths where it can: not judged)."""
-    root = scratch("0.5.23")
-    path = root / "sglang/srt/layers/attention/flashinfer_backend.py"
-    text = path.read_text()
-    site = "global_override_indptr_cpu = indptr_cpu_whole[i]"
-    assert text.count(site) == 1
-    path.write_text(text.replace(site, site.replace("[i]", "[0]")))
-    assert cli.main(["check", str(root)]) == 2
-    [error] = error_lines(capsys)
-    assert "flashinfer_backend.py: FlashInferMultiStepDraftBackend.<kv_indices rows>: " in error
-    assert "eager: steps read kv_indptr on the host (row, start, length) [(0, 0, 4), (0, 0, 4), (0, 0, 4)]" in error
+#: kv_indptr row 0 where step i (or per-step backend i) has row i: (files, upstream's text, what it says then)
+KV_INDPTR_ROW_0 = {
+    "every step reads it": (  # the first bs + 1 of row i: the kernel fills one row per step
+        BACKENDS,
+        "forward_batch.spec_info.kv_indptr = self.kv_indptr[i, : bs + 1]",
+        "bs 3, topk 1, 4 steps: eager: steps read kv_indptr (row, start, length) [(0, 0, 4), (0, 0, 4), (0, 0, 4)]",
+    ),
+    "FlashInfer plans every step with its host copy": (  # 0.5.23 may build the copy from the lengths: not judged then
+        {"flashinfer_backend.py": "FlashInferMultiStepDraftBackend"},
+        "global_override_indptr_cpu = indptr_cpu_whole[i]",
+        "bs 3, topk 1, 4 steps: eager: steps read kv_indptr on the host (row, start, length) [(0, 0, 4), (0, 0, 4), "
+        "(0, 0, 4)]",
+    ),
+    "every per-step backend is built on it": (  # the buffer its CUDA graph plans into
+        BACKENDS,
+        "kv_indptr_buf=self.kv_indptr[i],",
+        "bs 3, topk 1, 4 steps: the per-step backends are built on kv_indptr rows [0, 0, 0]; upstream's [0, 1, 2]",
+    ),
+}
 
 
 @pytest.mark.parametrize(
-    "name, cls", [*MULTI_STEP.items(), ("flashinfer_mla_backend.py", "FlashInferMLAMultiStepDraftBackend")]
+    "how, name", [(how, name) for how, (files, _site, _said) in KV_INDPTR_ROW_0.items() for name in files]
 )
-def test_per_step_backends_built_on_kv_indptr_row_0_are_refused(scratch, capsys, name, cls):
-    """Per-step backend i is built on kv_indptr row i (``kv_indptr_buf=self.kv_indptr[i]``): the buffer its CUDA graph
-    plans into."""
+def test_kv_indptr_row_0_where_a_step_has_row_i_is_refused(scratch, capsys, how, name):
+    files, site, said = KV_INDPTR_ROW_0[how]
     root = scratch("0.5.23")
     path = root / "sglang/srt/layers/attention" / name
     text = path.read_text()
-    site = "kv_indptr_buf=self.kv_indptr[i],"
     assert text.count(site) == 1
-    path.write_text(text.replace(site, "kv_indptr_buf=self.kv_indptr[0],"))
+    path.write_text(text.replace(site, site.replace("[i", "[0")))
     assert cli.main(["check", str(root)]) == 2
     [error] = error_lines(capsys)
-    said = "the per-step backends are built on kv_indptr rows [0, 0, 0]; upstream's [0, 1, 2]"
-    assert (
-        f"{name}: {cls}.<kv_indices rows>: draft path, run on the probes: as the tree is, bs 3, topk 1, 4 steps: {said}"
-        in error
-    )
+    assert f"{name}: {files[name]}.<kv_indices rows>: draft path, run on the probes: as the tree is, {said}" in error
 
 
 #: a FlashInfer module padding the draft kv_indptr rows, by a function of its own, to the batch alignment its CUDA
