@@ -488,8 +488,9 @@ def facts(probe: Probe) -> dict:
     the attributes of any outside object (``Unknown``)."""
     server = Known("server_args", speculative_eagle_topk=probe.topk, speculative_num_steps=probe.steps, device="cpu")
     config = Known("model_runner.model_config", context_len=probe.context_len)
-    pool = Known("req_to_token_pool", size=probe.max_bs)  # the graph's largest batch (kv_indptr rows: size * topk + 1)
-    shared = {"req_to_token_pool": pool, "token_to_kv_pool": Unknown("token_to_kv_pool")}
+    shared = {name: Unknown(name) for name in SHARED}
+    # the request pool holds the graph's largest batch (a multi-step backend's kv_indptr rows: its size * topk + 1)
+    shared["req_to_token_pool"] = Known("req_to_token_pool", size=probe.max_bs)
     runner = Known("model_runner", server_args=server, model_config=config, device="cpu", **shared)
     # every attention backend's max_context_len is the model's context length (its model_config.context_len)
     attributes = {"max_context_len": probe.context_len}

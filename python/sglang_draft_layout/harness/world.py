@@ -61,6 +61,11 @@ SERVER = {
 }
 
 
+def _decoded(data: bytes) -> str:
+    """A module's text as Python's ``open`` reads it: UTF-8, universal newlines."""
+    return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+
+
 class Tree:
     """An SGLang tree: its ``sglang`` folder (``package``; None: only the texts ``texts`` holds) and the ``torch`` its
     code imports (``tensors.FACADE``, ``torch_backend.FACADE``); ``texts``: path under the package -> source."""
@@ -80,7 +85,7 @@ class Tree:
 
     def text(self, relative: str) -> Optional[str]:
         if relative not in self.texts and self.package is not None:
-            self.texts[relative] = (self.package / relative).read_text(encoding="utf-8") if self.has(relative) else None
+            self.texts[relative] = _decoded((self.package / relative).read_bytes()) if self.has(relative) else None
         return self.texts.get(relative)
 
     def mentions(self, relative: str, word: str) -> bool:
@@ -91,8 +96,7 @@ class Tree:
             if word.encode() not in data:
                 self.scanned.add(relative)
                 return False
-            # as ``text`` reads the file (universal newlines), from the bytes at hand
-            self.texts[relative] = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+            self.texts[relative] = _decoded(data)  # its text, from the bytes at hand
         text = self.text(relative)
         return text is not None and word in text
 
